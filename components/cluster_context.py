@@ -1,0 +1,34 @@
+"""What the Kubernetes layer needs to know about the cluster it runs on (no AWS SDK types)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulumi
+
+from infra.config import PlatformConfig
+
+
+@dataclass(frozen=True)
+class ClusterContext:
+    cluster_name: str
+    region: str
+    kubernetes_version: str
+    efs_file_system_id: pulumi.Input[str]
+    vpc_id: pulumi.Input[str] | None = None
+    service_account_role_arns: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    """IAM role (IRSA) per service account, keyed `namespace/name`; absent = no annotation."""
+
+    def role_arn_for(self, namespace: str, service_account: str) -> pulumi.Input[str] | None:
+        return self.service_account_role_arns.get(f"{namespace}/{service_account}")
+
+    @classmethod
+    def for_existing_cluster(cls, config: PlatformConfig) -> ClusterContext:
+        assert config.cluster.name is not None and config.storage.existing_efs_file_system_id is not None
+        return cls(
+            cluster_name=config.cluster.name,
+            region=config.cluster.region,
+            kubernetes_version=config.cluster.kubernetes_version,
+            efs_file_system_id=config.storage.existing_efs_file_system_id,
+        )

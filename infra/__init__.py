@@ -1,0 +1,1 @@
+"""vllm-platform: the Pulumi program, typed config, AWS layer, offline renderer and CLI."""

@@ -1,0 +1,183 @@
+"""Cluster and node-group settings."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from infra.catalogue.gpu_instances import gpu_instance_types, lookup_instance_type
+from infra.config.base import Labels, StrictModel, dns_label
+from infra.config.errors import ConfigProblem
+from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
+
+ControlPlaneLogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+
+
+def _check_vpc_cidr(value: str) -> str:
+    try:
+        network = ipaddress.IPv4Network(value)
+    except ValueError as error:
+        raise ValueError(f"must be an IPv4 CIDR such as '10.0.0.0/16' ({error})") from None
+    if not 16 <= network.prefixlen <= 20:
+        raise ValueError("must be a /16 to /20 block so every AZ gets a /20 or larger node subnet")
+    return value
+
+
+class ClusterConfig(StrictModel):
+    mode: Literal["eks", "existing"] = "eks"
+    """`eks`: create the VPC, EKS cluster and node groups. `existing`: deploy onto the cluster of a
+    kubeconfig; no AWS resources are created."""
+    name: Annotated[str, dns_label(40)] | None = None
+    """Cluster name; defaults to `vllm-<stack>`."""
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")] = "us-west-2"
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    vpc_cidr: Annotated[str, AfterValidator(_check_vpc_cidr)] = "10.0.0.0/16"
+    availability_zone_count: Annotated[int, Field(ge=2, le=4)] = 3
+    single_nat_gateway: bool = False
+    """One NAT gateway for all AZs (cheaper, not zone-redundant): for dev stacks."""
+    endpoint_public_access: bool = False
+    """The API server is private by default; reach it through a VPN/bastion or set this and
+    `public_access_cidrs`."""
+    public_access_cidrs: list[str] = []
+    control_plane_logging: list[ControlPlaneLogType] = ["api", "audit", "authenticator"]
+    admin_principal_arns: list[Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:iam::\d{12}:(role|user)/.+$")]] = []
+    """IAM roles/users granted cluster-admin through EKS access entries."""
+    kubeconfig_path: str | None = None
+    """`existing` mode: kubeconfig file to use (default: the ambient KUBECONFIG)."""
+    kubeconfig_context: str | None = None
+    """`existing` mode: context in that kubeconfig."""
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _supported_version(cls, value: str) -> str:
+        if value not in SUPPORTED_KUBERNETES_VERSIONS:
+            raise ValueError(f"must be one of {', '.join(SUPPORTED_KUBERNETES_VERSIONS)} (EKS standard support)")
+        return value
+
+    @model_validator(mode="after")
+    def _access_settings_match_mode(self) -> ClusterConfig:
+        if self.endpoint_public_access and not self.public_access_cidrs:
+            raise ConfigProblem(
+                "a public API endpoint needs the CIDRs allowed to reach it, e.g. ['203.0.113.0/24']; "
+                "or leave endpoint_public_access false",
+                at=("public_access_cidrs",),
+            )
+        for index, cidr in enumerate(self.public_access_cidrs):
+            try:
+                ipaddress.IPv4Network(cidr)
+            except ValueError:
+                raise ConfigProblem("must be an IPv4 CIDR such as '203.0.113.0/24'", at=("public_access_cidrs", index))
+        if self.mode == "eks" and (self.kubeconfig_path or self.kubeconfig_context):
+            raise ConfigProblem(
+                "kubeconfig settings apply only to mode 'existing'; in mode 'eks' the stack builds the "
+                "kubeconfig from the cluster it creates",
+                at=("kubeconfig_path" if self.kubeconfig_path else "kubeconfig_context",),
+            )
+        return self
+
+
+class TaintConfig(StrictModel):
+    key: Annotated[str, Field(min_length=1, max_length=253)]
+    value: Annotated[str, Field(max_length=63)] = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+DEFAULT_GPU_TAINT = TaintConfig(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+
+
+class LocalNvmeConfig(StrictModel):
+    enabled: bool = True
+    """Assemble the instance-store NVMe disks (RAID0 when several) and mount them for the model cache."""
+    mount_path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9/_.-]+$")] = "/mnt/nvme"
+
+
+class SystemNodeGroupConfig(StrictModel):
+    instance_types: Annotated[list[str], Field(min_length=1)] = ["m7i.xlarge"]
+    capacity_type: Literal["on_demand", "spot"] = "on_demand"
+    min_size: Annotated[int, Field(ge=1)] = 2
+    desired_size: Annotated[int, Field(ge=1)] = 2
+    max_size: Annotated[int, Field(ge=1)] = 4
+    disk_size_gib: Annotated[int, Field(ge=20)] = 50
+    labels: Labels = {}
+
+    @model_validator(mode="after")
+    def _sizes_ordered(self) -> SystemNodeGroupConfig:
+        check_size_order(self.min_size, self.desired_size, self.max_size)
+        return self
+
+
+class GpuNodeGroupConfig(StrictModel):
+    instance_types: Annotated[list[str], Field(min_length=1)]
+    capacity_type: Literal["on_demand", "spot"] = "on_demand"
+    min_size: Annotated[int, Field(ge=0)] = 0
+    desired_size: Annotated[int, Field(ge=0)] = 1
+    max_size: Annotated[int, Field(ge=1)] = 2
+    disk_size_gib: Annotated[int, Field(ge=80)] = 200
+    """Root volume: the vLLM image alone is 10–25 GB, plus containerd's unpacked layers."""
+    taints: Annotated[list[TaintConfig], Field(min_length=1)] = [DEFAULT_GPU_TAINT]
+    labels: Labels = {}
+    local_nvme: LocalNvmeConfig = LocalNvmeConfig()
+    ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
+
+    @model_validator(mode="after")
+    def _instance_types_known_and_uniform(self) -> GpuNodeGroupConfig:
+        check_size_order(self.min_size, self.desired_size, self.max_size)
+        known = gpu_instance_types()
+        gpu_models = set()
+        for index, name in enumerate(self.instance_types):
+            instance = lookup_instance_type(name)
+            if instance is None:
+                import difflib
+
+                close = difflib.get_close_matches(name, known, n=3)
+                hint = f"did you mean {', '.join(close)}? " if close else ""
+                raise ConfigProblem(
+                    f"unknown GPU instance type: {hint}the catalogue (infra/catalogue/gpu_instances.yaml) knows "
+                    f"{', '.join(sorted({i.split('.')[0] for i in known}))} families",
+                    at=("instance_types", index),
+                )
+            gpu_models.add(instance.gpu.name)
+        if len(gpu_models) > 1:
+            raise ConfigProblem(
+                f"all instance types of one GPU group must carry the same GPU model (found {', '.join(sorted(gpu_models))}): "
+                "capacity plans and vLLM's compile cache are per GPU model; split them into separate groups",
+                at=("instance_types",),
+            )
+        taint_keys = [(taint.key, taint.effect) for taint in self.taints]
+        if len(set(taint_keys)) != len(taint_keys):
+            raise ConfigProblem("two taints with the same key and effect; keep one", at=("taints",))
+        return self
+
+    @property
+    def gpu_instances(self):
+        return [lookup_instance_type(name) for name in self.instance_types]
+
+    @property
+    def gpu_model(self):
+        return self.gpu_instances[0].gpu
+
+    @property
+    def min_gpus_per_node(self) -> int:
+        return min(instance.gpus_per_node for instance in self.gpu_instances)
+
+
+def check_size_order(min_size: int, desired_size: int, max_size: int) -> None:
+    if min_size > max_size:
+        raise ConfigProblem(f"min_size {min_size} is larger than max_size {max_size}; raise max_size", at=("min_size",),
+                            value=min_size)
+    if not min_size <= desired_size <= max_size:
+        raise ConfigProblem(
+            f"desired_size must lie between min_size {min_size} and max_size {max_size}", at=("desired_size",),
+            value=desired_size,
+        )
+
+
+class NodeGroupsConfig(StrictModel):
+    system: SystemNodeGroupConfig = SystemNodeGroupConfig()
+    gpu: Annotated[dict[Annotated[str, dns_label(30)], GpuNodeGroupConfig], Field(min_length=1)]
+    """GPU node groups keyed by name; models refer to them by that name."""

@@ -1,0 +1,68 @@
+"""The Pulumi program: typed config → AWS layer (mode `eks`) → Kubernetes layer.
+
+`pulumi up` runs it through infra/__main__.py; `vllm-platform render` runs the same function
+under mocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.cluster_context import ClusterContext
+from components.platform import KubernetesPlatform, KubernetesPlatformArgs
+from infra.config import ConfigError, PlatformConfig, load_from_pulumi
+from infra.kubernetes_provider import existing_cluster_provider
+
+
+def run_program(stack_file_display: str | None = None) -> dict[str, Any]:
+    """Build every resource for the current stack; returns (and exports) the stack outputs."""
+    try:
+        config = load_from_pulumi(stack_file_display=stack_file_display)
+    except ConfigError as error:
+        # RunError: Pulumi prints the message alone, without a Python traceback.
+        raise pulumi.RunError(str(error)) from None
+    outputs = build_platform(config)
+    for key, value in outputs.items():
+        pulumi.export(key, value)
+    return outputs
+
+
+def build_platform(config: PlatformConfig) -> dict[str, Any]:
+    from infra.capacity import plan_platform
+
+    plan = plan_platform(config)
+    if config.cluster.mode == "eks":
+        from infra.aws import AwsInfrastructure
+
+        aws = AwsInfrastructure("aws", config)
+        provider = kubernetes.Provider(
+            "kubernetes",
+            kubeconfig=aws.kubeconfig,
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(depends_on=aws.node_group_resources),
+        )
+        context = aws.cluster_context
+        outputs: dict[str, Any] = {
+            "kubeconfig": pulumi.Output.secret(aws.kubeconfig),
+            "cluster_name": aws.cluster_name,
+            "model_bucket": aws.model_bucket_name,
+            "efs_file_system_id": aws.efs_file_system_id,
+        }
+    else:
+        provider = existing_cluster_provider(config)
+        context = ClusterContext.for_existing_cluster(config)
+        outputs = {
+            "cluster_name": config.cluster.name,
+            "model_bucket": config.storage.model_bucket_name,
+            "efs_file_system_id": config.storage.existing_efs_file_system_id,
+        }
+    platform = KubernetesPlatform(
+        "platform",
+        KubernetesPlatformArgs(config=config, plan=plan, context=context),
+        opts=pulumi.ResourceOptions(providers=[provider]),
+    )
+    outputs["model_endpoints"] = platform.model_endpoints
+    return outputs

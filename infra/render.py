@@ -1,0 +1,273 @@
+"""Offline render: run the real Pulumi program under recording mocks and write what it would deploy.
+
+No Pulumi CLI, cloud account or cluster is needed. The program is the one `pulumi up` runs (same
+entry point, config read through pulumi.Config); the mocks only stand in for the engine and answer
+the few cloud look-ups (availability zones, account id) with fixed placeholder values.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.config.loader import display_path, read_stack_file, stack_file_for
+
+PLACEHOLDER_ACCOUNT_ID = "123456789012"
+KUBERNETES_PREFIX = "kubernetes:"
+HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+# Pulumi's wire format marks secret values with this signature key.
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"
+
+
+@dataclass
+class RecordedResource:
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    parent_urn: str
+    custom: bool
+    urn: str = ""
+
+    @property
+    def is_kubernetes_object(self) -> bool:
+        return (
+            self.custom
+            and self.type.startswith(KUBERNETES_PREFIX)
+            and self.type != HELM_RELEASE_TYPE
+            and "kind" in self.inputs
+        )
+
+
+@dataclass
+class RenderResult:
+    stack: str
+    stack_file: str
+    resources: list[RecordedResource] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        return [r.inputs for r in self.resources if r.is_kubernetes_object]
+
+    @property
+    def helm_releases(self) -> list[dict[str, Any]]:
+        return [r.inputs for r in self.resources if r.type == HELM_RELEASE_TYPE]
+
+    @property
+    def aws_resources(self) -> list[RecordedResource]:
+        return [r for r in self.resources if r.custom and r.type.startswith("aws:")]
+
+    @property
+    def components(self) -> list[RecordedResource]:
+        return [r for r in self.resources if not r.custom]
+
+    def find(self, kind: str, name: str | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Kubernetes objects of a kind, optionally narrowed by name and namespace."""
+        found = []
+        for obj in self.kubernetes_objects:
+            metadata = obj.get("metadata", {})
+            if obj.get("kind") != kind:
+                continue
+            if name is not None and metadata.get("name") != name:
+                continue
+            if namespace is not None and metadata.get("namespace") != namespace:
+                continue
+            found.append(obj)
+        return found
+
+    def aws(self, type_: str) -> list[RecordedResource]:
+        return [r for r in self.aws_resources if r.type == type_]
+
+
+def unwrap_secrets(value: Any) -> Any:
+    """Replace Pulumi secret envelopes by their values (the render is for review, not for state)."""
+    if isinstance(value, dict):
+        if value.get(_SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270" and "value" in value:
+            return unwrap_secrets(value["value"])
+        return {key: unwrap_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [unwrap_secrets(item) for item in value]
+    return value
+
+
+def _fake_outputs(type_: str, name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    """Plausible computed outputs for the AWS resources whose outputs feed other resources."""
+    account = PLACEHOLDER_ACCOUNT_ID
+    outputs = dict(inputs)
+    outputs.setdefault("arn", f"arn:aws:{type_.split(':')[1].split('/')[0]}:{region}:{account}:{name}")
+    if type_ == "aws:eks/cluster:Cluster":
+        cluster_name = inputs.get("name", name)
+        outputs.update(
+            endpoint=f"https://{cluster_name}.gr7.{region}.eks.amazonaws.com",
+            certificateAuthority={"data": "LS0tLS1CRUdJTi1QTEFDRUhPTERFUi0tLS0t"},
+            identities=[{"oidcs": [{"issuer": f"https://oidc.eks.{region}.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"}]}],
+            vpcConfig={**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-0cluster0000000000"},
+            arn=f"arn:aws:eks:{region}:{account}:cluster/{cluster_name}",
+        )
+    elif type_ == "aws:iam/role:Role":
+        outputs["arn"] = f"arn:aws:iam::{account}:role/{inputs.get('name', name)}"
+        outputs.setdefault("name", name)
+    elif type_ == "aws:iam/openIdConnectProvider:OpenIdConnectProvider":
+        url = str(inputs.get("url", "")).removeprefix("https://")
+        outputs["arn"] = f"arn:aws:iam::{account}:oidc-provider/{url}"
+    elif type_ == "aws:s3/bucket:Bucket" or type_.startswith("aws:s3/bucketV2"):
+        bucket = inputs.get("bucket", name)
+        outputs.update(bucket=bucket, arn=f"arn:aws:s3:::{bucket}", id=bucket)
+    elif type_ == "aws:efs/fileSystem:FileSystem":
+        outputs["id"] = "fs-0123456789abcdef0"
+    elif type_ == "aws:ec2/launchTemplate:LaunchTemplate":
+        outputs["latestVersion"] = 1
+    elif type_ == "aws:secretsmanager/secret:Secret":
+        outputs["arn"] = f"arn:aws:secretsmanager:{region}:{account}:secret:{inputs.get('name', name)}-AbCdEf"
+    return outputs
+
+
+def _fake_id(type_: str, name: str, inputs: dict[str, Any]) -> str:
+    short = type_.split(":")[-1].lower()
+    if type_ == "aws:efs/fileSystem:FileSystem":
+        return "fs-0123456789abcdef0"
+    if type_.startswith("aws:s3/bucket"):
+        return str(inputs.get("bucket", name))
+    if type_.startswith("aws:ec2/"):
+        prefixes = {"vpc": "vpc", "subnet": "subnet", "securitygroup": "sg", "natgateway": "nat",
+                    "internetgateway": "igw", "routetable": "rtb", "eip": "eipalloc", "launchtemplate": "lt"}
+        return f"{prefixes.get(short, short)}-{abs(hash(name)) % 10**12:012d}"
+    return f"{name}-id"
+
+
+def _make_mocks(region: str, records: list[RecordedResource]):
+    import pulumi
+    from pulumi.runtime.mocks import MockMonitor
+
+    class RecordingMocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+            inputs = unwrap_secrets(args.inputs)
+            resource_id = _fake_id(args.typ, args.name, inputs)
+            outputs = _fake_outputs(args.typ, args.name, inputs, region) if args.typ.startswith("aws:") else inputs
+            pending = _pending_parents.pop((args.typ, args.name), "")
+            records.append(RecordedResource(args.typ, args.name, inputs, pending, bool(args.custom)))
+            return [resource_id, outputs]
+
+        def call(self, args: pulumi.runtime.MockCallArgs):
+            if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+                names = [f"{region}{letter}" for letter in "abcdef"]
+                return {"names": names, "zoneIds": [f"use-az{i}" for i in range(1, 7)], "state": "available"}
+            if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+                return {"accountId": PLACEHOLDER_ACCOUNT_ID, "arn": f"arn:aws:iam::{PLACEHOLDER_ACCOUNT_ID}:user/render",
+                        "userId": "AIDARENDER", "id": PLACEHOLDER_ACCOUNT_ID}
+            if args.token == "aws:index/getPartition:getPartition":
+                return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+            if args.token == "aws:index/getRegion:getRegion":
+                return {"name": region, "region": region, "id": region}
+            return {}
+
+    _pending_parents: dict[tuple[str, str], str] = {}
+
+    class ParentRecordingMonitor(MockMonitor):
+        def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+            _pending_parents[(request.type, request.name)] = request.parent
+            response = super().RegisterResource(request)
+            for record in reversed(records):
+                if record.type == request.type and record.name == request.name and not record.urn:
+                    record.urn = response.urn
+                    break
+            return response
+
+    mocks = RecordingMocks()
+    return mocks, ParentRecordingMonitor(mocks)
+
+
+def render_stack(stack: str, *, stack_file: Path | None = None) -> RenderResult:
+    """Run the Pulumi program for one stack under mocks; raises ConfigError for an invalid config."""
+    path = stack_file or stack_file_for(stack)
+    shown = display_path(path)
+    # Validate (with the full message) before starting the runtime: bad input must never turn into
+    # a Pulumi traceback.
+    from infra.config.loader import load_stack
+
+    load_stack(stack, stack_file=path)
+    raw_config = read_stack_file(path)
+    # Each render gets a fresh context: the Pulumi runtime keeps its state in context variables.
+    return contextvars.Context().run(_render_in_context, stack, shown, raw_config)
+
+
+def _render_in_context(stack: str, shown: str, raw_config: dict[str, Any]) -> RenderResult:
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from infra.program import run_program
+
+    region = str((raw_config.get("cluster") or {}).get("region", "us-west-2"))
+    records: list[RecordedResource] = []
+    mocks, monitor = _make_mocks(region, records)
+    pulumi.runtime.set_mocks(mocks, project="vllm-platform", stack=stack, preview=False, monitor=monitor)
+    flat = {f"vllm-platform:{key}": json.dumps(value) if not isinstance(value, str) else value
+            for key, value in raw_config.items()}
+    runtime_config.set_all_config(flat)
+
+    result = RenderResult(stack=stack, stack_file=shown, resources=records)
+
+    def program() -> Any:
+        outputs = run_program(stack_file_display=shown)
+
+        def keep(values: dict[str, Any]) -> None:
+            result.outputs.update(unwrap_secrets(values))
+
+        return pulumi.Output.from_input(outputs).apply(keep)
+
+    def run() -> None:
+        value = program()
+        _sync_await(value.future())
+
+    _sync_await(run_pulumi_func(run))
+    return result
+
+
+def _object_filename(obj: dict[str, Any]) -> str:
+    return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def write_render(result: RenderResult, out_dir: Path) -> None:
+    """One YAML file per Kubernetes object grouped by namespace; Helm releases; AWS inputs as JSON."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    kube_dir = out_dir / "kubernetes"
+    for obj in result.kubernetes_objects:
+        namespace = obj.get("metadata", {}).get("namespace") or "_cluster"
+        target = kube_dir / namespace / _object_filename(obj)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(obj, sort_keys=False))
+    for release in result.helm_releases:
+        target = out_dir / "helm" / f"{release.get('namespace', 'default')}-{release['name']}.yaml"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(release, sort_keys=False))
+    aws = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in result.aws_resources]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "aws-resources.json").write_text(json.dumps(sorted(aws, key=lambda r: (r["type"], r["name"])), indent=2))
+    (out_dir / "stack-outputs.json").write_text(json.dumps(_redact_outputs(result.outputs), indent=2, default=str))
+
+
+def _redact_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
+    return {key: ("[secret]" if key == "kubeconfig" else value) for key, value in outputs.items()}
+
+
+def summarize(result: RenderResult) -> str:
+    kinds = Counter(obj["kind"] for obj in result.kubernetes_objects)
+    aws_types = Counter(r.type.split(":")[-1] for r in result.aws_resources)
+    lines = [
+        f"stack {result.stack} ({result.stack_file}): {len(result.kubernetes_objects)} Kubernetes objects, "
+        f"{len(result.helm_releases)} Helm releases, {len(result.aws_resources)} AWS resources",
+        "  kubernetes: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())),
+        "  helm: " + ", ".join(sorted(f"{r['name']}@{r.get('version', '?')}" for r in result.helm_releases)),
+        "  aws: " + ", ".join(f"{kind} {count}" for kind, count in sorted(aws_types.items())),
+    ]
+    return "\n".join(lines)

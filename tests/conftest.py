@@ -1,0 +1,34 @@
+"""Shared fixtures: the real Pulumi program rendered under recording mocks, once per stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.render import RenderResult, render_stack
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STACKS = ("dev", "staging", "prod")
+TEST_STACKS_DIR = Path(__file__).resolve().parent / "stacks"
+
+_cache: dict[tuple[str, str | None], RenderResult] = {}
+
+
+def rendered(stack: str, stack_file: Path | None = None) -> RenderResult:
+    """Render a stack once per test session (the program is deterministic)."""
+    key = (stack, str(stack_file) if stack_file else None)
+    if key not in _cache:
+        _cache[key] = render_stack(stack, stack_file=stack_file)
+    return _cache[key]
+
+
+@pytest.fixture(params=STACKS)
+def stack_render(request: pytest.FixtureRequest) -> RenderResult:
+    """Parametrised over every stack in stacks/."""
+    return rendered(request.param)
+
+
+@pytest.fixture
+def existing_mode_render() -> RenderResult:
+    return rendered("existing", TEST_STACKS_DIR / "Pulumi.existing.yaml")

@@ -1,0 +1,3 @@
+from model_cache.cli import main
+
+raise SystemExit(main())

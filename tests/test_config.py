@@ -1,0 +1,198 @@
+"""The typed config: every stack validates; each kind of bad input gets one clear message."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.config import ConfigError, load_stack
+from tests.conftest import REPO_ROOT, STACKS
+
+MODELS = "vllm-platform:models"
+GROUPS = "vllm-platform:node_groups"
+
+
+def _dev_document() -> dict[str, Any]:
+    return yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+
+
+def _load_mutated(tmp_path: Path, mutate: Callable[[dict[str, Any]], None]) -> ConfigError:
+    document = copy.deepcopy(_dev_document())
+    mutate(document["config"])
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as caught:
+        load_stack("broken", stack_file=path)
+    return caught.value
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_file_validates(stack: str) -> None:
+    config = load_stack(stack)
+    assert config.models, "a stack deploys at least one model"
+    assert config.cluster.name == f"vllm-{stack}"
+
+
+def test_stack_defaults_are_filled_once_from_the_stack_name() -> None:
+    config = load_stack("dev")
+    model = config.models[0]
+    assert config.storage.model_bucket_name == "vllm-dev-model-weights"
+    assert model.api_key_secret is not None
+    assert model.api_key_secret.name == f"vllm-platform/dev/{model.name}/api-key"
+    assert model.ingress_host == f"{model.name}.dev.llm.example.com"
+
+
+def test_gpu_groups_default_to_the_nvidia_taint() -> None:
+    config = load_stack("prod")
+    for group in config.node_groups.gpu.values():
+        assert [str(taint) for taint in group.taints] == ["nvidia.com/gpu=true:NoSchedule"]
+
+
+BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
+    (
+        "typo_in_a_nested_key",
+        lambda c: c[MODELS][0]["vllm"].__setitem__("gpu_memory_utilisation", 0.8),
+        "vllm-platform:models[0].vllm.gpu_memory_utilisation",
+        "did you mean 'gpu_memory_utilization'?",
+    ),
+    (
+        "typo_in_a_top_level_key",
+        lambda c: c.__setitem__("vllm-platform:modles", []),
+        "vllm-platform:modles",
+        "did you mean 'models'?",
+    ),
+    (
+        "model_name_not_dns_safe",
+        lambda c: c[MODELS][0].__setitem__("name", "Qwen_7B"),
+        "vllm-platform:models[0].name = \"Qwen_7B\"",
+        "must be a DNS label",
+    ),
+    (
+        "duplicate_model_names",
+        lambda c: c[MODELS].append(copy.deepcopy(c[MODELS][0])),
+        "vllm-platform:models[1].name",
+        "duplicate model name (also models[0])",
+    ),
+    (
+        "unknown_gpu_group",
+        lambda c: c[MODELS][0].__setitem__("gpu_group", "h100"),
+        "vllm-platform:models[0].gpu_group = \"h100\"",
+        "node_groups.gpu defines: l40s",
+    ),
+    (
+        "more_gpus_per_replica_than_any_node_has",
+        lambda c: c[MODELS][0].__setitem__("gpus_per_replica", 2),
+        "vllm-platform:models[0].gpus_per_replica = 2",
+        "use at most 1 GPUs per replica or an instance type with more GPUs per node",
+    ),
+    (
+        "gpu_memory_utilization_above_one",
+        lambda c: c[MODELS][0]["vllm"].__setitem__("gpu_memory_utilization", 1.5),
+        "vllm-platform:models[0].vllm.gpu_memory_utilization = 1.5",
+        "must be greater than 0 and at most 1",
+    ),
+    (
+        "gpu_memory_utilization_zero",
+        lambda c: c[MODELS][0]["vllm"].__setitem__("gpu_memory_utilization", 0),
+        "vllm-platform:models[0].vllm.gpu_memory_utilization = 0",
+        "must be greater than 0 and at most 1",
+    ),
+    (
+        "autoscaling_min_above_max",
+        lambda c: c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "min_replicas": 3, "max_replicas": 2}),
+        "vllm-platform:models[0].autoscaling.min_replicas = 3",
+        "raise max_replicas or lower min_replicas",
+    ),
+    (
+        "node_group_min_above_max",
+        lambda c: c[GROUPS]["gpu"]["l40s"].update(min_size=3, desired_size=3, max_size=2),
+        "vllm-platform:node_groups.gpu.l40s.min_size = 3",
+        "raise max_size",
+    ),
+    (
+        "unknown_instance_type",
+        lambda c: c[GROUPS]["gpu"]["l40s"].__setitem__("instance_types", ["g6e.2xlarg"]),
+        "vllm-platform:node_groups.gpu.l40s.instance_types[0] = \"g6e.2xlarg\"",
+        "did you mean g6e.2xlarge",
+    ),
+    (
+        "mixed_gpu_models_in_one_group",
+        lambda c: c[GROUPS]["gpu"]["l40s"].__setitem__("instance_types", ["g6e.2xlarge", "g5.2xlarge"]),
+        "vllm-platform:node_groups.gpu.l40s.instance_types",
+        "same GPU model (found A10G, L40S)",
+    ),
+    (
+        "missing_source",
+        lambda c: c[MODELS][0].pop("source"),
+        "vllm-platform:models[0].source = (missing)",
+        "required key is missing",
+    ),
+    (
+        "source_without_location",
+        lambda c: c[MODELS][0].__setitem__("source", {"revision": "main"}),
+        "vllm-platform:models[0].source.s3_uri",
+        "set exactly one of s3_uri",
+    ),
+    (
+        "malformed_s3_uri",
+        lambda c: c[MODELS][0].__setitem__("source", {"s3_uri": "s3://bucket-only", "revision": "r1"}),
+        "vllm-platform:models[0].source.s3_uri = \"s3://bucket-only\"",
+        "must look like s3://bucket/prefix/",
+    ),
+    (
+        "public_endpoint_without_cidrs",
+        lambda c: c["vllm-platform:cluster"].__setitem__("endpoint_public_access", True),
+        "vllm-platform:cluster.public_access_cidrs",
+        "needs the CIDRs allowed to reach it",
+    ),
+    (
+        "gpu_group_without_taints",
+        lambda c: c[GROUPS]["gpu"]["l40s"].__setitem__("taints", []),
+        "vllm-platform:node_groups.gpu.l40s.taints = []",
+        "at least 1 item",
+    ),
+    (
+        "keda_backend_without_the_keda_addon",
+        lambda c: c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "backend": "keda"}),
+        "vllm-platform:models[0].autoscaling.backend = \"keda\"",
+        "set addons.keda: true",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "where", "fix"), BAD_INPUTS, ids=[case[0] for case in BAD_INPUTS])
+def test_bad_input_names_stack_file_key_value_and_fix(
+    tmp_path: Path, case: str, mutate: Callable[[dict[str, Any]], None], where: str, fix: str
+) -> None:
+    error = _load_mutated(tmp_path, mutate)
+    message = str(error)
+    assert message.startswith(f"{tmp_path / 'Pulumi.broken.yaml'}: invalid config"), message
+    assert where in message, message
+    assert fix in message, message
+    assert "Traceback" not in message
+
+
+def test_unknown_key_error_lists_the_keys_that_would_work(tmp_path: Path) -> None:
+    error = _load_mutated(tmp_path, lambda c: c[MODELS][0]["vllm"].__setitem__("max_len", 4096))
+    assert "known keys here:" in str(error)
+    assert "max_model_len" in str(error)
+
+
+def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
+    def two_mistakes(config: dict[str, Any]) -> None:
+        config[MODELS][0]["vllm"]["gpu_memory_utilization"] = 2
+        config[MODELS][0]["vllm"]["max_num_seqs"] = 0
+
+    error = _load_mutated(tmp_path, two_mistakes)
+    assert len(error.problems) == 2
+    assert "(2 problems)" in str(error)
+
+
+def test_missing_stack_file_is_a_config_error_not_a_traceback() -> None:
+    with pytest.raises(ConfigError, match="stack file not found"):
+        load_stack("does-not-exist")

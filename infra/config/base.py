@@ -16,7 +16,9 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 class StrictModel(BaseModel):
     """Unknown keys are errors (typos must not be ignored); values are immutable once loaded."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Attribute docstrings become field descriptions: the README's config reference is generated
+    # from them (infra/config/reference.py), so the documentation cannot drift from the schema.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 def dns_label(max_length: int):

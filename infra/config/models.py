@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -142,6 +142,19 @@ class VllmEngineConfig(StrictModel):
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     extra_args: list[str] = []
     """Further `vllm serve` flags, checked against the pinned vLLM's own parser at validate time."""
+    tuning_profile: str | None = None
+    """A named, measured tuning from infra/catalogue/tuning_profiles.yaml (e.g. `h200-throughput`):
+    its settings apply wherever this block does not set the same key (applied at load time, so the
+    fields above hold the effective values)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_tuning_profile(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("tuning_profile") is None:
+            return data
+        from infra.catalogue.tuning_profiles import apply_tuning_profile
+
+        return apply_tuning_profile(data)
 
     @field_validator("gpu_memory_utilization")
     @classmethod

@@ -1,0 +1,120 @@
+"""Tuning profiles: measured engine settings a model opts into, with explicit settings winning."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.catalogue.tuning_profiles import tuning_profile_problems, tuning_profiles
+from infra.config import ConfigError, VllmEngineConfig, load_stack
+from tests.conftest import REPO_ROOT
+
+PROFILE = "h200-throughput"
+
+
+def _stack_with(tmp_path: Path, stack: str, edit) -> Path:
+    document = yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    document = copy.deepcopy(document)
+    edit(document["config"])
+    path = tmp_path / f"Pulumi.{stack}-edited.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _model(config: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(model for model in config["vllm-platform:models"] if model["name"] == name)
+
+
+def test_profile_fills_every_setting_the_model_leaves_unset() -> None:
+    profile = tuning_profiles()[PROFILE]
+    engine = VllmEngineConfig(tuning_profile=PROFILE)
+    for key, value in profile.setting_values().items():
+        assert getattr(engine, key) == value, key
+    assert engine.tuning_profile == PROFILE
+
+
+def test_setting_in_the_model_wins_over_its_profile() -> None:
+    profile = tuning_profiles()[PROFILE]
+    assert profile.setting_values()["kv_cache_dtype"] != "auto", "the test needs a profile that changes it"
+    engine = VllmEngineConfig(tuning_profile=PROFILE, kv_cache_dtype="auto", max_num_batched_tokens=4096)
+    assert engine.kv_cache_dtype == "auto"
+    assert engine.max_num_batched_tokens == 4096
+
+
+def test_profile_extra_args_are_appended_unless_the_model_sets_that_flag() -> None:
+    profile = tuning_profiles()[PROFILE]
+    assert profile.extra_args, "the test needs a profile with extra args"
+    flag = profile.extra_args[0].flag
+
+    plain = VllmEngineConfig(tuning_profile=PROFILE, extra_args=["--enable-log-requests"])
+    assert plain.extra_args[0] == "--enable-log-requests"
+    assert plain.extra_args[1:] == [token for entry in profile.extra_args for token in entry.args]
+
+    own_spelling = "--" + flag.removeprefix("--").replace("-", "_") + "=1"
+    overridden = VllmEngineConfig(tuning_profile=PROFILE, extra_args=[own_spelling])
+    assert overridden.extra_args == [own_spelling]
+
+
+def test_engine_without_profile_keeps_the_plain_defaults() -> None:
+    assert VllmEngineConfig().kv_cache_dtype == "auto"
+    assert VllmEngineConfig().extra_args == []
+
+
+def test_unknown_profile_is_rejected_with_key_path_and_known_names(tmp_path: Path) -> None:
+    path = _stack_with(tmp_path, "prod", lambda c: _model(c, "llama-3-1-8b")["vllm"].update(
+        tuning_profile="h200-thruput"))
+    with pytest.raises(ConfigError) as caught:
+        load_stack("prod", stack_file=path)
+    message = str(caught.value)
+    assert "vllm-platform:models[0].vllm.tuning_profile" in message
+    assert '"h200-thruput"' in message
+    assert PROFILE in message and "tuning_profiles.yaml" in message
+
+
+@pytest.mark.parametrize("name", sorted(tuning_profiles()))
+def test_every_profile_setting_is_a_valid_engine_setting(name: str) -> None:
+    profile = tuning_profiles()[name]
+    settings = profile.setting_values()
+    unknown = set(settings) - set(VllmEngineConfig.model_fields)
+    assert not unknown, f"{name}: not VllmEngineConfig fields: {unknown}"
+    assert "tuning_profile" not in settings and "extra_args" not in settings
+    VllmEngineConfig(**settings)  # raises on a value the schema rejects
+
+
+@pytest.mark.parametrize("name", sorted(tuning_profiles()))
+def test_profile_extra_args_leave_typed_flags_to_the_typed_settings(name: str) -> None:
+    from components.vllm_arguments import reserved_flag_problems
+
+    args = [token for entry in tuning_profiles()[name].extra_args for token in entry.args]
+    assert reserved_flag_problems(args, at=("extra_args",)) == []
+
+
+@pytest.mark.parametrize("name", sorted(tuning_profiles()))
+def test_profile_gpus_are_catalogue_gpu_models(name: str) -> None:
+    from infra.catalogue.gpu_instances import gpu_instance_types
+
+    known = {instance.gpu.name for instance in gpu_instance_types().values()}
+    assert set(tuning_profiles()[name].gpus) <= known
+
+
+def test_profile_on_a_group_of_another_gpu_is_reported(tmp_path: Path) -> None:
+    path = _stack_with(tmp_path, "prod", lambda c: _model(c, "qwen2-5-7b-tp2").setdefault("vllm", {}).update(
+        tuning_profile=PROFILE))
+    config = load_stack("prod", stack_file=path)
+    problems = tuning_profile_problems(config)
+    assert len(problems) == 1
+    assert problems[0].key_path() == "vllm-platform:models[2].vllm.tuning_profile"
+    assert "L40S" in problems[0].message and "H200" in problems[0].message
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_h200_8b_model_uses_the_h200_profile_and_passes_its_gpu_check(stack: str) -> None:
+    config = load_stack(stack)
+    model = next(model for model in config.models if model.name == "llama-3-1-8b")
+    assert model.vllm.tuning_profile == PROFILE
+    assert model.vllm.kv_cache_dtype == tuning_profiles()[PROFILE].setting_values()["kv_cache_dtype"]
+    assert tuning_profile_problems(config) == []

@@ -59,6 +59,11 @@ class LockState:
             return None  # torn read of a rewrite in progress: the owner is alive
 
 
+# Tokens of locks held by this process: our own pid in a lock file means "stale" (a restarted
+# container reuses pid numbers) unless the lock is one this very process holds.
+_HELD_TOKENS: set[str] = set()
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -77,7 +82,9 @@ def owner_is_gone(state: LockState | None) -> bool:
     if pod and state.pod == pod:
         return True  # an earlier attempt of this pod's init container: it is no longer running
     if state.host and state.host == socket.gethostname() and state.pid > 0:
-        return state.pid == os.getpid() or not _pid_alive(state.pid)
+        if state.pid == os.getpid():
+            return state.token not in _HELD_TOKENS
+        return not _pid_alive(state.pid)
     return False
 
 
@@ -124,6 +131,7 @@ class RevisionLock:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+        _HELD_TOKENS.add(self.token)
         self._stop.clear()
         self.lost.clear()
         self._thread = threading.Thread(target=self._heartbeat_loop, name="lock-heartbeat", daemon=True)
@@ -154,7 +162,8 @@ class RevisionLock:
             os.close(descriptor)
 
     def _heartbeat_loop(self) -> None:
-        interval = max(self.ttl_seconds / 4, 0.05)
+        # At most 5 s apart even with a long ttl: the beat also carries progress that waiters log.
+        interval = max(min(self.ttl_seconds / 4, 5.0), 0.05)
         while not self._stop.wait(interval):
             try:
                 still_ours = self._rewrite()
@@ -175,6 +184,7 @@ class RevisionLock:
             raise LockLost(f"lock lost: {self.path} was taken over by another preloader (heartbeat stalled)")
 
     def release(self) -> None:
+        _HELD_TOKENS.discard(self.token)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

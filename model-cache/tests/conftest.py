@@ -201,14 +201,14 @@ def preload_args(
     ]
 
 
-def tree_digest(directory: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file (marker included), to compare trees byte for byte."""
+def tree_digest(directory: Path, with_marker: bool = True) -> dict[str, str]:
+    """Relative path -> sha256 of every file, to compare trees byte for byte."""
     import hashlib
 
     return {
         path.relative_to(directory).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(directory.rglob("*"))
-        if path.is_file()
+        if path.is_file() and (with_marker or path.name != ".model-cache-complete.json")
     }
 
 

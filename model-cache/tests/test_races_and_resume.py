@@ -37,7 +37,7 @@ def test_two_racing_preloaders_download_once_and_both_end_with_identical_valid_t
     s3_client, bucket, roots, aws_env
 ):
     shared, local = roots
-    upload_revision(s3_client, bucket, "m/rev1", big_checkpoint(32, seed=1))
+    upload_revision(s3_client, bucket, "m/rev1", big_checkpoint(24, seed=1))
     node_roots = [local / "node-a", local / "node-b"]
     processes = []
     for index, node_root in enumerate(node_roots):
@@ -59,13 +59,16 @@ def test_two_racing_preloaders_download_once_and_both_end_with_identical_valid_t
     waiters = [run for run in runs if run.named("lock_wait")]
     assert len(downloaders) == 1, "exactly one pod downloads a revision"
     assert len(waiters) == 1 and waiters[0] is not downloaders[0], "the other one waited on the lock"
-    assert downloaders[0].named("download_done")[0]["bytes_downloaded"] == 32 * MIB + 23
+    assert downloaders[0].named("download_done")[0]["bytes_downloaded"] == 24 * MIB + 23
     # The waiter reported the holder's progress while waiting.
     assert any(
         event["owner"] and event["owner"].startswith("vllm-") for event in waiters[0].named("lock_wait")
     )
-    trees = [tree_digest(node_root / "llama" / "rev1") for node_root in node_roots]
-    assert trees[0] == trees[1] == tree_digest(shared / "llama" / "rev1")
+    copies = [node_root / "llama" / "rev1" for node_root in node_roots] + [shared / "llama" / "rev1"]
+    trees = [tree_digest(copy, with_marker=False) for copy in copies]
+    assert trees[0] == trees[1] == trees[2]
+    manifests = [json.loads((copy / ".model-cache-complete.json").read_text())["files"] for copy in copies]
+    assert manifests[0] == manifests[1] == manifests[2], "same manifest; only completed_at differs"
     assert not (shared / "llama" / "rev1.lock").exists(), "lock released"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import json
 import shutil
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ import yaml
 from infra.config.loader import display_path, read_stack_file, stack_file_for
 
 PLACEHOLDER_ACCOUNT_ID = "123456789012"
+PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID = "sg-0cluster0000000000"
 KUBERNETES_PREFIX = "kubernetes:"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 # Pulumi's wire format marks secret values with this signature key.
@@ -108,7 +110,8 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any], region: str) ->
             endpoint=f"https://{cluster_name}.gr7.{region}.eks.amazonaws.com",
             certificateAuthority={"data": "LS0tLS1CRUdJTi1QTEFDRUhPTERFUi0tLS0t"},
             identities=[{"oidcs": [{"issuer": f"https://oidc.eks.{region}.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"}]}],
-            vpcConfig={**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-0cluster0000000000"},
+            vpcConfig={**inputs.get("vpcConfig", {}),
+                       "clusterSecurityGroupId": PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID},
             arn=f"arn:aws:eks:{region}:{account}:cluster/{cluster_name}",
         )
     elif type_ == "aws:iam/role:Role":
@@ -124,6 +127,13 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any], region: str) ->
         outputs["id"] = "fs-0123456789abcdef0"
     elif type_ == "aws:ec2/launchTemplate:LaunchTemplate":
         outputs["latestVersion"] = 1
+    elif type_ == "aws:eks/nodeGroup:NodeGroup":
+        # The Auto Scaling group EKS creates for the group (its tags carry Cluster Autoscaler hints).
+        group_name = f"eks-{name}-00000000-0000-0000-0000-000000000000"
+        outputs["resources"] = [{"autoscalingGroups": [{"name": group_name}]}]
+    elif type_ == "aws:kms/key:Key":
+        key_id = f"00000000-0000-0000-0000-{zlib.crc32(name.encode()):012d}"  # stable across runs
+        outputs.update(keyId=key_id, arn=f"arn:aws:kms:{region}:{account}:key/{key_id}")
     elif type_ == "aws:secretsmanager/secret:Secret":
         outputs["arn"] = f"arn:aws:secretsmanager:{region}:{account}:secret:{inputs.get('name', name)}-AbCdEf"
     return outputs
@@ -166,6 +176,14 @@ def _make_mocks(region: str, records: list[RecordedResource]):
                 return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
             if args.token == "aws:index/getRegion:getRegion":
                 return {"name": region, "region": region, "id": region}
+            if args.token == "aws:iam/getSessionContext:getSessionContext":
+                arn = str(args.args.get("arn", ""))  # the mocked caller is an IAM user: passed through
+                return {"arn": arn, "issuerArn": arn, "id": arn}
+            if args.token == "aws:eks/getAddonVersion:getAddonVersion":
+                # EKS's real default is looked up at preview; the render marks it as a placeholder.
+                addon = args.args.get("addonName")
+                return {"addonName": addon, "version": "v0.0.0-eksbuild.render", "id": addon,
+                        "kubernetesVersion": args.args.get("kubernetesVersion")}
             return {}
 
     _pending_parents: dict[tuple[str, str], str] = {}

@@ -1,0 +1,159 @@
+"""IAM roles for service accounts (IRSA): one role per Kubernetes service account that needs AWS.
+
+Each role trusts the cluster's OIDC provider for exactly one `system:serviceaccount:<ns>:<name>`
+subject and the STS audience. Which accounts get roles, and with which permissions, is decided by
+`service_account_role_specs` (pure, from config); this component only creates them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from components.service_accounts import (
+    AWS_LOAD_BALANCER_CONTROLLER,
+    CLUSTER_AUTOSCALER,
+    EFS_CSI_CONTROLLER,
+    ServiceAccountRef,
+    model_service_account,
+)
+from infra.aws.policies import (
+    AwsLocation,
+    PolicyDocument,
+    cluster_autoscaler_policy,
+    irsa_trust_policy,
+    load_balancer_controller_policy,
+    model_access_policy,
+    to_json,
+    with_model_bucket_decrypt,
+)
+from infra.config import PlatformConfig
+
+IAM_ROLE_NAME_MAX = 64
+EFS_CSI_DRIVER_MANAGED_POLICY = "service-role/AmazonEFSCSIDriverPolicy"
+
+
+def iam_role_name(cluster_name: str, account: ServiceAccountRef) -> str:
+    """`<cluster>-<namespace>-<name>`, readable in the IAM console; shortened with a hash to IAM's 64."""
+    name = f"{cluster_name}-{account.namespace}-{account.name}"
+    if len(name) <= IAM_ROLE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: IAM_ROLE_NAME_MAX - 9]}-{digest}"
+
+
+@dataclass(frozen=True)
+class ServiceAccountRoleSpec:
+    service_account: ServiceAccountRef
+    managed_policies: tuple[str, ...] = ()
+    """AWS managed policies, by the part of the ARN after `policy/`."""
+    policy: PolicyDocument | None = None
+    """An inline policy, complete except for the model bucket's KMS key (see `decrypts_model_bucket`)."""
+    decrypts_model_bucket: bool = False
+    """The policy reads the stack's own model bucket, so it also needs kms:Decrypt on its key."""
+
+
+def service_account_role_specs(config: PlatformConfig, location: AwsLocation) -> list[ServiceAccountRoleSpec]:
+    """Every IRSA role the stack creates, from config alone (the bucket key ARN is filled in later)."""
+    specs: list[ServiceAccountRoleSpec] = []
+    secrets_manager = config.security.secret_store.provider == "aws-secrets-manager"
+    for model in config.models:
+        secret_names = (
+            tuple(
+                secret.name for secret in (model.api_key_secret, model.hf_token_secret) if secret is not None
+            )
+            if secrets_manager
+            else ()
+        )
+        reads_own_bucket = (
+            model.source.s3_bucket is not None and model.source.s3_bucket == config.storage.model_bucket_name
+        )
+        policy = model_access_policy(
+            location=location,
+            s3_bucket=model.source.s3_bucket,
+            s3_prefix=model.source.s3_prefix,
+            secret_names=secret_names,
+        )
+        # A model with nothing to read in AWS (Hugging Face source, secrets outside AWS) gets no role.
+        if policy is not None:
+            specs.append(
+                ServiceAccountRoleSpec(
+                    model_service_account(model), policy=policy, decrypts_model_bucket=reads_own_bucket
+                )
+            )
+    addons = config.addons
+    if addons.efs_csi_driver.enabled:
+        specs.append(
+            ServiceAccountRoleSpec(EFS_CSI_CONTROLLER, managed_policies=(EFS_CSI_DRIVER_MANAGED_POLICY,))
+        )
+    if addons.aws_load_balancer_controller.enabled:
+        specs.append(
+            ServiceAccountRoleSpec(AWS_LOAD_BALANCER_CONTROLLER, policy=load_balancer_controller_policy())
+        )
+    if addons.cluster_autoscaler.enabled:
+        assert config.cluster.name is not None
+        specs.append(
+            ServiceAccountRoleSpec(
+                CLUSTER_AUTOSCALER, policy=cluster_autoscaler_policy(location, config.cluster.name)
+            )
+        )
+    return specs
+
+
+@dataclass(frozen=True)
+class ServiceAccountRolesArgs:
+    cluster_name: str
+    location: AwsLocation
+    oidc_provider_arn: pulumi.Input[str]
+    oidc_issuer_url: pulumi.Input[str]
+    model_bucket_kms_key_arn: pulumi.Input[str]
+    roles: Sequence[ServiceAccountRoleSpec]
+
+
+class ServiceAccountRoles(pulumi.ComponentResource):
+    role_arns: dict[str, pulumi.Output[str]]
+    """Role ARN per service account, keyed `namespace/name`."""
+
+    def __init__(
+        self, name: str, args: ServiceAccountRolesArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("vllm-platform:aws:ServiceAccountRoles", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.role_arns = {}
+        for spec in args.roles:
+            account = spec.service_account
+            resource_name = f"{name}-{account.namespace}-{account.name}"
+            trust = pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer_url).apply(
+                lambda values, account=account: to_json(irsa_trust_policy(values[0], values[1], *account))
+            )
+            role = aws.iam.Role(
+                resource_name,
+                name=iam_role_name(args.cluster_name, account),
+                assume_role_policy=trust,
+                description=f"IRSA: {account.subject} in {args.cluster_name}",
+                opts=child,
+            )
+            for policy in spec.managed_policies:
+                aws.iam.RolePolicyAttachment(
+                    f"{resource_name}-{policy.rsplit('/', 1)[-1]}",
+                    role=role.name,
+                    policy_arn=f"arn:{args.location.partition}:iam::aws:policy/{policy}",
+                    opts=child,
+                )
+            if spec.policy is not None:
+                document: pulumi.Input[str]
+                if spec.decrypts_model_bucket:
+                    document = pulumi.Output.from_input(args.model_bucket_kms_key_arn).apply(
+                        lambda key_arn, policy=spec.policy: to_json(
+                            with_model_bucket_decrypt(policy, args.location, key_arn)
+                        )
+                    )
+                else:
+                    document = to_json(spec.policy)
+                aws.iam.RolePolicy(resource_name, role=role.id, policy=document, opts=child)
+            self.role_arns[account.key] = role.arn
+        self.register_outputs({"role_arns": self.role_arns})

@@ -1,0 +1,317 @@
+"""EKS managed node groups: the system group and one group per `node_groups.gpu` entry.
+
+Each group gets a launch template (encrypted gp3 root volume, IMDSv2 with a hop limit of 1, and for
+GPU groups the NVMe user data) and its Auto Scaling group gets the Cluster Autoscaler's discovery
+and node-template tags, so a GPU group can scale up from zero nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from components.labels import GPU_GROUP_LABEL, GPU_MODEL_LABEL
+from infra.aws.node_user_data import al2023_user_data, encode_user_data
+from infra.aws.policies import service_trust_policy, to_json
+from infra.config.cluster import GpuNodeGroupConfig, NodeGroupsConfig, SystemNodeGroupConfig, TaintConfig
+
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+"""The NVIDIA device plugin's and DCGM exporter's charts schedule onto nodes with this label; set at
+node creation so they need not wait for GPU feature discovery."""
+GPU_RESOURCE = "nvidia.com/gpu"
+SYSTEM_GROUP = "system"
+
+EKS_TAINT_EFFECTS = {
+    "NoSchedule": "NO_SCHEDULE",
+    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+    "NoExecute": "NO_EXECUTE",
+}
+EKS_CAPACITY_TYPES = {"on_demand": "ON_DEMAND", "spot": "SPOT"}
+NODE_MANAGED_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryReadOnly",
+    "AmazonSSMManagedInstanceCore",  # shell access through Session Manager instead of SSH keys
+)
+# IMDSv2 only, one hop: processes on the node reach the metadata service, pods (one network hop
+# further) do not, so they cannot borrow the node role. Pods get AWS access only through IRSA.
+METADATA_OPTIONS = {
+    "http_endpoint": "enabled",
+    "http_tokens": "required",
+    "http_put_response_hop_limit": 1,
+    "instance_metadata_tags": "disabled",
+}
+# gp3 throughput for GPU root volumes: containerd unpacks a 10–25 GB vLLM image there on every new
+# node; 500 MiB/s (baseline 125) takes minutes off a cold start for a few dollars a month.
+GPU_ROOT_VOLUME_THROUGHPUT_MIBPS = 500
+GPU_ROOT_VOLUME_IOPS = 6000
+_GRAVITON_FAMILY = re.compile(r"^[a-z]+\d+[a-z]*g[a-z]*\.")
+
+
+def eks_taints(taints: Sequence[TaintConfig]) -> list[dict[str, str]]:
+    """Taints in the EKS node-group API's spelling (NO_SCHEDULE, not NoSchedule)."""
+    return [
+        {"key": taint.key, "value": taint.value, "effect": EKS_TAINT_EFFECTS[taint.effect]}
+        for taint in taints
+    ]
+
+
+def gpu_node_labels(group_name: str, group: GpuNodeGroupConfig) -> dict[str, str]:
+    """Config labels plus the platform's own; the platform's win, since selectors depend on them."""
+    return {
+        **group.labels,
+        GPU_GROUP_LABEL: group_name,
+        GPU_PRESENT_LABEL: "true",
+        GPU_MODEL_LABEL: group.gpu_model.name,
+    }
+
+
+def autoscaler_tags(
+    cluster_name: str,
+    labels: Mapping[str, str],
+    taints: Sequence[TaintConfig] = (),
+    gpus_per_node: int = 0,
+) -> dict[str, str]:
+    """Auto Scaling group tags for the Cluster Autoscaler (cluster-autoscaler/cloudprovider/aws/README.md):
+    auto-discovery, plus the node template it simulates while the group has no node to look at."""
+    prefix = "k8s.io/cluster-autoscaler"
+    tags = {f"{prefix}/enabled": "true", f"{prefix}/{cluster_name}": "owned"}
+    tags.update({f"{prefix}/node-template/label/{key}": value for key, value in labels.items()})
+    tags.update(
+        {f"{prefix}/node-template/taint/{taint.key}": f"{taint.value}:{taint.effect}" for taint in taints}
+    )
+    if gpus_per_node:
+        tags[f"{prefix}/node-template/resources/{GPU_RESOURCE}"] = str(gpus_per_node)
+    return tags
+
+
+def system_ami_type(instance_types: Sequence[str]) -> str:
+    graviton = [bool(_GRAVITON_FAMILY.match(name)) for name in instance_types]
+    if any(graviton) and not all(graviton):
+        raise ValueError(
+            "node_groups.system.instance_types mixes Graviton (arm64) and x86 types; one node group runs one "
+            f"AMI architecture: {', '.join(instance_types)}"
+        )
+    return "AL2023_ARM_64_STANDARD" if all(graviton) else "AL2023_x86_64_STANDARD"
+
+
+def root_device_name(ami_type: str) -> str:
+    # Bottlerocket keeps the OS on a small /dev/xvda and images/containers on the data volume /dev/xvdb.
+    return "/dev/xvdb" if ami_type.startswith("BOTTLEROCKET") else "/dev/xvda"
+
+
+def gpu_user_data(group_name: str, group: GpuNodeGroupConfig) -> str | None:
+    """The launch-template user data (base64) of a GPU group, or None when it needs none."""
+    if not group.local_nvme.enabled:
+        return None
+    if group.ami_type.startswith("BOTTLEROCKET"):
+        raise ValueError(
+            f"node_groups.gpu.{group_name}.local_nvme.enabled: assembling instance-store NVMe disks is "
+            "implemented for AL2023 nodes only; set ami_type: AL2023_x86_64_NVIDIA or "
+            "local_nvme.enabled: false"
+        )
+    return encode_user_data(al2023_user_data(group.local_nvme.mount_path))
+
+
+@dataclass(frozen=True)
+class NodeGroupSpec:
+    """One managed node group, fully resolved from config (what the component turns into resources)."""
+
+    name: str
+    instance_types: tuple[str, ...]
+    capacity_type: str
+    ami_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+    disk_size_gib: int
+    labels: dict[str, str]
+    taints: tuple[TaintConfig, ...] = ()
+    gpus_per_node: int = 0
+    user_data: str | None = None
+    root_volume_throughput_mibps: int | None = None
+    root_volume_iops: int | None = None
+    autoscaler_tags: dict[str, str] = field(default_factory=dict)
+
+
+def node_group_specs(cluster_name: str, node_groups: NodeGroupsConfig) -> list[NodeGroupSpec]:
+    if SYSTEM_GROUP in node_groups.gpu:
+        raise ValueError(
+            f"node_groups.gpu.{SYSTEM_GROUP}: the name is taken by the system node group; "
+            "rename the GPU group"
+        )
+    system: SystemNodeGroupConfig = node_groups.system
+    specs = [
+        NodeGroupSpec(
+            name=SYSTEM_GROUP,
+            instance_types=tuple(system.instance_types),
+            capacity_type=EKS_CAPACITY_TYPES[system.capacity_type],
+            ami_type=system_ami_type(system.instance_types),
+            min_size=system.min_size,
+            desired_size=system.desired_size,
+            max_size=system.max_size,
+            disk_size_gib=system.disk_size_gib,
+            labels=dict(system.labels),
+            autoscaler_tags=autoscaler_tags(cluster_name, system.labels),
+        )
+    ]
+    for group_name, group in node_groups.gpu.items():
+        labels = gpu_node_labels(group_name, group)
+        specs.append(
+            NodeGroupSpec(
+                name=group_name,
+                instance_types=tuple(group.instance_types),
+                capacity_type=EKS_CAPACITY_TYPES[group.capacity_type],
+                ami_type=group.ami_type,
+                min_size=group.min_size,
+                desired_size=group.desired_size,
+                max_size=group.max_size,
+                disk_size_gib=group.disk_size_gib,
+                labels=labels,
+                taints=tuple(group.taints),
+                gpus_per_node=group.min_gpus_per_node,
+                user_data=gpu_user_data(group_name, group),
+                root_volume_throughput_mibps=GPU_ROOT_VOLUME_THROUGHPUT_MIBPS,
+                root_volume_iops=GPU_ROOT_VOLUME_IOPS,
+                # The smallest instance type of the group: the autoscaler must not promise GPUs a
+                # node might not have.
+                autoscaler_tags=autoscaler_tags(cluster_name, labels, group.taints, group.min_gpus_per_node),
+            )
+        )
+    return specs
+
+
+@dataclass(frozen=True)
+class NodeGroupsArgs:
+    cluster_name: pulumi.Input[str]
+    """The cluster resource's name output, so every group waits for the cluster."""
+    plain_cluster_name: str
+    kubernetes_version: str
+    node_groups: NodeGroupsConfig
+    subnet_ids: Sequence[pulumi.Input[str]]
+    depends_on: Sequence[pulumi.Resource] = ()
+    """What nodes need before they can become Ready: the VPC CNI and kube-proxy add-ons."""
+
+
+class NodeGroups(pulumi.ComponentResource):
+    node_role_arn: pulumi.Output[str]
+    groups: dict[str, aws.eks.NodeGroup]
+
+    def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-platform:aws:NodeGroups", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=to_json(service_trust_policy("ec2.amazonaws.com")),
+            description=f"EKS nodes of {args.plain_cluster_name}",
+            opts=child,
+        )
+        attachments = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-{policy}",
+                role=role.name,
+                policy_arn=f"arn:aws:iam::aws:policy/{policy}",
+                opts=child,
+            )
+            for policy in NODE_MANAGED_POLICIES
+        ]
+        # Authentication mode API: nodes join through an access entry, created before any group so
+        # EKS uses this one instead of creating (and later deleting) its own.
+        access_entry = aws.eks.AccessEntry(
+            f"{name}-access-entry",
+            cluster_name=args.cluster_name,
+            principal_arn=role.arn,
+            type="EC2_LINUX",
+            opts=child,
+        )
+
+        self.groups = {}
+        for spec in node_group_specs(args.plain_cluster_name, args.node_groups):
+            self.groups[spec.name] = self._group(name, spec, args, role, [access_entry, *attachments])
+
+        self.node_role_arn = role.arn
+        self.register_outputs(
+            {
+                "node_role_arn": self.node_role_arn,
+                "node_groups": {group_name: group.arn for group_name, group in self.groups.items()},
+            }
+        )
+
+    def _group(
+        self,
+        name: str,
+        spec: NodeGroupSpec,
+        args: NodeGroupsArgs,
+        role: aws.iam.Role,
+        role_ready: Sequence[pulumi.Resource],
+    ) -> aws.eks.NodeGroup:
+        child = pulumi.ResourceOptions(parent=self)
+        ebs: dict[str, object] = {
+            "volume_size": spec.disk_size_gib,
+            "volume_type": "gp3",
+            "encrypted": "true",
+            "delete_on_termination": "true",
+        }
+        if spec.root_volume_throughput_mibps:
+            ebs.update(throughput=spec.root_volume_throughput_mibps, iops=spec.root_volume_iops)
+        launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-{spec.name}",
+            description=f"{args.plain_cluster_name} node group {spec.name}",
+            block_device_mappings=[{"device_name": root_device_name(spec.ami_type), "ebs": ebs}],
+            metadata_options=METADATA_OPTIONS,
+            user_data=spec.user_data,
+            tag_specifications=[
+                {"resource_type": kind, "tags": {"Name": f"{args.plain_cluster_name}-{spec.name}"}}
+                for kind in ("instance", "volume")
+            ],
+            opts=child,
+        )
+        group = aws.eks.NodeGroup(
+            f"{name}-{spec.name}",
+            cluster_name=args.cluster_name,
+            version=args.kubernetes_version,
+            node_role_arn=role.arn,
+            subnet_ids=list(args.subnet_ids),
+            instance_types=list(spec.instance_types),
+            capacity_type=spec.capacity_type,
+            ami_type=spec.ami_type,
+            scaling_config={
+                "min_size": spec.min_size,
+                "desired_size": spec.desired_size,
+                "max_size": spec.max_size,
+            },
+            update_config={"max_unavailable": 1},
+            labels=spec.labels,
+            taints=eks_taints(spec.taints),
+            launch_template={"id": launch_template.id, "version": launch_template.latest_version.apply(str)},
+            tags={"Name": f"{args.plain_cluster_name}-{spec.name}"},
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*role_ready, *args.depends_on],
+                # The Cluster Autoscaler owns the desired size once the group exists; without this
+                # every `pulumi up` would reset it (desired_size is the size at creation only).
+                ignore_changes=["scalingConfig.desiredSize"],
+            ),
+        )
+        # EKS does not copy node-group tags to the Auto Scaling group, which is where the Cluster
+        # Autoscaler reads them; tag the group directly. Named by tag key so a changed label set
+        # adds or removes exactly the tags that changed.
+        auto_scaling_group = group.resources.apply(_auto_scaling_group_name)
+        for key, value in spec.autoscaler_tags.items():
+            aws.autoscaling.Tag(
+                f"{name}-{spec.name}-{key}",
+                autoscaling_group_name=auto_scaling_group,
+                tag={"key": key, "value": value, "propagate_at_launch": False},
+                opts=child,
+            )
+        return group
+
+
+def _auto_scaling_group_name(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+    # A managed node group has exactly one Auto Scaling group.
+    return resources[0].autoscaling_groups[0].name

@@ -1,0 +1,208 @@
+"""IAM and resource policy documents, as plain dicts (json.dumps them for the resources).
+
+Pure functions, so every statement is covered by a plain test and shows up verbatim in the
+offline render — no `get_policy_document` invokes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PolicyDocument = dict[str, Any]
+_VERSION = "2012-10-17"
+STS_AUDIENCE = "sts.amazonaws.com"
+
+LOAD_BALANCER_CONTROLLER_POLICY_FILE = Path(__file__).with_name(
+    "aws_load_balancer_controller_iam_policy.json"
+)
+LOAD_BALANCER_CONTROLLER_POLICY_SOURCE = "https://raw.githubusercontent.com/kubernetes-sigs/aws-load-balancer-controller/v2.13.0/docs/install/iam_policy.json"
+"""Where aws_load_balancer_controller_iam_policy.json comes from (transcribed 2026-11-29 in an
+environment without access to GitHub: diff it against this URL before the first deployment). It
+must match the controller release the add-on chart installs: re-fetch it whenever that pin moves."""
+
+
+def document(*statements: dict[str, Any]) -> PolicyDocument:
+    return {"Version": _VERSION, "Statement": list(statements)}
+
+
+def to_json(policy: PolicyDocument) -> str:
+    """Compact JSON: IAM counts every character against its policy size limits."""
+    return json.dumps(policy, separators=(",", ":"), sort_keys=False)
+
+
+def service_trust_policy(service: str) -> PolicyDocument:
+    """Trust policy letting an AWS service principal (eks.amazonaws.com, ec2.amazonaws.com) assume a role."""
+    return document({"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"})
+
+
+def oidc_issuer_host(issuer_url: str) -> str:
+    """The issuer as IAM condition keys spell it: without the scheme."""
+    return issuer_url.removeprefix("https://")
+
+
+def irsa_trust_policy(
+    oidc_provider_arn: str, issuer_url: str, namespace: str, service_account: str
+) -> PolicyDocument:
+    """Only this one service account, with tokens minted for STS, may assume the role (IRSA)."""
+    host = oidc_issuer_host(issuer_url)
+    return document(
+        {
+            "Effect": "Allow",
+            "Principal": {"Federated": oidc_provider_arn},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {
+                "StringEquals": {
+                    f"{host}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                    f"{host}:aud": STS_AUDIENCE,
+                }
+            },
+        }
+    )
+
+
+@dataclass(frozen=True)
+class AwsLocation:
+    """Partition, region and account: what ARNs of regional resources are built from."""
+
+    partition: str
+    region: str
+    account_id: str
+
+
+def secret_arn_pattern(location: AwsLocation, secret_name: str) -> str:
+    # Secrets Manager appends a '-' and six random characters to every secret's ARN.
+    prefix = f"arn:{location.partition}:secretsmanager:{location.region}:{location.account_id}"
+    return f"{prefix}:secret:{secret_name}-??????"
+
+
+def model_access_policy(
+    *,
+    location: AwsLocation,
+    s3_bucket: str | None,
+    s3_prefix: str | None,
+    secret_names: tuple[str, ...] = (),
+) -> PolicyDocument | None:
+    """Read-only access of one model's pods: its S3 prefix, its own secrets; None when nothing applies.
+
+    `s3_prefix` ends with '/' (ModelSourceConfig.s3_prefix), so `prefix*` cannot reach a sibling
+    revision such as `.../rev1-old/`.
+    """
+    statements: list[dict[str, Any]] = []
+    if s3_bucket is not None:
+        if not s3_prefix or not s3_prefix.endswith("/"):
+            raise ValueError(f"s3_prefix must be a non-empty prefix ending in '/', not {s3_prefix!r}")
+        bucket_arn = f"arn:{location.partition}:s3:::{s3_bucket}"
+        statements += [
+            {
+                "Sid": "ListModelPrefix",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": bucket_arn,
+                "Condition": {"StringLike": {"s3:prefix": [s3_prefix, f"{s3_prefix}*"]}},
+            },
+            {
+                "Sid": "ReadModelObjects",
+                "Effect": "Allow",
+                "Action": "s3:GetObject",
+                "Resource": f"{bucket_arn}/{s3_prefix}*",
+            },
+        ]
+    if secret_names:
+        statements.append(
+            {
+                "Sid": "ReadModelSecrets",
+                "Effect": "Allow",
+                "Action": ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                "Resource": [secret_arn_pattern(location, name) for name in secret_names],
+            }
+        )
+    return document(*statements) if statements else None
+
+
+def with_model_bucket_decrypt(policy: PolicyDocument, location: AwsLocation, key_arn: str) -> PolicyDocument:
+    """A model policy plus kms:Decrypt on the stack's model-bucket key (SSE-KMS objects need both)."""
+    decrypt = {
+        "Sid": "DecryptModelObjects",
+        "Effect": "Allow",
+        "Action": "kms:Decrypt",
+        "Resource": key_arn,
+        # The key opens only objects read through S3, not arbitrary ciphertext.
+        "Condition": {"StringEquals": {"kms:ViaService": f"s3.{location.region}.amazonaws.com"}},
+    }
+    return {**policy, "Statement": [*policy["Statement"], decrypt]}
+
+
+def cluster_autoscaler_policy(location: AwsLocation, cluster_name: str) -> PolicyDocument:
+    """Cluster Autoscaler (upstream cluster-autoscaler/cloudprovider/aws/README.md, "IAM Policy"):
+    reads everywhere, but changes only the Auto Scaling groups tagged as this cluster's."""
+    return document(
+        {
+            "Sid": "ScaleThisClustersGroups",
+            "Effect": "Allow",
+            "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+            "Resource": "*",
+            "Condition": {
+                "StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
+            },
+        },
+        {
+            "Sid": "DescribeScalingState",
+            "Effect": "Allow",
+            # None of these support resource-level permissions.
+            "Action": [
+                "autoscaling:DescribeAutoScalingGroups",
+                "autoscaling:DescribeAutoScalingInstances",
+                "autoscaling:DescribeLaunchConfigurations",
+                "autoscaling:DescribeScalingActivities",
+                "autoscaling:DescribeTags",
+                "ec2:DescribeImages",
+                "ec2:DescribeInstanceTypes",
+                "ec2:DescribeLaunchTemplateVersions",
+                "ec2:GetInstanceTypesFromInstanceRequirements",
+            ],
+            "Resource": "*",
+        },
+        {
+            "Sid": "DescribeThisClustersNodegroups",
+            "Effect": "Allow",
+            # Labels and taints of managed node groups, for scale-from-zero templates.
+            "Action": "eks:DescribeNodegroup",
+            "Resource": (
+                f"arn:{location.partition}:eks:{location.region}:{location.account_id}:nodegroup/{cluster_name}/*"
+            ),
+        },
+    )
+
+
+def secrets_encryption_key_policy(key_arn: str) -> PolicyDocument:
+    """What the EKS cluster role needs on its envelope-encryption key (EKS user guide, "Encrypt
+    Kubernetes secrets with KMS"); the key policy itself stays the account default."""
+    return document(
+        {
+            "Effect": "Allow",
+            "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+            "Resource": key_arn,
+        }
+    )
+
+
+def tls_only_bucket_policy(bucket_arn: str) -> PolicyDocument:
+    """Refuse every request to the bucket or its objects that does not arrive over TLS."""
+    return document(
+        {
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": [bucket_arn, f"{bucket_arn}/*"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }
+    )
+
+
+def load_balancer_controller_policy() -> PolicyDocument:
+    """The AWS Load Balancer Controller's own IAM policy, as published with the controller."""
+    return json.loads(LOAD_BALANCER_CONTROLLER_POLICY_FILE.read_text())

@@ -124,37 +124,88 @@ class _EtagCheck:
         return f"MD5/ETag {', '.join(computed)} != source ETag {self.etag}"
 
 
+class ContentDigest:
+    """sha256 plus whichever source digest applies, fed with the file's bytes in order.
+
+    With `parts_elsewhere`, the caller computes multipart part MD5s itself (in parallel, one task
+    per chunk) and passes them to `finish`; this object then only does the sequential digests.
+    """
+
+    def __init__(self, size: int, etag: str | None, git_blob: bool, parts_elsewhere: bool = False) -> None:
+        self.size = size
+        self._sha256 = hashlib.sha256()
+        etag_check = _EtagCheck(etag, size) if etag and not parts_elsewhere else None
+        self._etag = etag_check if etag_check is not None and etag_check.checkable else None
+        self._blob = hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False) if git_blob else None
+
+    def update(self, block: memoryview | bytes) -> None:
+        self._sha256.update(block)
+        if self._etag is not None:
+            self._etag.update(memoryview(block))
+        if self._blob is not None:
+            self._blob.update(block)
+
+    def feed_file(self, descriptor: int, start: int, end: int) -> None:
+        """Feed bytes start..end (exclusive) of an open file."""
+        for block in read_blocks(descriptor, start, end):
+            self.update(block)
+
+    def finish(self, expected: ExpectedDigests, part_md5s: list[bytes] | None = None) -> FileCheck:
+        digest = self._sha256.hexdigest()
+        problems: list[str] = []
+        source_checked = False
+        if expected.md5_etag and part_md5s is not None:
+            source_checked = True
+            combined = hashlib.md5(b"".join(part_md5s), usedforsecurity=False).hexdigest()
+            computed = f"{combined}-{len(part_md5s)}"
+            if computed != expected.md5_etag:
+                problems.append(f"MD5/ETag {computed} != source ETag {expected.md5_etag}")
+        elif expected.md5_etag and self._etag is not None:
+            source_checked = True
+            if mismatch := self._etag.problem():
+                problems.append(mismatch)
+        if expected.sha256:
+            source_checked = True
+            if digest != expected.sha256:
+                problems.append(f"sha256 {digest} != source sha256 {expected.sha256}")
+        if expected.git_blob_sha1 and self._blob is not None:
+            source_checked = True
+            if self._blob.hexdigest() != expected.git_blob_sha1:
+                problems.append(f"git blob sha1 {self._blob.hexdigest()} != source {expected.git_blob_sha1}")
+        return FileCheck(sha256=digest, problems=problems, source_checked=source_checked)
+
+
+def read_blocks(descriptor: int, start: int, end: int):  # type: ignore[no-untyped-def]
+    """pread in READ_BLOCK_BYTES blocks: no shared file offset, so threads can read one file."""
+    offset = start
+    while offset < end:
+        block = os.pread(descriptor, min(READ_BLOCK_BYTES, end - offset), offset)
+        if not block:
+            raise OSError(f"unexpected end of file at byte {offset} (wanted {end})")
+        offset += len(block)
+        yield block
+
+
+def part_md5s_of_range(descriptor: int, start: int, end: int, part_size: int) -> list[bytes]:
+    """MD5 of each upload part in start..end (exclusive); start is part-aligned."""
+    digests = []
+    for part_start in range(start, end, part_size):
+        md5 = hashlib.md5(usedforsecurity=False)
+        for block in read_blocks(descriptor, part_start, min(part_start + part_size, end)):
+            md5.update(block)
+        digests.append(md5.digest())
+    return digests
+
+
 def check_file(path: Path, expected_size: int, expected: ExpectedDigests) -> FileCheck:
     """Size first (free), then one sequential read feeding every digest that applies."""
     actual_size = os.stat(path).st_size
     if actual_size != expected_size:
         return FileCheck(sha256="", problems=[f"size {actual_size} != expected {expected_size}"])
-    sha256 = hashlib.sha256()
-    etag = _EtagCheck(expected.md5_etag, actual_size) if expected.md5_etag else None
-    if etag is not None and not etag.checkable:
-        etag = None
-    blob = (
-        hashlib.sha1(f"blob {actual_size}\0".encode(), usedforsecurity=False)
-        if expected.git_blob_sha1
-        else None
-    )
-    buffer = bytearray(READ_BLOCK_BYTES)
-    view = memoryview(buffer)
-    with path.open("rb", buffering=0) as handle:
-        while count := handle.readinto(buffer):
-            block = view[:count]
-            sha256.update(block)
-            if etag is not None:
-                etag.update(block)
-            if blob is not None:
-                blob.update(block)
-    problems: list[str] = []
-    digest = sha256.hexdigest()
-    if etag is not None and (mismatch := etag.problem()):
-        problems.append(mismatch)
-    if expected.sha256 and digest != expected.sha256:
-        problems.append(f"sha256 {digest} != source sha256 {expected.sha256}")
-    if blob is not None and blob.hexdigest() != expected.git_blob_sha1:
-        problems.append(f"git blob sha1 {blob.hexdigest()} != source {expected.git_blob_sha1}")
-    source_checked = etag is not None or bool(expected.sha256) or blob is not None
-    return FileCheck(sha256=digest, problems=problems, source_checked=source_checked)
+    content = ContentDigest(actual_size, expected.md5_etag, git_blob=bool(expected.git_blob_sha1))
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        content.feed_file(descriptor, 0, actual_size)
+    finally:
+        os.close(descriptor)
+    return content.finish(expected)

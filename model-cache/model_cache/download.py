@@ -2,16 +2,25 @@
 
 Every file is written as `<name>.model-cache.part` with os.pwrite at its offsets and renamed to
 its real name only after its size and digests check out. Large files are split into chunks of
-`part_size` fetched concurrently (across files too); each finished chunk is fdatasync'ed and then
-recorded in `<name>.model-cache.chunks`, so a killed download resumes from its completed chunks. A
-file of one chunk resumes from the size of its `.part`. Memory is O(concurrency x 1 MiB): bytes go
-from the socket to the file, never a whole file or chunk in memory.
+about `part_size` fetched concurrently (across files too). Memory is O(concurrency x 1 MiB): bytes
+go from the socket to the file, never a whole file or chunk in memory.
+
+Pipeline, so that hashing overlaps the download instead of following it:
+    chunk pool (network):  ranged GET -> pwrite
+    hash pool (disk, CPU): fdatasync -> record in `<name>.model-cache.chunks` -> MD5 of the
+                           chunk's upload parts (parallel across chunks) -> advance the file's
+                           sequential sha256 over every contiguous finished chunk
+A killed download resumes from its recorded chunks (a one-chunk file from its `.part` size).
+Digests are computed from the bytes read back from disk, so resumed chunks are checked the same way.
+When the S3 ETag is multipart with a unique whole-MiB part size, chunks are aligned to that part
+size so each chunk's part MD5s can be computed independently.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +28,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model_cache.checksums import ExpectedDigests, check_file
+from model_cache.checksums import (
+    ContentDigest,
+    ExpectedDigests,
+    check_file,
+    multipart_part_sizes,
+    part_md5s_of_range,
+)
 from model_cache.errors import (
     DiskFull,
     IntegrityError,
@@ -149,13 +164,30 @@ class _Transfer:
     final_path: Path
     part_path: Path
     journal: _ChunkJournal
+    chunk_size: int
     chunk_count: int
     pending_chunks: list[int]
+    """Chunks to fetch; the others were recorded as finished by an earlier run."""
+    content: ContentDigest
+    upload_part_size: int | None
+    """S3 multipart part size the chunk grid is aligned to; part MD5s are then per chunk."""
     resume_offset: int = 0
     """For single-chunk files: bytes of the .part already fetched."""
     descriptor: int = -1
-    remaining: int = 0
     attempt: int = 1
+    fetches_left: int = 0
+    digests_left: int = 0
+    part_md5s: dict[int, list[bytes]] = field(default_factory=dict)
+    state_lock: threading.Lock = field(default_factory=threading.Lock)
+    stream_lock: threading.Lock = field(default_factory=threading.Lock)
+    landed: set[int] = field(default_factory=set)
+    cursor: int = 0
+    """Next chunk index the sequential digest needs."""
+
+    def chunk_range(self, index: int) -> tuple[int, int]:
+        """start, end (exclusive)."""
+        start = index * self.chunk_size
+        return start, min(start + self.chunk_size, self.remote.size)
 
 
 def _write_all(descriptor: int, data: bytes | memoryview, offset: int) -> None:
@@ -164,6 +196,9 @@ def _write_all(descriptor: int, data: bytes | memoryview, offset: int) -> None:
         written = os.pwrite(descriptor, view, offset)
         view = view[written:]
         offset += written
+
+
+_MD5_LIKE = re.compile(r"^[0-9a-f]{32}(-[0-9]+)?$")
 
 
 class RevisionDownloader:
@@ -176,15 +211,28 @@ class RevisionDownloader:
 
     # ---- planning -------------------------------------------------------------------------------
 
+    def _etag_to_check(self, remote: RemoteFile) -> str | None:
+        """The ETag whose MD5 shape we compute; whether it is compared is decided at the end (SSE)."""
+        if not self.settings.etag_check or not _MD5_LIKE.match(remote.version_id):
+            return None
+        return remote.version_id
+
     def _plan_transfer(self, remote: RemoteFile, attempt: int = 1) -> _Transfer:
         final_path = self.destination / remote.path
         final_path.parent.mkdir(parents=True, exist_ok=True)
         part_path = final_path.with_name(final_path.name + PART_SUFFIX)
-        part_size = self.settings.part_size_bytes
-        chunk_count = max(1, -(-remote.size // part_size))
+        etag = self._etag_to_check(remote)
+        upload_part_size = None
+        chunk_size = self.settings.part_size_bytes
+        if etag and "-" in etag:
+            candidates, exhaustive = multipart_part_sizes(etag, remote.size)
+            if exhaustive and len(candidates) == 1:
+                upload_part_size = candidates[0]
+                chunk_size = upload_part_size * max(1, chunk_size // upload_part_size)
+        chunk_count = -(-remote.size // chunk_size)
         journal = _ChunkJournal(
             final_path.with_name(final_path.name + JOURNAL_SUFFIX),
-            f"v1 version={remote.version_id} size={remote.size} part_size={part_size}",
+            f"v1 version={remote.version_id} size={remote.size} part_size={chunk_size}",
         )
         finished = journal.load() if attempt == 1 and part_path.exists() else None
         resume_offset = 0
@@ -192,21 +240,35 @@ class RevisionDownloader:
             part_path.unlink(missing_ok=True)
             journal.reset()
             finished = set()
-        elif chunk_count == 1 and 0 not in finished:
-            resume_offset = min(part_path.stat().st_size, remote.size)
-        pending = [index for index in range(chunk_count) if index not in finished]
-        if remote.size == 0:
-            pending = []
-        transfer = _Transfer(remote, final_path, part_path, journal, chunk_count, pending, resume_offset)
+        finished &= set(range(chunk_count))
+        if chunk_count == 1 and 0 not in finished:
+            resume_offset = min(part_path.stat().st_size, remote.size) if part_path.exists() else 0
+        transfer = _Transfer(
+            remote=remote,
+            final_path=final_path,
+            part_path=part_path,
+            journal=journal,
+            chunk_size=chunk_size,
+            chunk_count=chunk_count,
+            pending_chunks=[index for index in range(chunk_count) if index not in finished],
+            content=ContentDigest(
+                remote.size,
+                etag,
+                git_blob=remote.git_blob_sha1 is not None,
+                parts_elsewhere=upload_part_size is not None,
+            ),
+            upload_part_size=upload_part_size,
+            resume_offset=resume_offset,
+            attempt=attempt,
+        )
         transfer.descriptor = os.open(part_path, os.O_RDWR | os.O_CREAT, 0o644)
-        transfer.remaining = len(pending)
+        transfer.fetches_left = len(transfer.pending_chunks)
+        transfer.digests_left = chunk_count
         return transfer
 
     def _already_present_bytes(self, transfer: _Transfer) -> int:
-        part_size = self.settings.part_size_bytes
-        size = transfer.remote.size
         finished = set(range(transfer.chunk_count)) - set(transfer.pending_chunks)
-        present = sum(min(part_size, size - index * part_size) for index in finished if size)
+        present = sum(end - start for start, end in map(transfer.chunk_range, finished))
         return present + transfer.resume_offset
 
     # ---- work run in the pools -----------------------------------------------------------------
@@ -218,20 +280,18 @@ class RevisionDownloader:
             raise LockLost("lock lost: another preloader took over this revision (heartbeat stalled)")
 
     def _fetch_chunk(self, transfer: _Transfer, index: int, progress: _Progress) -> None:
-        part_size = self.settings.part_size_bytes
-        start = index * part_size
-        end = min(start + part_size, transfer.remote.size) - 1
+        start, end = transfer.chunk_range(index)
         offset = start + (transfer.resume_offset if transfer.chunk_count == 1 else 0)
         failures = 0
-        while offset <= end:
+        while offset < end:
             self._check_abort()
             try:
-                for piece in self.source.read_range(transfer.remote, offset, end):
+                for piece in self.source.read_range(transfer.remote, offset, end - 1):
                     self._check_abort()
                     _write_all(transfer.descriptor, piece, offset)
                     offset += len(piece)
                     progress.add_downloaded(len(piece))
-                if offset <= end:
+                if offset < end:
                     raise TransientSourceError(
                         PreloadError(f"{transfer.remote.path}: connection closed at byte {offset} of {end}")
                     )
@@ -249,20 +309,68 @@ class RevisionDownloader:
                     error=error.final.message,
                 )
                 time.sleep(delay)
-        # Durable before it is recorded: a journal entry must never point at bytes still in RAM.
-        os.fdatasync(transfer.descriptor)
-        transfer.journal.record(index)
+
+    def _digest_chunk(self, transfer: _Transfer, index: int, newly_fetched: bool) -> None:
+        """Runs in the hash pool once chunk `index` is on disk (fetched now or by an earlier run)."""
+        self._check_abort()
+        if newly_fetched:
+            # Durable before it is recorded: a journal entry must never point at bytes still in RAM.
+            os.fdatasync(transfer.descriptor)
+            transfer.journal.record(index)
+        start, end = transfer.chunk_range(index)
+        if transfer.upload_part_size is not None:
+            digests = part_md5s_of_range(transfer.descriptor, start, end, transfer.upload_part_size)
+            with transfer.state_lock:
+                transfer.part_md5s[index] = digests
+        with transfer.state_lock:
+            transfer.landed.add(index)
+        self._advance_sequential_digest(transfer)
+
+    def _advance_sequential_digest(self, transfer: _Transfer) -> None:
+        """Feed sha256 with every contiguous landed chunk. One thread at a time per file; a thread
+        that finds the stream busy leaves its chunk to the streaming one (re-checked after release)."""
+        while True:
+            if not transfer.stream_lock.acquire(blocking=False):
+                return
+            try:
+                while True:
+                    with transfer.state_lock:
+                        if transfer.cursor not in transfer.landed:
+                            break
+                        index = transfer.cursor
+                    self._check_abort()
+                    transfer.content.feed_file(transfer.descriptor, *transfer.chunk_range(index))
+                    with transfer.state_lock:
+                        transfer.cursor += 1
+            finally:
+                transfer.stream_lock.release()
+            with transfer.state_lock:
+                if transfer.cursor not in transfer.landed:
+                    return
 
     def _expected(self, remote: RemoteFile) -> ExpectedDigests:
         md5_etag = self.source.md5_etag(remote) if self.settings.etag_check else None
         return ExpectedDigests(md5_etag=md5_etag, sha256=remote.sha256, git_blob_sha1=remote.git_blob_sha1)
 
     def _finalize(self, transfer: _Transfer) -> tuple[ManifestEntry | None, list[str]]:
+        """All chunks fetched and digested: compare, then give the file its real name."""
+        self._check_abort()
+        if transfer.cursor != transfer.chunk_count:
+            raise PreloadError(
+                f"internal: {transfer.remote.path} digested {transfer.cursor}/{transfer.chunk_count}"
+            )
         os.fsync(transfer.descriptor)
         os.close(transfer.descriptor)
         transfer.descriptor = -1
-        self._check_abort()
-        outcome = check_file(transfer.part_path, transfer.remote.size, self._expected(transfer.remote))
+        size = transfer.part_path.stat().st_size
+        if size != transfer.remote.size:
+            return None, [f"size {size} != expected {transfer.remote.size}"]
+        part_md5s = None
+        if transfer.upload_part_size is not None:
+            part_md5s = [
+                digest for index in range(transfer.chunk_count) for digest in transfer.part_md5s[index]
+            ]
+        outcome = transfer.content.finish(self._expected(transfer.remote), part_md5s)
         if not outcome.ok:
             return None, outcome.problems
         os.rename(transfer.part_path, transfer.final_path)
@@ -366,33 +474,52 @@ class RevisionDownloader:
         progress: _Progress,
         report: DownloadReport,
     ) -> None:
-        tasks: dict[Future, tuple[str, _Transfer | RemoteFile]] = {}
+        # future -> (kind, file, chunk index or -1)
+        tasks: dict[Future, tuple[str, _Transfer | RemoteFile, int]] = {}
         chunk_pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="chunk")
         hash_pool = ThreadPoolExecutor(self.settings.hash_workers, thread_name_prefix="hash")
 
         def schedule(transfer: _Transfer) -> None:
-            if not transfer.pending_chunks:
-                tasks[hash_pool.submit(self._finalize, transfer)] = ("finalize", transfer)
+            pending = set(transfer.pending_chunks)
+            for index in range(transfer.chunk_count):
+                if index not in pending:  # on disk from an earlier run: digest it now
+                    tasks[hash_pool.submit(self._digest_chunk, transfer, index, False)] = (
+                        "digest",
+                        transfer,
+                        index,
+                    )
             for index in transfer.pending_chunks:
-                tasks[chunk_pool.submit(self._fetch_chunk, transfer, index, progress)] = ("chunk", transfer)
+                tasks[chunk_pool.submit(self._fetch_chunk, transfer, index, progress)] = (
+                    "fetch",
+                    transfer,
+                    index,
+                )
+            if transfer.chunk_count == 0:
+                tasks[hash_pool.submit(self._finalize, transfer)] = ("finalize", transfer, -1)
 
         try:
             for remote in to_check:
-                tasks[hash_pool.submit(self._check_existing, remote)] = ("check", remote)
-            # File by file, so files complete (and get hashed) while later ones still download.
+                tasks[hash_pool.submit(self._check_existing, remote)] = ("check", remote, -1)
+            # Small files first, then shard by shard, so files complete (and are hashed) in turn.
             for transfer in sorted(transfers, key=lambda t: t.remote.size):
                 schedule(transfer)
             while tasks:
                 done, _ = wait(list(tasks), timeout=0.5, return_when=FIRST_COMPLETED)
                 self._check_abort()
                 for future in done:
-                    kind, subject = tasks.pop(future)
-                    if kind == "chunk":
-                        future.result()
+                    kind, subject, index = tasks.pop(future)
+                    if kind == "fetch":
                         assert isinstance(subject, _Transfer)
-                        subject.remaining -= 1
-                        if subject.remaining == 0:
-                            tasks[hash_pool.submit(self._finalize, subject)] = ("finalize", subject)
+                        future.result()
+                        subject.fetches_left -= 1
+                        digest = hash_pool.submit(self._digest_chunk, subject, index, True)
+                        tasks[digest] = ("digest", subject, index)
+                    elif kind == "digest":
+                        assert isinstance(subject, _Transfer)
+                        future.result()
+                        subject.digests_left -= 1
+                        if subject.digests_left == 0:
+                            tasks[hash_pool.submit(self._finalize, subject)] = ("finalize", subject, -1)
                     elif kind == "finalize":
                         assert isinstance(subject, _Transfer)
                         entry, problems = future.result()
@@ -409,9 +536,8 @@ class RevisionDownloader:
                             )
                         log("file_refetch", level="warning", path=subject.remote.path, problems=problems)
                         retry = self._plan_transfer(subject.remote, attempt=subject.attempt + 1)
-                        retry.attempt = subject.attempt + 1
-                        schedule(retry)
                         transfers.append(retry)
+                        schedule(retry)
                     else:
                         assert isinstance(subject, RemoteFile)
                         entry, problems = future.result()

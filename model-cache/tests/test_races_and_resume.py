@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import (
     MIB,
     Run,
@@ -74,7 +75,8 @@ def test_two_racing_preloaders_download_once_and_both_end_with_identical_valid_t
 
 def test_preloader_killed_mid_download_resumes_from_completed_chunks(s3_client, bucket, roots, aws_env):
     shared, _local = roots
-    files = big_checkpoint(40, seed=2)
+    # 48 MiB uploaded in 5 MiB parts: our chunks align to those 10 parts (see download.py).
+    files = big_checkpoint(48, seed=2)
     upload_revision(s3_client, bucket, "m/rev1", files)
     args = preload_args(f"s3://{bucket}/m", shared, *SLOW)
     journal = shared / "llama" / "rev1" / "model.safetensors.model-cache.chunks"
@@ -84,7 +86,7 @@ def test_preloader_killed_mid_download_resumes_from_completed_chunks(s3_client, 
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if journal.exists() and len(journal.read_text().splitlines()) > 8:  # header + 8 chunks
+        if journal.exists() and len(journal.read_text().splitlines()) > 4:  # header + 4 chunks
             break
         assert process.poll() is None, "finished before it could be killed; the test needs a slower download"
         time.sleep(0.01)
@@ -102,19 +104,30 @@ def test_preloader_killed_mid_download_resumes_from_completed_chunks(s3_client, 
     # The dead run's lock is reclaimed at once (same host, pid gone), not after the 60 s ttl.
     assert resumed.named("lock_taken_over")[0]["reason"] == "owner process gone"
     summary = resumed.named("download_done")[0]
-    assert summary["bytes_resumed"] >= 8 * MIB
-    assert summary["bytes_downloaded"] <= len(files["model.safetensors"]) + 100 - 8 * MIB, (
+    assert summary["bytes_resumed"] >= 4 * 5 * MIB
+    assert summary["bytes_downloaded"] <= len(files["model.safetensors"]) + 100 - 4 * 5 * MIB, (
         "resumed, not restarted"
     )
     assert (directory / "model.safetensors").read_bytes() == files["model.safetensors"]
+    # Chunks from before the kill were read back from disk and checked against the ETag too.
+    assert [
+        e["source_digest_checked"] for e in resumed.named("file_done") if e["path"] == "model.safetensors"
+    ] == [True]
     assert run_cli(["verify", "--dir", str(directory)], aws_env).returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("mib", "chunk_mib"),
+    [
+        (12, 1),  # 3 parts of 5 MiB, but 4 MiB parts also make 3: MD5s computed in one sequential pass
+        (30, 5),  # 6 parts: only 5 MiB fits, chunks align to it and part MD5s are computed per chunk
+    ],
+)
 def test_a_corrupted_chunk_in_a_resumed_part_file_is_caught_by_the_etag_and_fetched_again(
-    s3_client, bucket, roots, aws_env
+    s3_client, bucket, roots, aws_env, mib, chunk_mib
 ):
     shared, _local = roots
-    files = big_checkpoint(12, seed=3)
+    files = big_checkpoint(mib, seed=3)
     upload_revision(s3_client, bucket, "m/rev1", files)
     directory = shared / "llama" / "rev1"
     directory.mkdir(parents=True)
@@ -123,9 +136,9 @@ def test_a_corrupted_chunk_in_a_resumed_part_file_is_caught_by_the_etag_and_fetc
     # node crash losing page cache, or a bad disk).
     part = directory / "model.safetensors.model-cache.part"
     part.write_bytes(b"\0" * len(files["model.safetensors"]))
-    chunks = "\n".join(str(index) for index in range(12))
+    chunks = "\n".join(str(index) for index in range(mib // chunk_mib))
     (directory / "model.safetensors.model-cache.chunks").write_text(
-        f"v1 version={etag} size={12 * MIB} part_size={MIB}\n{chunks}\n"
+        f"v1 version={etag} size={mib * MIB} part_size={chunk_mib * MIB}\n{chunks}\n"
     )
 
     run = run_cli(preload_args(f"s3://{bucket}/m", shared), aws_env)
@@ -133,6 +146,7 @@ def test_a_corrupted_chunk_in_a_resumed_part_file_is_caught_by_the_etag_and_fetc
     assert run.returncode == 0, run.stderr
     assert [event["path"] for event in run.named("file_refetch")] == ["model.safetensors"]
     assert "ETag" in run.named("file_refetch")[0]["problems"][0]
+    assert run.named("download_done")[0]["bytes_resumed"] == mib * MIB, "the journal was trusted at first"
     assert (directory / "model.safetensors").read_bytes() == files["model.safetensors"]
 
 

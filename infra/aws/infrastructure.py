@@ -105,6 +105,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 node_groups=config.node_groups,
                 subnet_ids=network.private_subnet_ids,
                 depends_on=networking_addons.addons,
+                partition=partition,
             ),
             opts=children,
         )

@@ -131,7 +131,6 @@ class NodeGroupSpec:
     disk_size_gib: int
     labels: dict[str, str]
     taints: tuple[TaintConfig, ...] = ()
-    gpus_per_node: int = 0
     user_data: str | None = None
     root_volume_throughput_mibps: int | None = None
     root_volume_iops: int | None = None
@@ -173,7 +172,6 @@ def node_group_specs(cluster_name: str, node_groups: NodeGroupsConfig) -> list[N
                 disk_size_gib=group.disk_size_gib,
                 labels=labels,
                 taints=tuple(group.taints),
-                gpus_per_node=group.min_gpus_per_node,
                 user_data=gpu_user_data(group_name, group),
                 root_volume_throughput_mibps=GPU_ROOT_VOLUME_THROUGHPUT_MIBPS,
                 root_volume_iops=GPU_ROOT_VOLUME_IOPS,
@@ -195,6 +193,7 @@ class NodeGroupsArgs:
     subnet_ids: Sequence[pulumi.Input[str]]
     depends_on: Sequence[pulumi.Resource] = ()
     """What nodes need before they can become Ready: the VPC CNI and kube-proxy add-ons."""
+    partition: str = "aws"
 
 
 class NodeGroups(pulumi.ComponentResource):
@@ -215,7 +214,7 @@ class NodeGroups(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(
                 f"{name}-{policy}",
                 role=role.name,
-                policy_arn=f"arn:aws:iam::aws:policy/{policy}",
+                policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}",
                 opts=child,
             )
             for policy in NODE_MANAGED_POLICIES

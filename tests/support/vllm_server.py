@@ -239,21 +239,17 @@ def _health_status(url: str) -> int | None:
         return None
 
 
-@contextmanager
-def running_vllm_server(
+def start_vllm_server(
     serve_args: Sequence[str],
     *,
     log_path: Path,
     env: Mapping[str, str] | None = None,
     host: str = "127.0.0.1",
-    startup_timeout_seconds: float = 300,
-    stop_timeout_seconds: float = 30,
-) -> Iterator[RunningVllmServer]:
-    """Start `vllm serve SERVE_ARGS --host HOST --port <free>` and yield it once /health is 200.
+) -> RunningVllmServer:
+    """Start `vllm serve SERVE_ARGS --host HOST --port <free>` and return at once (not yet healthy).
 
-    `serve_args` start with the model (path or tag). The server runs in its own process group,
-    so stopping it (SIGTERM, then SIGKILL after `stop_timeout_seconds`) also ends the engine
-    core and worker processes it spawned.
+    `serve_args` start with the model (path or tag). The server runs in its own process group, so
+    stop_vllm_server() also ends the engine core and worker processes it spawns.
     """
     python = require_vllm_venv()
     port = free_port(host)
@@ -270,16 +266,31 @@ def running_vllm_server(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    base_url = f"http://{host}:{port}"
-    server = RunningVllmServer(base_url=base_url, port=port, process=process, log_path=log_path)
+    return RunningVllmServer(base_url=f"http://{host}:{port}", port=port, process=process, log_path=log_path)
+
+
+@contextmanager
+def running_vllm_server(
+    serve_args: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    host: str = "127.0.0.1",
+    startup_timeout_seconds: float = 300,
+    stop_timeout_seconds: float = 30,
+) -> Iterator[RunningVllmServer]:
+    """A started server, yielded once /health answers 200 and stopped on exit."""
+    server = start_vllm_server(serve_args, log_path=log_path, env=env, host=host)
     try:
-        _wait_until_healthy(server, startup_timeout_seconds)
+        wait_until_healthy(server, startup_timeout_seconds)
         yield server
     finally:
-        _stop(process, stop_timeout_seconds)
+        stop_vllm_server(server, stop_timeout_seconds)
 
 
-def _wait_until_healthy(server: RunningVllmServer, timeout_seconds: float) -> None:
+def wait_until_healthy(server: RunningVllmServer, timeout_seconds: float = 300) -> None:
+    """Return once /health answers 200; raise VllmServerError with the log tail if the server
+    exits first or the timeout passes."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
@@ -296,17 +307,19 @@ def _wait_until_healthy(server: RunningVllmServer, timeout_seconds: float) -> No
     )
 
 
-def _stop(process: subprocess.Popen[bytes], timeout_seconds: float) -> None:
-    if process.poll() is not None:
-        return
-    # The group id is the server's own pid (start_new_session): this reaches only its children.
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_seconds)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):  # workers that outlived the server
+def stop_vllm_server(server: RunningVllmServer, timeout_seconds: float = 30) -> None:
+    """SIGTERM to the server's process group (vLLM drains for --shutdown-timeout), SIGKILL after
+    `timeout_seconds`. The group id is the server's own pid (start_new_session), so this reaches
+    only the processes it started."""
+    process = server.process
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):  # engine or workers that outlived the server
         os.killpg(process.pid, signal.SIGKILL)
 
 

@@ -1,0 +1,121 @@
+"""One real vLLM 0.32.0 (CPU build) server for the whole session, serving a tiny random Llama.
+
+It is started the way the stack starts vLLM: the model as the first argument, the served model
+name clients use, prefix caching and a drain timeout, and the API key only in the environment as
+`VLLM_API_KEY` (in production it comes from the model's Kubernetes secret, never from argv).
+
+The vLLM venv is required: without it every test here fails and says how to create it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.vllm_server import (
+    REPO_ROOT,
+    RunningVllmServer,
+    VllmServerError,
+    VllmVenvMissingError,
+    require_vllm_venv,
+    start_vllm_server,
+    stop_vllm_server,
+    vllm_subprocess_env,
+    wait_until_healthy,
+)
+
+SERVED_MODEL_NAME = "tiny"
+API_KEY = f"e2e-{secrets.token_hex(8)}"
+# About 80 s on an idle 2-core machine (most of it torch.compile), 165 s on a busy one.
+STARTUP_TIMEOUT_SECONDS = 300
+
+
+def server_arguments(model_dir: Path) -> list[str]:
+    """Everything after `vllm serve` except --host/--port, which the helper picks."""
+    return [
+        str(model_dir),
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--max-model-len",
+        "512",
+        "--max-num-seqs",
+        "8",
+        "--load-format",
+        "dummy",
+        "--enable-prefix-caching",
+        "--shutdown-timeout",
+        "5",
+    ]
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The vLLM venv's python; fails (never skips) when the venv is missing."""
+    try:
+        return require_vllm_venv()
+    except VllmVenvMissingError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Built in the vLLM venv, which has the `tokenizers` library the main venv does not need.
+    out_dir = tmp_path_factory.mktemp("tiny-llama")
+    subprocess.run(
+        [str(vllm_python), "-m", "tests.support.tiny_model", str(out_dir)],
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def booting_vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningVllmServer]:
+    """The session's server, started but maybe not healthy yet; stopped at the end of the session."""
+    server = start_vllm_server(
+        server_arguments(tiny_model_dir),
+        env={"VLLM_API_KEY": API_KEY},
+        log_path=tmp_path_factory.mktemp("vllm-server") / "vllm-serve.log",
+    )
+    yield server
+    stop_vllm_server(server)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(booting_vllm_server: RunningVllmServer) -> RunningVllmServer:
+    try:
+        wait_until_healthy(booting_vllm_server, timeout_seconds=STARTUP_TIMEOUT_SECONDS)
+    except VllmServerError as error:
+        pytest.fail(str(error), pytrace=False)
+    return booting_vllm_server
+
+
+def boot_server_now_if_the_session_needs_it(request: pytest.FixtureRequest) -> None:
+    """Start the server before a slow vLLM parser check, so that it loads meanwhile (about a
+    minute saved on two cores), but only when some test of this session will use it."""
+    server_fixtures = {"vllm_server", "served_one_request"}
+    if any(server_fixtures & set(item.fixturenames) for item in request.session.items):
+        request.getfixturevalue("booting_vllm_server")
+
+
+@pytest.fixture(scope="session")
+def served_one_request(vllm_server: RunningVllmServer) -> RunningVllmServer:
+    """The server after one finished completion, so its histograms have observations."""
+    response = httpx.post(
+        f"{vllm_server.base_url}/v1/completions",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={"model": SERVED_MODEL_NAME, "prompt": "def main():", "max_tokens": 8},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    return vllm_server

@@ -80,14 +80,8 @@ class ServerFlags:
         return [name for name in self.options if name.startswith("--")]
 
 
-@cache
-def load_server_flags(vllm_version: str = VLLM_VERSION) -> ServerFlags:
-    path = SNAPSHOT_DIR / f"vllm-{vllm_version}-server-flags.json"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no server-flag snapshot for vLLM {vllm_version} at {path}; "
-            "generate it with scripts/snapshot-vllm-flags.py in that vLLM's venv"
-        )
+def read_server_flags(path: Path) -> ServerFlags:
+    """A snapshot written by scripts/snapshot-vllm-flags.py (any vLLM version)."""
     data = json.loads(path.read_text())
     options = {
         name: ServerOption(
@@ -103,12 +97,27 @@ def load_server_flags(vllm_version: str = VLLM_VERSION) -> ServerFlags:
     return ServerFlags(vllm_version=data["vllm_version"], options=options, allow_abbrev=data["allow_abbrev"])
 
 
-def check_server_arguments(args: Sequence[str], vllm_version: str = VLLM_VERSION) -> list[str]:
+@cache
+def load_server_flags(vllm_version: str = VLLM_VERSION) -> ServerFlags:
+    """The committed snapshot for `vllm_version` in infra/data/."""
+    path = SNAPSHOT_DIR / f"vllm-{vllm_version}-server-flags.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no server-flag snapshot for vLLM {vllm_version} at {path}; "
+            "generate it with scripts/snapshot-vllm-flags.py in that vLLM's venv"
+        )
+    return read_server_flags(path)
+
+
+def check_server_arguments(
+    args: Sequence[str], vllm_version: str = VLLM_VERSION, *, flags: ServerFlags | None = None
+) -> list[str]:
     """Problems with `vllm serve ARGS` for the pinned vLLM, as sentences naming the fix; [] if none.
 
-    `args` is everything after `vllm serve`: the model first, then options.
+    `args` is everything after `vllm serve`: the model first, then options. `flags` checks against
+    another snapshot (read_server_flags) instead of the committed one for `vllm_version`.
     """
-    return _ArgumentChecker(load_server_flags(vllm_version), list(args)).check()
+    return _ArgumentChecker(flags or load_server_flags(vllm_version), list(args)).check()
 
 
 def _is_option_like(token: str) -> bool:

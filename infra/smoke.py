@@ -33,7 +33,9 @@ class SmokeResult:
     completion_tokens_source: str
     prompt_tokens: int | None
     finish_reason: str | None
+    # From sending the request (connection included) to the first event carrying text.
     time_to_first_token_seconds: float
+    # From sending the request to `data: [DONE]`.
     total_seconds: float
     # Completion tokens per second from the first token to the end of the stream (the decode rate a
     # user sees); over the whole request when there is a single token.

@@ -11,6 +11,7 @@ import contextvars
 import json
 import shutil
 import zlib
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +149,8 @@ def _fake_id(type_: str, name: str, inputs: dict[str, Any]) -> str:
     if type_.startswith("aws:ec2/"):
         prefixes = {"vpc": "vpc", "subnet": "subnet", "securitygroup": "sg", "natgateway": "nat",
                     "internetgateway": "igw", "routetable": "rtb", "eip": "eipalloc", "launchtemplate": "lt"}
-        return f"{prefixes.get(short, short)}-{abs(hash(name)) % 10**12:012d}"
+        # crc32, not hash(): ids must be the same in every process so renders diff cleanly.
+        return f"{prefixes.get(short, short)}-{zlib.crc32(name.encode()):012d}"
     return f"{name}-id"
 
 
@@ -247,6 +249,9 @@ def _render_in_context(stack: str, shown: str, raw_config: dict[str, Any]) -> Re
         _sync_await(value.future())
 
     _sync_await(run_pulumi_func(run))
+    # The SDK registers resources from concurrent tasks, so arrival order varies between runs;
+    # a stable order keeps renders and their diffs deterministic.
+    records.sort(key=lambda record: (record.type, record.name))
     return result
 
 

@@ -736,6 +736,23 @@ def test_every_rule_passes_on_the_rendered_stack(stack: str) -> None:
 
 
 @pytest.mark.parametrize("stack", RENDERED_STACKS)
+def test_the_rules_see_what_they_check_in_the_rendered_stack(stack: str) -> None:
+    """Guards against vacuous passes: the rules recognise the stack's GPU pods, vLLM servers and PDBs."""
+    resources = resources_of(rendered(stack, RENDERED_STACKS[stack]))
+    specs = [spec for r in resources if r.is_kubernetes_object and (spec := rules.pod_spec(r)) is not None]
+    gpu_specs = [spec for spec in specs if rules.requests_gpus(spec)]
+    assert gpu_specs, "every stack serves at least one model on GPUs"
+    assert all(any(rules.is_vllm_container(c) for c in spec["containers"]) for spec in gpu_specs)
+    assert any(r.kind == "PodDisruptionBudget" for r in resources)
+    if stack != "existing":
+        groups = rules.node_groups(resources)
+        assert any(taint[0] == "nvidia.com/gpu" for group in groups for taint in group.taints)
+        for spec in gpu_specs:
+            selected = [g.name for g in groups if rules.selects_node_labels(spec, g.labels)]
+            assert len(selected) == 1, selected
+
+
+@pytest.mark.parametrize("stack", RENDERED_STACKS)
 def test_served_pack_passes_the_rendered_stack(
     stack: str, served_pack: analyzer_pb2_grpc.AnalyzerStub
 ) -> None:

@@ -5,11 +5,13 @@ its real name only after its size and digests check out. Large files are split i
 about `part_size` fetched concurrently (across files too). Memory is O(concurrency x 1 MiB): bytes
 go from the socket to the file, never a whole file or chunk in memory.
 
-Pipeline, so that hashing overlaps the download instead of following it:
-    chunk pool (network):  ranged GET -> pwrite
-    hash pool (disk, CPU): fdatasync -> record in `<name>.model-cache.chunks` -> MD5 of the
-                           chunk's upload parts (parallel across chunks) -> advance the file's
-                           sequential sha256 over every contiguous finished chunk
+Pipeline, so that hashing overlaps the download instead of following it, and neither the network
+threads nor the hashing threads wait for the disk:
+    chunk pool (network): ranged GET -> pwrite
+    sync pool (disk):     fdatasync -> record in `<name>.model-cache.chunks`
+    hash pool (CPU):      MD5 of the chunk's upload parts (parallel across chunks) -> advance the
+                          file's sequential sha256 over every contiguous finished chunk
+    when every chunk of a file is synced and digested: compare digests, rename
 A killed download resumes from its recorded chunks (a one-chunk file from its `.part` size).
 Digests are computed from the bytes read back from disk, so resumed chunks are checked the same way.
 When the S3 ETag is multipart with a unique whole-MiB part size, chunks are aligned to that part
@@ -175,7 +177,7 @@ class _Transfer:
     """For single-chunk files: bytes of the .part already fetched."""
     descriptor: int = -1
     attempt: int = 1
-    fetches_left: int = 0
+    syncs_left: int = 0
     digests_left: int = 0
     part_md5s: dict[int, list[bytes]] = field(default_factory=dict)
     state_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -262,7 +264,7 @@ class RevisionDownloader:
             attempt=attempt,
         )
         transfer.descriptor = os.open(part_path, os.O_RDWR | os.O_CREAT, 0o644)
-        transfer.fetches_left = len(transfer.pending_chunks)
+        transfer.syncs_left = len(transfer.pending_chunks)
         transfer.digests_left = chunk_count
         return transfer
 
@@ -310,13 +312,16 @@ class RevisionDownloader:
                 )
                 time.sleep(delay)
 
-    def _digest_chunk(self, transfer: _Transfer, index: int, newly_fetched: bool) -> None:
-        """Runs in the hash pool once chunk `index` is on disk (fetched now or by an earlier run)."""
+    def _sync_chunk(self, transfer: _Transfer, index: int) -> None:
+        """Durable before it is recorded: a journal entry must never point at bytes still in RAM."""
         self._check_abort()
-        if newly_fetched:
-            # Durable before it is recorded: a journal entry must never point at bytes still in RAM.
-            os.fdatasync(transfer.descriptor)
-            transfer.journal.record(index)
+        os.fdatasync(transfer.descriptor)
+        transfer.journal.record(index)
+
+    def _digest_chunk(self, transfer: _Transfer, index: int) -> None:
+        """Runs in the hash pool once chunk `index` is written (now or by an earlier run); reads it
+        back from the page cache, so it needs no fdatasync first."""
+        self._check_abort()
         start, end = transfer.chunk_range(index)
         if transfer.upload_part_size is not None:
             digests = part_md5s_of_range(transfer.descriptor, start, end, transfer.upload_part_size)
@@ -478,16 +483,17 @@ class RevisionDownloader:
         tasks: dict[Future, tuple[str, _Transfer | RemoteFile, int]] = {}
         chunk_pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="chunk")
         hash_pool = ThreadPoolExecutor(self.settings.hash_workers, thread_name_prefix="hash")
+        sync_pool = ThreadPoolExecutor(min(4, self.settings.concurrency), thread_name_prefix="sync")
+
+        def finalize_when_ready(transfer: _Transfer) -> None:
+            if transfer.digests_left == 0 and transfer.syncs_left == 0:
+                tasks[hash_pool.submit(self._finalize, transfer)] = ("finalize", transfer, -1)
 
         def schedule(transfer: _Transfer) -> None:
             pending = set(transfer.pending_chunks)
             for index in range(transfer.chunk_count):
                 if index not in pending:  # on disk from an earlier run: digest it now
-                    tasks[hash_pool.submit(self._digest_chunk, transfer, index, False)] = (
-                        "digest",
-                        transfer,
-                        index,
-                    )
+                    tasks[hash_pool.submit(self._digest_chunk, transfer, index)] = ("digest", transfer, index)
             for index in transfer.pending_chunks:
                 tasks[chunk_pool.submit(self._fetch_chunk, transfer, index, progress)] = (
                     "fetch",
@@ -511,15 +517,22 @@ class RevisionDownloader:
                     if kind == "fetch":
                         assert isinstance(subject, _Transfer)
                         future.result()
-                        subject.fetches_left -= 1
-                        digest = hash_pool.submit(self._digest_chunk, subject, index, True)
-                        tasks[digest] = ("digest", subject, index)
+                        tasks[sync_pool.submit(self._sync_chunk, subject, index)] = ("sync", subject, index)
+                        tasks[hash_pool.submit(self._digest_chunk, subject, index)] = (
+                            "digest",
+                            subject,
+                            index,
+                        )
+                    elif kind == "sync":
+                        assert isinstance(subject, _Transfer)
+                        future.result()
+                        subject.syncs_left -= 1
+                        finalize_when_ready(subject)
                     elif kind == "digest":
                         assert isinstance(subject, _Transfer)
                         future.result()
                         subject.digests_left -= 1
-                        if subject.digests_left == 0:
-                            tasks[hash_pool.submit(self._finalize, subject)] = ("finalize", subject, -1)
+                        finalize_when_ready(subject)
                     elif kind == "finalize":
                         assert isinstance(subject, _Transfer)
                         entry, problems = future.result()
@@ -557,8 +570,8 @@ class RevisionDownloader:
             self._abort.set()
             raise
         finally:
-            chunk_pool.shutdown(wait=True, cancel_futures=True)
-            hash_pool.shutdown(wait=True, cancel_futures=True)
+            for pool in (chunk_pool, sync_pool, hash_pool):
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def _remove_unexpected(self, expected: set[str]) -> None:
         """Leftovers (old .part files, files the revision no longer has) would be served too."""

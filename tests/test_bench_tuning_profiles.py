@@ -65,8 +65,9 @@ def test_engine_without_profile_keeps_the_plain_defaults() -> None:
 
 
 def test_unknown_profile_is_rejected_with_key_path_and_known_names(tmp_path: Path) -> None:
-    path = _stack_with(tmp_path, "prod", lambda c: _model(c, "llama-3-1-8b")["vllm"].update(
-        tuning_profile="h200-thruput"))
+    path = _stack_with(
+        tmp_path, "prod", lambda c: _model(c, "llama-3-1-8b")["vllm"].update(tuning_profile="h200-thruput")
+    )
     with pytest.raises(ConfigError) as caught:
         load_stack("prod", stack_file=path)
     message = str(caught.value)
@@ -102,8 +103,11 @@ def test_profile_gpus_are_catalogue_gpu_models(name: str) -> None:
 
 
 def test_profile_on_a_group_of_another_gpu_is_reported(tmp_path: Path) -> None:
-    path = _stack_with(tmp_path, "prod", lambda c: _model(c, "qwen2-5-7b-tp2").setdefault("vllm", {}).update(
-        tuning_profile=PROFILE))
+    path = _stack_with(
+        tmp_path,
+        "prod",
+        lambda c: _model(c, "qwen2-5-7b-tp2").setdefault("vllm", {}).update(tuning_profile=PROFILE),
+    )
     config = load_stack("prod", stack_file=path)
     problems = tuning_profile_problems(config)
     assert len(problems) == 1

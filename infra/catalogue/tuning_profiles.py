@@ -119,14 +119,16 @@ def tuning_profile_problems(config: PlatformConfig) -> list[Problem]:
         for instance_type in group.instance_types:
             instance = lookup_instance_type(instance_type)
             if instance is not None and instance.gpu.name not in profile.gpus:
-                problems.append(Problem(
-                    path=("models", index, "vllm", "tuning_profile"),
-                    value=name,
-                    message=(
-                        f"profile {name!r} was measured on {', '.join(profile.gpus)}, but gpu_group "
-                        f"{model.gpu_group!r} runs {instance.gpu.name} ({instance_type}); choose a profile "
-                        f"measured on {instance.gpu.name} or set the vllm settings explicitly"
-                    ),
-                ))
+                problems.append(
+                    Problem(
+                        path=("models", index, "vllm", "tuning_profile"),
+                        value=name,
+                        message=(
+                            f"profile {name!r} was measured on {', '.join(profile.gpus)}, but gpu_group "
+                            f"{model.gpu_group!r} runs {instance.gpu.name} ({instance_type}); choose a "
+                            f"profile measured on {instance.gpu.name} or set the vllm settings explicitly"
+                        ),
+                    )
+                )
                 break
     return problems

@@ -1,0 +1,720 @@
+"""The GPU phases of the serving benchmark; run through gpu_phase.sh (bench/serving/README.md).
+
+    python3 -m bench.serving.phases {selftest|stack|defaults|baseline} --out DIR [--budget-s S]
+    python3 -m bench.serving.phases stack --out DIR --dry-run-cpu       # rehearsal on the CPU vLLM
+
+stack     the stack's own arguments (plan.json): cold start to /health, load levels, warm restart
+defaults  vLLM's defaults at the comparison levels, then KV-cache probes at another utilisation
+baseline  Transformers `generate` on static batches, then the capacity engineer's KV probes
+selftest  imports, the real parser on every argument list, the load generator and log parser
+
+Each phase writes `<phase>.json` into the output folder after every step (a timeout still leaves
+the data so far), `<phase>-requests.json` with every request's timings, and `<phase>-logs.txt`
+with the server logs. Every server is stopped before the next starts and before the phase ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.serving import loadgen
+from bench.serving.server import (
+    WORK_DIR,
+    GpuSampler,
+    ServerFailedError,
+    VllmServer,
+    gpu_memory_mib,
+    kill_registered,
+    nvidia_smi,
+    wait_gpu_free,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PLAN_FILE = Path(__file__).resolve().parent / "plan.json"
+SHARED_CACHE_DIR = Path(os.environ.get("BENCH_SHARED_CACHE", "/tmp/vllm-cache"))
+"""The stack's VLLM_CACHE_ROOT (issue 8: /tmp/vllm-cache on the lab host); gpu_phase.sh moves it
+under BENCH_WORK_DIR for CPU rehearsals."""
+CAPACITY_SCRIPT = REPO_ROOT / "bench" / "capacity" / "measure_kv_cache.py"
+LOG_BYTES_PER_SERVER = 1_500_000
+WARMUP = {"concurrency": 8, "num_prompts": 16, "output_len": 16}
+
+# CPU rehearsal (--dry-run-cpu): the same phase logic against the real vLLM 0.32.0 CPU build and
+# the e2e harness's tiny Llama, with a workload a 2-core machine finishes in minutes.
+DRY_RUN_WORKLOAD: dict[str, Any] = {
+    "input_len": 64,
+    "output_len": 16,
+    "concurrency": [1, 4],
+    "num_prompts": {"1": 3, "4": 8},
+    "level_time_cap_s": 30,
+}
+DRY_RUN_BASELINE = {"batch_sizes": [1, 4], "input_len": 64, "output_len": 16}
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+DRY_RUN_EXTRA_ARGS = ["--enforce-eager"]
+"""torch.compile of even the tiny model takes minutes on a busy 2-core machine; the rehearsal tests
+the phase logic, not compilation."""
+
+
+@dataclass
+class Lab:
+    """Where and how servers run: the GPU host, or the CPU rehearsal."""
+
+    plan: dict[str, Any]
+    dry_run_cpu: bool
+    python: str
+    model_dir: str
+    workload: dict[str, Any]
+    baseline: dict[str, Any]
+    health_timeout_cold_s: float
+    health_timeout_warm_s: float
+    substitutions: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, plan: dict[str, Any], dry_run_cpu: bool) -> Lab:
+        if not dry_run_cpu:
+            return cls(
+                plan,
+                False,
+                sys.executable,
+                plan["lab"]["model_dir"],
+                plan["workload"],
+                plan["baseline"],
+                health_timeout_cold_s=420,
+                health_timeout_warm_s=240,
+            )
+        python = os.environ.get("VLLM_PYTHON", str(REPO_ROOT / ".venv-vllm" / "bin" / "python"))
+        tiny = WORK_DIR / "tiny-model"
+        if not (tiny / "config.json").exists():
+            subprocess.run(
+                [python, "-m", "tests.support.tiny_model", str(tiny)], cwd=REPO_ROOT, check=True, timeout=300
+            )
+            # The stack's --max-model-len (16384) must fit the model's positions, as it does the 8B's.
+            config = json.loads((tiny / "config.json").read_text())
+            config["max_position_embeddings"] = 131072
+            (tiny / "config.json").write_text(json.dumps(config, indent=2))
+        # A free port instead of the stack's 8000, which a developer's own vLLM may be using.
+        plan = json.loads(json.dumps(plan))
+        port = str(_free_port())
+        for args in [
+            plan["lab"]["serve_args"],
+            plan["defaults"]["serve_args"],
+            *(probe["serve_args"] for probe in plan["probes"]),
+        ]:
+            args[args.index("--port") + 1] = port
+        plan["lab"]["port"] = int(port)
+        return cls(
+            plan,
+            True,
+            python,
+            str(tiny),
+            DRY_RUN_WORKLOAD,
+            DRY_RUN_BASELINE,
+            health_timeout_cold_s=900,
+            health_timeout_warm_s=900,
+            substitutions={plan["lab"]["model_dir"]: str(tiny)},
+        )
+
+    def server_command(self, args: list[str]) -> list[str]:
+        args = [self.substitutions.get(arg, arg) for arg in args]
+        if self.dry_run_cpu:
+            # vllm-cpu's console script cannot run (tests/support/vllm_server.py says why).
+            return [self.python, "-m", "tests.support.vllm_server", "serve", *args, *DRY_RUN_EXTRA_ARGS]
+        return [self.python, "-m", "vllm.entrypoints.cli.main", "serve", *args]
+
+    def server_env(self, start_name: str) -> dict[str, str]:
+        """The pod's environment (plan.json) with per-start scratch folders and the shared cache."""
+        scratch = WORK_DIR / "scratch" / start_name
+        shutil.rmtree(scratch, ignore_errors=True)
+        env = dict(os.environ)
+        for name, value in self.plan["lab"]["env"].items():
+            value = value.replace("{shared_cache}", str(SHARED_CACHE_DIR)).replace("{scratch}", str(scratch))
+            if value.startswith(str(scratch)):
+                Path(value).mkdir(parents=True, exist_ok=True)
+            env[name] = value
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.dry_run_cpu:
+            env.update(CPU_ENV)
+            env["PYTHONPATH"] = str(REPO_ROOT)
+        return env
+
+    def token_id_range(self) -> tuple[int, int]:
+        from bench.serving.hf_baseline import tokenizer_id_range
+
+        return tokenizer_id_range(Path(self.model_dir))
+
+
+class Phase:
+    def __init__(self, name: str, out_dir: Path, budget_s: float, lab: Lab | None) -> None:
+        self.name = name
+        self.out_dir = out_dir
+        self.budget_s = budget_s
+        self.lab = lab
+        self.began = time.time()
+        self.servers: list[VllmServer] = []
+        self.requests: dict[str, Any] = {}
+        self.result: dict[str, Any] = {
+            "phase": name,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "budget_s": budget_s,
+            "dry_run_cpu": bool(lab and lab.dry_run_cpu),
+            "host": host_facts(),
+            "steps": [],
+        }
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def remaining(self) -> float:
+        return self.budget_s - (time.time() - self.began)
+
+    def say(self, message: str) -> None:
+        print(
+            f"[{time.strftime('%H:%M:%S')} +{time.time() - self.began:6.1f}s] {self.name}: {message}",
+            flush=True,
+        )
+
+    def step(self, description: str) -> None:
+        self.result["steps"].append({"at_s": round(time.time() - self.began, 1), "step": description})
+        self.say(description)
+        self.save()
+
+    def save(self) -> None:
+        self.result["elapsed_s"] = round(time.time() - self.began, 1)
+        _write_json(self.out_dir / f"{self.name}.json", self.result)
+        if self.requests:
+            _write_json(self.out_dir / f"{self.name}-requests.json", self.requests, indent=None)
+
+    def save_logs(self) -> None:
+        parts = []
+        for server in self.servers:
+            text = server.log_path.read_text(errors="replace") if server.log_path.exists() else "(no log)"
+            if len(text) > LOG_BYTES_PER_SERVER:
+                half = LOG_BYTES_PER_SERVER // 2
+                text = text[:half] + "\n[... cut ...]\n" + text[-half:]
+            parts.append(f"===== {server.name}: {' '.join(server.command)}\n{text}")
+        (self.out_dir / f"{self.name}-logs.txt").write_text("\n".join(parts))
+
+    def new_server(self, name: str, args: list[str]) -> VllmServer:
+        assert self.lab is not None
+        log = WORK_DIR / "logs" / f"{self.name}-{name}.log"
+        server = VllmServer(
+            name,
+            self.lab.server_command(args),
+            self.lab.server_env(f"{self.name}-{name}"),
+            log,
+            port=int(self.lab.plan["lab"]["port"]),
+        )
+        self.servers.append(server)
+        return server
+
+    def start_server(
+        self, name: str, args: list[str], *, until: str, timeout_s: float
+    ) -> tuple[VllmServer, dict]:
+        """Start after the GPU is free; returns the server and its start record (also stored)."""
+        if not self.lab or not self.lab.dry_run_cpu:
+            self.result.setdefault("gpu_waits", []).append(wait_gpu_free(timeout_s=90))
+        server = self.new_server(name, args)
+        server.start()
+        self.step(f"started {name}: {' '.join(server.command)}")
+        record = self.result.setdefault("starts", {})
+        try:
+            start = server.wait(
+                until=until, timeout_s=min(timeout_s, max(30.0, self.remaining() - 20)), on_progress=self.say
+            )
+        except ServerFailedError as error:
+            record[name] = server.start_record.as_json() if server.start_record else {"error": str(error)}
+            self.say(str(error))
+            self.stop_server(server)
+            raise
+        record[name] = start.as_json()
+        self.step(f"{name} reached {until} after {start.ready_s} s")
+        return server, record[name]
+
+    def stop_server(self, server: VllmServer) -> None:
+        took = server.stop()
+        self.step(f"stopped {server.name} in {took} s")
+        self.save_logs()
+
+    def finish(self, status: str) -> None:
+        for server in self.servers:
+            if server.running:
+                server.stop(grace_s=10)
+        self.result["status"] = status
+        self.save()
+        self.save_logs()
+        self.say(f"finished: {status} after {time.time() - self.began:.0f} s")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _write_json(path: Path, data: Any, indent: int | None = 1) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=indent, default=str))
+    temporary.replace(path)
+
+
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "hostname_hash": hash(platform.node()) % 10**6,
+    }
+    rows = nvidia_smi("--query-gpu=name,memory.total,driver_version")
+    if rows:
+        facts.update(gpu=rows[0][0], gpu_memory_total_mib=int(float(rows[0][1])), driver=rows[0][2])
+    return facts
+
+
+def software_versions(python: str) -> dict[str, str]:
+    """torch / transformers / vllm versions as the server's interpreter sees them (one subprocess)."""
+    code = (
+        "import json, importlib.metadata as m\nout = {}\n"
+        "for name in ('torch', 'transformers', 'vllm', 'vllm-cpu'):\n"
+        "    try: out[name] = m.version(name)\n    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))"
+    )
+    try:
+        output = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        return json.loads(output.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as error:
+        return {"error": str(error)[:200]}
+
+
+def check_arguments_with_real_parser(lab: Lab, argument_lists: dict[str, list[str]]) -> dict[str, Any]:
+    """Parse each list with the installed vLLM's own `vllm serve` parser (a subprocess: it imports vLLM)."""
+    payload = {
+        name: [lab.substitutions.get(arg, arg) for arg in args] for name, args in argument_lists.items()
+    }
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    )
+    if lab.dry_run_cpu:
+        env.update(CPU_ENV)
+    try:
+        completed = subprocess.run(
+            [lab.python, "-m", "bench.serving.parser_check"],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=REPO_ROOT,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": "the parser check did not finish in 240 s"}
+    marker = [line for line in completed.stdout.splitlines() if line.startswith("PARSER_CHECK=")]
+    if not marker:
+        return {"error": f"no result (exit {completed.returncode}): {completed.stderr[-1500:]}"}
+    return json.loads(marker[-1].removeprefix("PARSER_CHECK="))
+
+
+def run_levels(phase: Phase, lab: Lab, levels: list[int], sampler: GpuSampler, reserve_s: float) -> None:
+    workload = lab.workload
+    target = loadgen.Target("127.0.0.1", int(lab.plan["lab"]["port"]), lab.plan["lab"]["served_model_name"])
+    token_range = lab.token_id_range()
+    summaries = phase.result.setdefault("levels", {})
+    phase.say(f"warm-up: {WARMUP}")
+    warm = loadgen.run_level(
+        target,
+        concurrency=WARMUP["concurrency"],
+        num_prompts=WARMUP["num_prompts"],
+        input_len=workload["input_len"],
+        output_len=WARMUP["output_len"],
+        token_id_range=token_range,
+        time_cap_s=30,
+        request_timeout_s=120,
+    )
+    phase.result["warmup"] = warm["summary"]
+    if warm["summary"]["completed"] == 0:
+        raise ServerFailedError(f"warm-up requests all failed: {warm['summary']['errors']}")
+    for concurrency in levels:
+        cap = float(workload["level_time_cap_s"])
+        needed = cap + 45
+        if phase.remaining() - reserve_s < needed:
+            phase.result.setdefault("skipped_levels", []).append(concurrency)
+            phase.step(
+                f"C={concurrency}: skipped, {phase.remaining():.0f} s left and {reserve_s:.0f} s reserved"
+            )
+            continue
+        began = time.time()
+        level = loadgen.run_level(
+            target,
+            concurrency=concurrency,
+            num_prompts=int(workload["num_prompts"][str(concurrency)]),
+            input_len=workload["input_len"],
+            output_len=workload["output_len"],
+            token_id_range=token_range,
+            time_cap_s=cap,
+            seed=concurrency,
+            request_timeout_s=cap + 240,
+        )
+        summary = level["summary"]
+        summary["gpu"] = sampler.window(began, time.time())
+        summaries[str(concurrency)] = summary
+        phase.requests[str(concurrency)] = level["requests"]
+        if summary["completed"]:
+            phase.step(
+                f"C={concurrency}: {summary['completed']} ok, {summary['failed']} failed, "
+                f"{summary['output_throughput_tok_s']:.0f} output tok/s, TTFT mean "
+                f"{summary['ttft_ms']['mean']:.0f} / p99 {summary['ttft_ms']['p99']:.0f} ms, TPOT mean "
+                f"{summary['tpot_ms']['mean']:.1f} ms, {summary['duration_s']:.1f} s"
+            )
+        else:
+            phase.step(f"C={concurrency}: every request failed: {summary['errors']}")
+
+
+def phase_stack(phase: Phase, lab: Lab) -> None:
+    args = lab.plan["lab"]["serve_args"]
+    phase.result["serve_args"] = args
+    phase.result["changes_from_render"] = lab.plan["lab"]["changes"]
+    phase.result["parser_check"] = check_arguments_with_real_parser(lab, {"stack": args})
+    phase.step(f"real parser: {phase.result['parser_check']}")
+    if phase.result["parser_check"].get("stack") != "accepted":
+        raise ServerFailedError("the installed vLLM rejects the stack's arguments; see parser_check")
+    shutil.rmtree(SHARED_CACHE_DIR, ignore_errors=True)  # a cold start: as the first pod of a new revision
+    phase.step(f"cleared the shared compile cache {SHARED_CACHE_DIR} for a cold start")
+    with GpuSampler() as sampler:
+        server, cold = phase.start_server(
+            "stack-cold", args, until="health", timeout_s=lab.health_timeout_cold_s
+        )
+        phase.result["cold_start_s"] = cold["ready_s"]
+        phase.result["kv_cache"] = {
+            key: cold["facts"].get(key)
+            for key in (
+                "available_kv_cache_gib",
+                "kv_cache_tokens",
+                "max_concurrency",
+                "max_concurrency_context_tokens",
+                "kv_cache_log_lines",
+            )
+        }
+        try:
+            run_levels(
+                phase,
+                lab,
+                [int(c) for c in lab.workload["concurrency"]],
+                sampler,
+                reserve_s=lab.health_timeout_warm_s * 0.6,
+            )
+            phase.result["gpu_peak_while_serving"] = sampler.window(cold["launched_at"], time.time())
+        finally:
+            phase.stop_server(server)
+    warm_restart(phase, lab, args)
+
+
+def warm_restart(phase: Phase, lab: Lab, args: list[str]) -> None:
+    """Second start with the shared compile cache kept and fresh per-pod folders: a new replica."""
+    if phase.remaining() < 60:
+        phase.step("warm restart skipped: under 60 s left (the defaults phase runs it first)")
+        return
+    server, warm = phase.start_server("stack-warm", args, until="health", timeout_s=lab.health_timeout_warm_s)
+    phase.result["warm_start_s"] = warm["ready_s"]
+    (WORK_DIR / "warm-start-done").write_text(str(warm["ready_s"]))
+    phase.stop_server(server)
+
+
+def phase_defaults(phase: Phase, lab: Lab) -> None:
+    args = lab.plan["defaults"]["serve_args"]
+    phase.result["serve_args"] = args
+    probes = {probe["name"]: probe["serve_args"] for probe in lab.plan["probes"]}
+    phase.result["parser_check"] = check_arguments_with_real_parser(lab, {"defaults": args, **probes})
+    phase.step(f"real parser: {phase.result['parser_check']}")
+    if phase.result["parser_check"].get("defaults") != "accepted":
+        raise ServerFailedError("the installed vLLM rejects the defaults arguments; see parser_check")
+    if not (WORK_DIR / "warm-start-done").exists() and SHARED_CACHE_DIR.exists():
+        phase.step("the stack phase had no time for its warm restart: running it first")
+        warm_restart(phase, lab, lab.plan["lab"]["serve_args"])
+    with GpuSampler() as sampler:
+        server, start = phase.start_server(
+            "defaults", args, until="health", timeout_s=lab.health_timeout_cold_s
+        )
+        phase.result["start_s"] = start["ready_s"]
+        phase.result["kv_cache"] = {
+            key: start["facts"].get(key)
+            for key in (
+                "available_kv_cache_gib",
+                "kv_cache_tokens",
+                "max_concurrency",
+                "max_concurrency_context_tokens",
+                "kv_cache_log_lines",
+            )
+        }
+        # The comparison levels first, then the rest of the curve while time allows.
+        preferred = [c for c in lab.plan["defaults"]["levels"] if c in lab.workload["concurrency"]]
+        levels = preferred + [c for c in lab.workload["concurrency"] if c not in preferred]
+        try:
+            run_levels(phase, lab, levels, sampler, reserve_s=0)
+        finally:
+            phase.stop_server(server)
+    run_probes(phase, lab, lab.plan["probes"])
+
+
+def run_probes(phase: Phase, lab: Lab, probes: list[dict[str, Any]]) -> None:
+    """Start, wait for the three KV-cache lines, stop: the capacity planner's calibration points."""
+    results = phase.result.setdefault("kv_probes", {})
+    for probe in probes:
+        if phase.remaining() < 100:
+            results[probe["name"]] = {"skipped": f"{phase.remaining():.0f} s left"}
+            phase.step(f"probe {probe['name']}: skipped for time")
+            continue
+        try:
+            server, start = phase.start_server(
+                probe["name"],
+                probe["serve_args"],
+                until="kv",
+                timeout_s=min(lab.health_timeout_cold_s, phase.remaining() - 30),
+            )
+        except ServerFailedError as error:
+            results[probe["name"]] = {"error": str(error)[:2000]}
+            continue
+        results[probe["name"]] = {
+            "serve_args": probe["serve_args"],
+            "ready_s": start["ready_s"],
+            **{
+                key: start["facts"].get(key)
+                for key in (
+                    "available_kv_cache_gib",
+                    "kv_cache_tokens",
+                    "max_concurrency",
+                    "max_concurrency_context_tokens",
+                    "model_load_gib",
+                    "kv_cache_log_lines",
+                )
+            },
+        }
+        phase.stop_server(server)
+
+
+def phase_baseline(phase: Phase, lab: Lab) -> None:
+    baseline = lab.baseline
+    if not lab.dry_run_cpu:
+        phase.result["gpu_free"] = wait_gpu_free(timeout_s=90)
+    capacity_reserve = 300 if CAPACITY_SCRIPT.exists() and not lab.dry_run_cpu else 0
+    budget = max(60.0, phase.remaining() - capacity_reserve - 30)
+    out = phase.out_dir / "baseline-transformers.json"
+    command = [
+        lab.python,
+        "-m",
+        "bench.serving.hf_baseline",
+        "--model-dir",
+        lab.model_dir,
+        "--out",
+        str(out),
+        "--batch-sizes",
+        ",".join(str(b) for b in baseline["batch_sizes"]),
+        "--input-len",
+        str(baseline["input_len"]),
+        "--output-len",
+        str(baseline["output_len"]),
+        "--device",
+        "cpu" if lab.dry_run_cpu else "cuda",
+        "--budget-s",
+        f"{budget:.0f}",
+    ]
+    phase.step(f"Transformers baseline, budget {budget:.0f} s: {' '.join(command)}")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if lab.dry_run_cpu:
+        env["PYTHONPATH"] = str(REPO_ROOT)
+    status = run_group(
+        command, env=env, timeout_s=budget + 60, log=WORK_DIR / "logs" / "baseline-transformers.log"
+    )
+    phase.result["transformers_exit"] = status
+    if out.exists():
+        phase.result["transformers"] = json.loads(out.read_text())
+        out.unlink()  # folded into baseline.json: fewer files to carry back
+    phase.step(f"Transformers baseline finished: {status}")
+    if CAPACITY_SCRIPT.exists() and not lab.dry_run_cpu:
+        command = [
+            lab.python,
+            str(CAPACITY_SCRIPT),
+            "--out-dir",
+            str(phase.out_dir),
+            "--budget-s",
+            f"{max(60.0, phase.remaining() - 20):.0f}",
+        ]
+        phase.step(f"capacity KV probes: {' '.join(command)}")
+        phase.result["capacity_probes_exit"] = run_group(
+            command,
+            env=env,
+            timeout_s=max(60.0, phase.remaining() - 10),
+            log=WORK_DIR / "logs" / "capacity-probes.log",
+        )
+    else:
+        phase.result["capacity_probes_exit"] = (
+            f"not run: {CAPACITY_SCRIPT.relative_to(REPO_ROOT)} is absent"
+            if not CAPACITY_SCRIPT.exists()
+            else "not run in a CPU dry run"
+        )
+
+
+def run_group(command: list[str], *, env: dict[str, str], timeout_s: float, log: Path) -> str:
+    """Run a command in its own process group with a hard timeout; its output streams to ours and a log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    from bench.serving.server import _register, _unregister, kill_group
+
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+        _register(process.pid)
+        deadline = time.time() + timeout_s
+        assert process.stdout is not None
+        os.set_blocking(process.stdout.fileno(), False)
+        while process.poll() is None and time.time() < deadline:
+            chunk = process.stdout.read()
+            if chunk:
+                sink.write(chunk)
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            time.sleep(0.2)
+        timed_out = process.poll() is None
+        kill_group(process.pid, grace_s=10, leader=process)
+        with contextlib.suppress(OSError, TypeError):
+            rest = process.stdout.read()
+            if rest:
+                sink.write(rest)
+                sys.stdout.write(rest.decode(errors="replace"))
+        _unregister(process.pid)
+    return f"timed out after {timeout_s:.0f} s" if timed_out else f"exit {process.returncode}"
+
+
+def phase_selftest(phase: Phase, lab: Lab) -> bool:
+    from bench.serving.fake_server import FakeBehaviour, fake_vllm_server
+    from bench.serving.vllm_log import kv_cache_ready, parse_log
+
+    checks: dict[str, Any] = {}
+    phase.result["checks"] = checks
+    checks["versions"] = software_versions(lab.python)
+    phase.step(f"versions: {checks['versions']}")
+    model_dir = Path(lab.model_dir)
+    checks["model_dir"] = {
+        "path": str(model_dir),
+        "config": (model_dir / "config.json").exists(),
+        "tokenizer": (model_dir / "tokenizer.json").exists(),
+    }
+    lists = {
+        "stack": lab.plan["lab"]["serve_args"],
+        "defaults": lab.plan["defaults"]["serve_args"],
+        **{probe["name"]: probe["serve_args"] for probe in lab.plan["probes"]},
+    }
+    checks["parser"] = check_arguments_with_real_parser(lab, lists)
+    phase.step(f"real parser: {checks['parser']}")
+    with fake_vllm_server(
+        FakeBehaviour(first_token_delay_s=0.05, token_interval_s=0.001, stream_interval=4)
+    ) as port:
+        level = loadgen.run_level(
+            loadgen.Target("127.0.0.1", port, "fake"),
+            concurrency=4,
+            num_prompts=8,
+            input_len=16,
+            output_len=32,
+            token_id_range=(3, 100),
+            time_cap_s=20,
+            processes=2,
+        )
+    summary = level["summary"]
+    checks["loadgen"] = {
+        "completed": summary["completed"],
+        "failed": summary["failed"],
+        "ttft_mean_ms": summary.get("ttft_ms", {}).get("mean"),
+    }
+    sample = [
+        "(EngineCore pid=1) INFO 11-29 10:00:00 [gpu_worker.py:561] Available KV cache memory: 101.5 GiB",
+        "INFO 11-29 10:00:00 [kv_cache_utils.py:2177] GPU KV cache size: 1,662,944 tokens",
+        "INFO 11-29 10:00:00 [kv_cache_utils.py:2179] Maximum concurrency for 16,384 tokens per request: "
+        "101.50x",
+    ]
+    checks["log_parser"] = kv_cache_ready(parse_log(sample))
+    checks["gpu_memory_mib"] = gpu_memory_mib()
+    checks["capacity_script"] = CAPACITY_SCRIPT.exists()
+    for name, module in (("matplotlib", "matplotlib"), ("transformers", "transformers")):
+        found = subprocess.run([lab.python, "-c", f"import {module}"], capture_output=True, timeout=120)
+        checks[f"import_{name}"] = found.returncode == 0
+    ok = (
+        all(value == "accepted" for name, value in checks["parser"].items() if name != "snapshot")
+        and checks["loadgen"]["completed"] == 8
+        and checks["log_parser"]
+        and checks["model_dir"]["config"]
+        and checks["model_dir"]["tokenizer"]
+        and checks["import_transformers"]
+    )
+    phase.result["ok"] = ok
+    phase.step(f"selftest {'PASSED' if ok else 'FAILED'}: {json.dumps(checks, default=str)}")
+    return ok
+
+
+PHASES = {"stack": phase_stack, "defaults": phase_defaults, "baseline": phase_baseline}
+
+
+def main() -> int:
+    cli = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_argument("phase", choices=["selftest", *PHASES])
+    cli.add_argument("--out", type=Path, required=True)
+    cli.add_argument("--budget-s", type=float, default=500, help="stop starting new steps after this long")
+    cli.add_argument("--plan", type=Path, default=PLAN_FILE)
+    cli.add_argument(
+        "--dry-run-cpu", action="store_true", help="rehearse on the vLLM CPU build with a tiny model"
+    )
+    args = cli.parse_args()
+
+    plan = json.loads(args.plan.read_text())
+    lab = Lab.create(plan, args.dry_run_cpu)
+    phase = Phase(args.phase, args.out, args.budget_s, lab)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        phase.say(f"signal {signum}: stopping servers")
+        phase.finish(f"interrupted by signal {signum}")
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    atexit.register(kill_registered)
+    leftovers = kill_registered()
+    if leftovers:
+        phase.step(f"stopped process groups left by an earlier run: {leftovers}")
+    phase.result["software"] = software_versions(lab.python)
+    phase.result["plan"] = {
+        "stack": plan["stack"],
+        "model": plan["model"],
+        "tuning_profile": plan["tuning_profile"],
+        "stack_vllm_version": plan["stack_vllm_version"],
+    }
+    phase.say(f"budget {args.budget_s:.0f} s, software {phase.result['software']}")
+    try:
+        if args.phase == "selftest":
+            ok = phase_selftest(phase, lab)
+            phase.finish("passed" if ok else "failed")
+            return 0 if ok else 1
+        PHASES[args.phase](phase, lab)
+    except Exception as error:  # report, stop servers, keep the data so far
+        phase.result["error"] = f"{type(error).__name__}: {error}"[:4000]
+        phase.finish("failed")
+        return 1
+    phase.finish("completed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

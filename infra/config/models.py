@@ -65,20 +65,113 @@ class ArchitectureConfig(StrictModel):
     """
 
     preset: str | None = None
+    """A shape from infra/catalogue/model_shapes.yaml (e.g. `llama-3.1-8b`); fields set here override it."""
     parameters_billion: Annotated[float, Field(gt=0)] | None = None
+    """Declared parameter count; by default counted from the shape (docs/capacity.md)."""
     num_hidden_layers: Annotated[int, Field(gt=0)] | None = None
     hidden_size: Annotated[int, Field(gt=0)] | None = None
     num_attention_heads: Annotated[int, Field(gt=0)] | None = None
     num_key_value_heads: Annotated[int, Field(gt=0)] | None = None
+    """KV heads (grouped-query attention); defaults to num_attention_heads."""
     head_dim: Annotated[int, Field(gt=0)] | None = None
+    """Defaults to hidden_size / num_attention_heads."""
     intermediate_size: Annotated[int, Field(gt=0)] | None = None
+    """MLP width of dense layers (for Mixtral-style MoE, of each expert)."""
     vocab_size: Annotated[int, Field(gt=0)] | None = None
     max_position_embeddings: Annotated[int, Field(gt=0)] | None = None
+    """The longest context the model supports; vllm.max_model_len may not exceed it."""
     sliding_window: Annotated[int, Field(gt=0)] | None = None
+    """Every attention layer attends only to this many past tokens (Mistral-7B v0.1: 4096)."""
+    qkv_bias: bool | None = None
+    """Q/K/V projections carry biases (Qwen2 family)."""
+    attention_output_bias: bool | None = None
     num_experts: Annotated[int, Field(gt=0)] | None = None
+    """Routed experts per MoE layer (config.json num_local_experts / n_routed_experts)."""
     num_experts_per_token: Annotated[int, Field(gt=0)] | None = None
+    moe_intermediate_size: Annotated[int, Field(gt=0)] | None = None
+    """Width of each routed expert; defaults to intermediate_size."""
+    num_shared_experts: Annotated[int, Field(ge=0)] | None = None
+    """Always-active experts of DeepSeek-style MoE layers."""
+    first_dense_layers: Annotated[int, Field(ge=0)] | None = None
+    """Leading layers with a dense MLP instead of experts (config.json first_k_dense_replace)."""
+    kv_lora_rank: Annotated[int, Field(gt=0)] | None = None
+    """Multi-head latent attention (DeepSeek): the compressed KV width cached per token."""
+    q_lora_rank: Annotated[int, Field(gt=0)] | None = None
+    qk_rope_head_dim: Annotated[int, Field(gt=0)] | None = None
+    qk_nope_head_dim: Annotated[int, Field(gt=0)] | None = None
+    v_head_dim: Annotated[int, Field(gt=0)] | None = None
     tie_word_embeddings: bool | None = None
+    """The output projection shares the embedding matrix (not stored twice)."""
     weight_dtype: Literal["bfloat16", "float16", "float32", "fp8", "int8", "int4"] | None = None
+    """Precision of the checkpoint's linear layers (default bfloat16; int4 for AWQ/GPTQ checkpoints)."""
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        from infra.catalogue.model_shapes import model_shape_presets
+
+        known = sorted(model_shape_presets())
+        if value is not None and value not in known:
+            import difflib
+
+            close = difflib.get_close_matches(value, known, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ValueError(
+                f"unknown preset: {hint}infra/catalogue/model_shapes.yaml knows {', '.join(known)}; "
+                "or leave preset out and give the numbers from the model's config.json (docs/capacity.md)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _enough_to_plan(self) -> ArchitectureConfig:
+        shape = self.resolved()
+        missing = [key for key in ARCHITECTURE_REQUIRED_KEYS if shape.get(key) is None]
+        if missing:
+            raise ConfigProblem(
+                f"the capacity planner needs {', '.join(missing)} (from the model's config.json), "
+                "or a preset such as 'llama-3.1-8b' (docs/capacity.md)",
+                at=(missing[0],),
+            )
+        heads = shape["num_attention_heads"]
+        kv_heads = shape.get("num_key_value_heads") or heads
+        if heads % kv_heads:
+            raise ConfigProblem(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
+                                f"{kv_heads}", at=("num_key_value_heads",))
+        if shape.get("kv_lora_rank") is not None:
+            for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+                if shape.get(key) is None:
+                    raise ConfigProblem(f"multi-head latent attention (kv_lora_rank) also needs {key}",
+                                        at=(key,))
+        if shape.get("num_experts") is not None:
+            per_token = shape.get("num_experts_per_token")
+            if per_token is None or per_token > shape["num_experts"]:
+                raise ConfigProblem(
+                    "a MoE model needs num_experts_per_token between 1 and num_experts "
+                    f"({shape['num_experts']})", at=("num_experts_per_token",), value=per_token,
+                )
+        return self
+
+    def resolved(self) -> dict[str, Any]:
+        """The preset's values with every field set explicitly in the stack file on top."""
+        from infra.catalogue.model_shapes import lookup_preset
+
+        preset = lookup_preset(self.preset) if self.preset else None
+        values = dict(preset.architecture) if preset else {}
+        values.update({name: getattr(self, name) for name in self.model_fields_set if name != "preset"})
+        return values
+
+
+ARCHITECTURE_REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+                              "vocab_size")
+
+
+class CapacityPlanningConfig(StrictModel):
+    """What the capacity plan reports concurrency for, besides one full `max_model_len` request."""
+
+    typical_input_tokens: Annotated[int, Field(ge=1)] = 512
+    """Prompt length of a typical request."""
+    typical_output_tokens: Annotated[int, Field(ge=1)] = 256
+    """Completion length of a typical request."""
 
 
 class AutoscalingMetricConfig(StrictModel):
@@ -203,13 +296,19 @@ class StartupConfig(StrictModel):
     """Assumptions behind the startupProbe budget (the capacity planner turns them into seconds)."""
 
     image_pull_seconds: Annotated[int, Field(ge=0)] = 180
+    """Pulling the vLLM image (10–25 GB) onto a node that does not have it yet."""
     weight_load_mib_per_second: Annotated[float, Field(gt=0)] = 1000
     """Sustained read speed of the weights into GPU memory (node-local NVMe: ~1000–2000 MiB/s)."""
     shared_volume_mib_per_second: Annotated[float, Field(gt=0)] = 300
-    """Copy speed from the shared EFS volume onto node NVMe for a cold node."""
+    """Read speed from the shared EFS volume: the copy onto node NVMe for a cold node, or the load
+    itself when the GPU group has no local NVMe."""
+    engine_start_seconds: Annotated[int, Field(ge=0)] = 60
+    """vLLM's own start: imports, engine-core process, tokenizer, memory profiling and graph capture
+    with a warm compile cache (about 1 minute for an 8B model on the lab H200, shared/gpu/README.md)."""
     compile_seconds: Annotated[int, Field(ge=0)] = 240
-    """torch.compile + CUDA-graph capture on a cold compile cache."""
+    """Extra time on a cold compile cache: torch.compile (first start about 3 minutes on the lab H200)."""
     safety_factor: Annotated[float, Field(ge=1, le=5)] = 1.5
+    """Multiplies the sum of the phases: the startupProbe budget is this much longer than expected."""
     probe_period_seconds: Annotated[int, Field(ge=1, le=60)] = 10
 
 
@@ -235,7 +334,8 @@ class ModelConfig(StrictModel):
     served_model_name: str | None = None
     """The `model` clients send in OpenAI requests; defaults to `name`."""
     source: ModelSourceConfig
-    architecture: ArchitectureConfig = ArchitectureConfig()
+    architecture: ArchitectureConfig
+    """The model's shape: a preset or the numbers of its config.json (docs/capacity.md)."""
     gpu_group: str
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
     """GPUs of one pod = vLLM tensor-parallel size."""
@@ -245,6 +345,7 @@ class ModelConfig(StrictModel):
     vllm: VllmEngineConfig = VllmEngineConfig()
     resources: ResourcesConfig = ResourcesConfig()
     startup: StartupConfig = StartupConfig()
+    capacity: CapacityPlanningConfig = CapacityPlanningConfig()
     drain: DrainConfig = DrainConfig()
     api_key_secret: SecretRefConfig | None = None
     """Defaults to `vllm-platform/<stack>/<model>/api-key`, key `value`, in the secret store."""
@@ -254,6 +355,21 @@ class ModelConfig(StrictModel):
     """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on."""
     min_available: Annotated[int, Field(ge=0)] = 1
     """PodDisruptionBudget: replicas kept serving during voluntary disruptions."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _architecture_given(cls, data: Any) -> Any:
+        # Without a shape nothing can be sized, so say what to write instead of "required key".
+        if isinstance(data, dict) and data.get("architecture") is None:
+            from infra.catalogue.model_shapes import model_shape_presets
+
+            raise ConfigProblem(
+                "required: the capacity planner sizes GPU memory from the model's shape; set "
+                f"architecture.preset to one of {', '.join(sorted(model_shape_presets()))}, or give the "
+                "numbers from its config.json (docs/capacity.md)",
+                at=("architecture",),
+            )
+        return data
 
     @property
     def namespace(self) -> str:

@@ -15,7 +15,9 @@ PlatformCheck = Callable[[PlatformConfig], list[Problem]]
 
 
 def platform_checks() -> list[PlatformCheck]:
-    return []
+    from infra.capacity.plan import capacity_problems
+
+    return [capacity_problems]
 
 
 def platform_problems(config: PlatformConfig) -> list[Problem]:

@@ -1,14 +1,84 @@
-"""The per-model plan the rest of the stack consumes."""
+"""The per-model plan the rest of the stack consumes: memory per GPU, KV cache, concurrency, startup.
+
+`plan_platform(config)` plans every model on its own GPU group (`PlatformPlan.models`) and, for
+comparison, on every other GPU group of the stack (`PlatformPlan.alternatives`). A plan that says a
+model cannot start carries the reasons with the numbers and a fix (`ModelPlan.problems`);
+`capacity_problems` turns them into config problems for validate/render/preview.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
+from infra.capacity.architecture import (
+    BYTES_PER_DTYPE,
+    ModelShape,
+    activation_dtype,
+    checkpoint_bytes,
+    linear_weight_dtype,
+    tensor_parallel_problems,
+    total_parameters,
+    weight_bytes_per_gpu,
+)
+from infra.capacity.memory import (
+    GIB,
+    NON_TORCH_INCREASE_BYTES,
+    EngineSettings,
+    GpuMemory,
+    KvCacheSizing,
+    activation_peak_bytes,
+    blocks_per_request,
+    cudagraph_memory_bytes,
+    effective_max_num_batched_tokens,
+    kv_dtype_bytes,
+    longest_request_that_fits,
+    size_kv_cache,
+)
+from infra.capacity.startup import StartupPlan, plan_startup
+from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
+from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
 
-_BYTES_PER_PARAMETER = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "int8": 1, "int4": 0.5}
+MAX_GPUS_PER_REPLICA = 8
+"""The most GPUs of one node a replica may use (models[].gpus_per_replica)."""
+
+HIGHEST_SUGGESTED_UTILIZATION = 0.95
+"""Above this vLLM leaves too little room for the CUDA context and fragmentation to be a fix we offer."""
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes on each GPU of one replica, in the order vLLM accounts for them."""
+
+    gpu_total_bytes: int
+    """nvidia-smi memory.total."""
+    cuda_total_bytes: int
+    """What CUDA reports as total (vLLM's total_memory)."""
+    requested_bytes: int
+    """cuda_total × gpu_memory_utilization: everything below must fit in it."""
+    weight_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    kv_cache_bytes: int
+    """What is left for the KV cache (negative: does not fit)."""
+
+    @property
+    def overhead_bytes(self) -> int:
+        return self.activation_peak_bytes + self.non_torch_bytes + self.cudagraph_bytes
+
+
+@dataclass(frozen=True)
+class CapacityProblem:
+    """Why a model cannot start on a GPU group, at a key path relative to the model."""
+
+    at: tuple[str | int, ...]
+    value: Any
+    message: str
 
 
 @dataclass(frozen=True)
@@ -16,43 +86,347 @@ class ModelPlan:
     model: str
     gpu_group: str
     gpu_model: str
+    tensor_parallel_size: int
+    parameters: float
     weight_bytes_per_gpu: int
     startup_budget_seconds: int
+    kv_cache_bytes_per_token: int
+    """KV bytes one token takes on one GPU (all layers)."""
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    """Effective token budget per step (vLLM's default when the stack leaves it unset)."""
+    memory: MemoryPlan
+    kv_cache: KvCacheSizing
+    typical_request_tokens: int
+    typical_concurrency: float
+    """Requests of typical length whose KV cache fits at once."""
+    startup: StartupPlan
+    problems: tuple[CapacityProblem, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    @property
+    def max_num_seqs_reachable(self) -> bool:
+        """Whether max_num_seqs typical requests fit in the KV cache at once."""
+        return self.typical_concurrency >= self.max_num_seqs
 
 
 @dataclass(frozen=True)
 class PlatformPlan:
     models: dict[str, ModelPlan]
+    """Each model on its configured GPU group."""
+    alternatives: tuple[ModelPlan, ...] = ()
+    """Each model on every other GPU group of the stack, same tensor parallelism."""
 
 
-def weight_bytes(model: ModelConfig) -> int:
-    parameters = (model.architecture.parameters_billion or 8.0) * 1e9
-    dtype = model.architecture.weight_dtype or "bfloat16"
-    return int(parameters * _BYTES_PER_PARAMETER[dtype])
+@dataclass(frozen=True)
+class _Placement:
+    """Where and how a model runs: everything the arithmetic depends on besides the shape."""
+
+    gpu: GpuModel
+    tensor_parallel_size: int
+    settings: EngineSettings
+    gpus_per_node: int
 
 
-def startup_budget_seconds(model: ModelConfig) -> int:
-    """Image pull + copy from the shared volume + load into GPU memory + compile, with a margin."""
-    mib = weight_bytes(model) / 2**20
-    startup = model.startup
-    seconds = (
-        startup.image_pull_seconds
-        + mib / startup.shared_volume_mib_per_second
-        + mib / startup.weight_load_mib_per_second
-        + startup.compile_seconds
+@dataclass(frozen=True)
+class MemorySizing:
+    memory: MemoryPlan
+    kv_cache: KvCacheSizing
+    max_num_batched_tokens: int
+    kv_bytes_per_token: int
+
+
+def _size(shape: ModelShape, placement: _Placement) -> MemorySizing:
+    return size_memory(shape, placement.gpu, placement.tensor_parallel_size, placement.settings)
+
+
+def size_memory(
+    shape: ModelShape, gpu_model: GpuModel, tensor_parallel_size: int, settings: EngineSettings
+) -> MemorySizing:
+    """Memory on each GPU and the KV cache vLLM will size, for one shape, GPU and set of settings."""
+    tp = tensor_parallel_size
+    gpu = GpuMemory(name=gpu_model.name, memory_bytes=gpu_model.memory_bytes)
+    compute = activation_dtype(shape, settings.dtype)
+    act_bytes = int(BYTES_PER_DTYPE[compute])
+    weights = weight_bytes_per_gpu(
+        shape,
+        tp,
+        linear_dtype=linear_weight_dtype(shape, settings.quantization, compute),
+        compute_dtype=compute,
     )
-    return int(math.ceil(seconds * startup.safety_factor))
+    tokens = effective_max_num_batched_tokens(settings, gpu)
+    activation = activation_peak_bytes(shape, tp, gpu, tokens, settings.max_num_seqs, act_bytes)
+    graphs = cudagraph_memory_bytes(shape, tp, settings, tokens, act_bytes)
+    requested = math.ceil(gpu.cuda_total_bytes * settings.gpu_memory_utilization)
+    available = requested - weights - activation - NON_TORCH_INCREASE_BYTES - graphs
+    dtype_bytes = kv_dtype_bytes(settings, compute)
+    kv = size_kv_cache(shape, tp, available, dtype_bytes, settings.max_model_len, tokens)
+    memory = MemoryPlan(
+        gpu_total_bytes=gpu.memory_bytes,
+        cuda_total_bytes=gpu.cuda_total_bytes,
+        requested_bytes=requested,
+        weight_bytes=weights,
+        activation_peak_bytes=activation,
+        non_torch_bytes=NON_TORCH_INCREASE_BYTES,
+        cudagraph_bytes=graphs,
+        kv_cache_bytes=available,
+    )
+    per_token = kv.page_bytes_per_layer * shape.num_hidden_layers // kv.block_size_tokens
+    return MemorySizing(
+        memory=memory, kv_cache=kv, max_num_batched_tokens=tokens, kv_bytes_per_token=per_token
+    )
+
+
+def _starts(shape: ModelShape, placement: _Placement) -> bool:
+    """vLLM gets through startup: the shape splits, and one max_model_len request fits the KV cache."""
+    if tensor_parallel_problems(shape, placement.tensor_parallel_size):
+        return False
+    sizing = _size(shape, placement)
+    needed = blocks_per_request(shape, placement.settings.max_model_len, sizing.max_num_batched_tokens)
+    return sizing.memory.kv_cache_bytes > 0 and sizing.kv_cache.num_blocks >= needed
+
+
+def _gib(value: int | float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def _nice_length(tokens: int) -> int:
+    """A max_model_len a person would write: a multiple of 1024 (of 256 below 4096)."""
+    step = 1024 if tokens >= 4096 else 256
+    return max(step, tokens // step * step) if tokens >= step else tokens
+
+
+def _fixes(shape: ModelShape, placement: _Placement) -> list[str]:
+    """Changes that would let the model start, each checked with the same arithmetic."""
+    fixes: list[str] = []
+    tp = placement.tensor_parallel_size
+    for larger in range(tp + 1, MAX_GPUS_PER_REPLICA + 1):
+        option = dataclasses.replace(placement, tensor_parallel_size=larger, gpus_per_node=larger)
+        if not _starts(shape, option):
+            continue
+        per_gpu = f"{_gib(_size(shape, option).memory.weight_bytes)} of weights per GPU"
+        if larger <= placement.gpus_per_node:
+            fixes.append(f"gpus_per_replica: {larger} ({per_gpu})")
+        else:
+            roomy = sorted(
+                (
+                    i
+                    for i in gpu_instance_types().values()
+                    if i.gpu.name == placement.gpu.name and i.gpus_per_node >= larger
+                ),
+                key=lambda i: (i.gpus_per_node, i.vcpus),
+            )
+            if roomy:
+                fixes.append(
+                    f"gpus_per_replica: {larger} ({per_gpu}) in a GPU group of instance types with "
+                    f"{larger}+ {placement.gpu.name} GPUs, e.g. {roomy[0].name}"
+                )
+        break
+    settings = placement.settings
+    if settings.gpu_memory_utilization < HIGHEST_SUGGESTED_UTILIZATION:
+        for step in range(
+            round(settings.gpu_memory_utilization * 100) + 1, round(HIGHEST_SUGGESTED_UTILIZATION * 100) + 1
+        ):
+            option = dataclasses.replace(
+                placement, settings=dataclasses.replace(settings, gpu_memory_utilization=step / 100)
+            )
+            if _starts(shape, option):
+                fixes.append(f"vllm.gpu_memory_utilization: {step / 100:.2f}")
+                break
+    if not settings.kv_cache_dtype.startswith("fp8") and placement.gpu.fp8:
+        option = dataclasses.replace(placement, settings=dataclasses.replace(settings, kv_cache_dtype="fp8"))
+        if _starts(shape, option):
+            fixes.append("vllm.kv_cache_dtype: fp8 (half the KV bytes per token)")
+    if shape.weight_dtype in ("bfloat16", "float16", "float32") and settings.quantization is None:
+        if placement.gpu.fp8:
+            option = dataclasses.replace(
+                placement, settings=dataclasses.replace(settings, quantization="fp8")
+            )
+            if _starts(shape, option):
+                fixes.append("quantised weights: vllm.quantization: fp8")
+        if not fixes or not fixes[-1].startswith("quantised"):
+            option_shape = dataclasses.replace(shape, weight_dtype="int4")
+            if _starts(option_shape, placement):
+                fixes.append(
+                    "quantised weights: an int4 (AWQ/GPTQ) checkpoint with architecture.weight_dtype: int4"
+                )
+    bigger = []
+    for gpu in sorted(
+        {i.gpu.name: i.gpu for i in gpu_instance_types().values()}.values(), key=lambda g: g.memory_mib
+    ):
+        if gpu.memory_mib > placement.gpu.memory_mib and _starts(
+            shape, dataclasses.replace(placement, gpu=gpu)
+        ):
+            bigger.append(gpu.name)
+    if bigger:
+        gpus = f"{tp} GPU{'s' if tp > 1 else ''}"
+        fixes.append(f"a GPU group with more memory per GPU ({', '.join(bigger[:3])} at {gpus})")
+    return fixes
+
+
+def _fix_text(fixes: list[str]) -> str:
+    if not fixes:
+        return "no single change in this GPU group fits it; use a GPU with more memory and tensor parallelism"
+    return "fix: " + "; or ".join(fixes)
+
+
+def _problems(shape: ModelShape, placement: _Placement, sizing: MemorySizing) -> list[CapacityProblem]:
+    tp = placement.tensor_parallel_size
+    gpu = placement.gpu.name
+    settings = placement.settings
+    problems: list[CapacityProblem] = []
+    split = tensor_parallel_problems(shape, tp)
+    if tp > placement.gpus_per_node:
+        problems.append(
+            CapacityProblem(
+                at=("gpus_per_replica",),
+                value=tp,
+                message=f"one replica needs {tp} GPUs on one node; nodes of this group have "
+                f"{placement.gpus_per_node}",
+            )
+        )
+        return problems
+    if split:
+        valid = [n for n in range(1, placement.gpus_per_node + 1) if not tensor_parallel_problems(shape, n)]
+        problems.append(
+            CapacityProblem(
+                at=("gpus_per_replica",),
+                value=tp,
+                message=f"vLLM cannot split this model across {tp} GPUs: {'; '.join(split)}; "
+                f"fix: gpus_per_replica one of {', '.join(map(str, valid))}",
+            )
+        )
+        return problems
+    limit = shape.max_position_embeddings
+    if limit is not None and settings.max_model_len > limit:
+        problems.append(
+            CapacityProblem(
+                at=("vllm", "max_model_len"),
+                value=settings.max_model_len,
+                message=f"the model supports at most {limit} tokens (architecture.max_position_embeddings) "
+                f"and vLLM refuses a longer max_model_len; fix: vllm.max_model_len: {limit} or less "
+                "(or raise max_position_embeddings if the checkpoint's context was extended, e.g. with YaRN)",
+            )
+        )
+    memory = sizing.memory
+    usable = (
+        f"vLLM may use {_gib(memory.requested_bytes)} of each {gpu} ({settings.gpu_memory_utilization:g} × "
+        f"{_gib(memory.cuda_total_bytes)})"
+    )
+    if memory.kv_cache_bytes <= 0:
+        problems.append(
+            CapacityProblem(
+                at=("gpus_per_replica",),
+                value=tp,
+                message=f"the model does not fit: {_gib(memory.weight_bytes)} of weights per GPU at {tp} GPU"
+                f"{'s' if tp > 1 else ''} plus {_gib(memory.overhead_bytes)} of activations, CUDA graphs and "
+                f"runtime, but {usable}; {_fix_text(_fixes(shape, placement))}",
+            )
+        )
+        return problems
+    needed = blocks_per_request(shape, settings.max_model_len, sizing.max_num_batched_tokens)
+    if sizing.kv_cache.num_blocks < needed:
+        block = sizing.kv_cache.block_size_tokens
+        longest = longest_request_that_fits(
+            shape, sizing.kv_cache.num_blocks, sizing.max_num_batched_tokens, settings.max_model_len
+        )
+        fixes = [f"vllm.max_model_len: {_nice_length(longest)}"] if longest >= block else []
+        fixes += _fixes(shape, placement)
+        problems.append(
+            CapacityProblem(
+                at=("vllm", "max_model_len"),
+                value=settings.max_model_len,
+                message="the KV cache cannot hold one request of max_model_len "
+                f"{settings.max_model_len} tokens: it needs "
+                f"{_gib(needed * block * sizing.kv_bytes_per_token)} per GPU, "
+                f"{_gib(memory.kv_cache_bytes)} is left after {_gib(memory.weight_bytes)} of weights and "
+                f"{_gib(memory.overhead_bytes)} of activations, CUDA graphs and runtime ({usable}); "
+                f"{_fix_text(fixes)}",
+            )
+        )
+    return problems
+
+
+def _settings(model: ModelConfig) -> EngineSettings:
+    engine = model.vllm
+    return EngineSettings(
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        enable_chunked_prefill=engine.enable_chunked_prefill,
+        kv_cache_dtype=engine.kv_cache_dtype,
+        dtype=engine.dtype,
+        quantization=engine.quantization,
+        enforce_eager=engine.enforce_eager,
+    )
+
+
+def model_shape(model: ModelConfig) -> ModelShape:
+    return ModelShape.from_values(model.architecture.resolved())
+
+
+def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> ModelPlan:
+    """Plan `model` on the GPU group `gpu_group` of `config` (its own, or another for comparison)."""
+    group = config.node_groups.gpu[gpu_group]
+    shape = model_shape(model)
+    placement = _Placement(
+        gpu=group.gpu_model,
+        tensor_parallel_size=model.tensor_parallel_size,
+        settings=_settings(model),
+        gpus_per_node=max(instance.gpus_per_node for instance in group.gpu_instances),
+    )
+    sizing = _size(shape, placement)
+    typical = model.capacity.typical_input_tokens + model.capacity.typical_output_tokens
+    typical_concurrency = sizing.kv_cache.num_blocks / blocks_per_request(
+        shape, typical, sizing.max_num_batched_tokens
+    )
+    local_nvme = group.local_nvme.enabled and all(
+        instance.local_nvme_gib > 0 for instance in group.gpu_instances
+    )
+    startup = plan_startup(model.startup, checkpoint_bytes(shape), local_nvme=local_nvme)
+    return ModelPlan(
+        model=model.name,
+        gpu_group=gpu_group,
+        gpu_model=group.gpu_model.name,
+        tensor_parallel_size=model.tensor_parallel_size,
+        parameters=total_parameters(shape),
+        weight_bytes_per_gpu=sizing.memory.weight_bytes,
+        startup_budget_seconds=startup.budget_seconds,
+        kv_cache_bytes_per_token=sizing.kv_bytes_per_token,
+        max_model_len=model.vllm.max_model_len,
+        max_num_seqs=model.vllm.max_num_seqs,
+        max_num_batched_tokens=sizing.max_num_batched_tokens,
+        memory=sizing.memory,
+        kv_cache=sizing.kv_cache,
+        typical_request_tokens=typical,
+        typical_concurrency=typical_concurrency,
+        startup=startup,
+        problems=tuple(_problems(shape, placement, sizing)),
+    )
 
 
 def plan_platform(config: PlatformConfig) -> PlatformPlan:
-    plans = {}
-    for model in config.models:
-        group = config.node_groups.gpu[model.gpu_group]
-        plans[model.name] = ModelPlan(
-            model=model.name,
-            gpu_group=model.gpu_group,
-            gpu_model=group.gpu_model.name,
-            weight_bytes_per_gpu=weight_bytes(model) // model.tensor_parallel_size,
-            startup_budget_seconds=startup_budget_seconds(model),
-        )
-    return PlatformPlan(models=plans)
+    models = {model.name: plan_model(model, config, model.gpu_group) for model in config.models}
+    alternatives = tuple(
+        plan_model(model, config, group)
+        for model in config.models
+        for group in config.node_groups.gpu
+        if group != model.gpu_group
+    )
+    return PlatformPlan(models=models, alternatives=alternatives)
+
+
+def capacity_problems(config: PlatformConfig) -> list[Problem]:
+    """Validate-time check: every model that cannot start on its GPU group, with numbers and a fix."""
+    problems = []
+    for index, model in enumerate(config.models):
+        for problem in plan_model(model, config, model.gpu_group).problems:
+            problems.append(
+                Problem(path=("models", index, *problem.at), value=problem.value, message=problem.message)
+            )
+    return problems

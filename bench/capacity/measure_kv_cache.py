@@ -71,6 +71,12 @@ def run_text(command: list[str], timeout: float = 120) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def last_line(command: list[str], timeout: float = 300) -> str | None:
+    """The last line a Python one-liner prints (importing vLLM logs INFO lines to stdout first)."""
+    text = run_text(command, timeout)
+    return text.splitlines()[-1].strip() if text else None
+
+
 def gpu_info(python: str) -> dict[str, Any]:
     """What the GPU reports about its memory, from nvidia-smi and from CUDA itself."""
     info: dict[str, Any] = {}
@@ -91,7 +97,7 @@ def gpu_info(python: str) -> dict[str, Any]:
     if line:
         for key, value in zip(fields, line.splitlines()[0].split(", "), strict=False):
             info[key] = int(value) if key.endswith("_mib") and value.strip().isdigit() else value.strip()
-    total = run_text([python, "-c", "import torch; print(torch.cuda.mem_get_info()[1])"])
+    total = last_line([python, "-c", "import torch; print(torch.cuda.mem_get_info()[1])"])
     if total and total.isdigit():
         info["cuda_total_bytes"] = int(total)
     return info
@@ -263,9 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     document: dict[str, Any] = (
         json.loads(args.out.read_text()) if args.out.is_file() else {"observations": []}
     )
-    document["vllm_version"] = run_text(
-        [args.python, "-c", "import vllm; print(vllm.__version__)"], timeout=300
-    )
+    document["vllm_version"] = last_line([args.python, "-c", "import vllm; print(vllm.__version__)"])
     document["gpu"] = gpu_info(args.python)
     document["recorded_on"] = datetime.date.today().isoformat()
     say(f"vLLM {document['vllm_version']}, GPU {document['gpu']}")

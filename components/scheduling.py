@@ -7,10 +7,12 @@ GPUs unregistered or pods Pending.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from components.labels import GPU_GROUP_LABEL
 from infra.config.cluster import GpuNodeGroupConfig, TaintConfig
+from infra.config.platform import TolerationConfig
 
 
 def toleration_for(taint: TaintConfig) -> dict[str, str]:
@@ -35,6 +37,36 @@ def all_gpu_tolerations(groups: Iterable[GpuNodeGroupConfig]) -> list[dict[str, 
             if toleration not in seen:
                 seen.append(toleration)
     return seen
+
+
+def tolerations_from_config(tolerations: Iterable[TolerationConfig]) -> list[dict[str, str]]:
+    """A config override (`addons.<gpu add-on>.tolerations`) as pod tolerations."""
+    result = []
+    for toleration in tolerations:
+        item = {"key": toleration.key, "operator": toleration.operator, "value": toleration.value,
+                "effect": toleration.effect or ""}
+        result.append({name: value for name, value in item.items() if value})
+    return result
+
+
+def tolerates(toleration: Mapping[str, Any], taint: TaintConfig) -> bool:
+    """Kubernetes' matching rule (core/v1 `Toleration.ToleratesTaint`): an empty effect matches every
+    effect, an empty key with `Exists` matches every key, `Equal` compares the value."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.effect:
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.key:
+        return False
+    if (toleration.get("operator") or "Equal") == "Exists":
+        return True
+    return bool(key) and (toleration.get("value") or "") == taint.value
+
+
+def untolerated_taints(tolerations: Iterable[Mapping[str, Any]],
+                       taints: Iterable[TaintConfig]) -> list[TaintConfig]:
+    tolerations = list(tolerations)
+    return [taint for taint in taints if not any(tolerates(toleration, taint) for toleration in tolerations)]
 
 
 def gpu_group_node_selector(group_name: str) -> dict[str, str]:

@@ -178,8 +178,11 @@ class AutoscalingMetricConfig(StrictModel):
     """One autoscaling signal: a per-pod metric and the average value the HPA holds it at."""
 
     metric: str
-    """vLLM metric (e.g. vllm:num_requests_waiting, vllm:kv_cache_usage_perc) or DCGM_FI_DEV_GPU_UTIL."""
+    """Prometheus series: vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc
+    or DCGM_FI_DEV_GPU_UTIL (the catalogue in components/adapter_rules.py; docs/autoscaling.md)."""
     target_average_value: Annotated[float, Field(gt=0)]
+    """Per-pod average the autoscaler holds the metric at, in the metric's unit (requests, fraction
+    0–1 of the KV cache, percent GPU utilisation); at most three decimals (a Kubernetes quantity)."""
 
 
 def _default_autoscaling_metrics() -> list[AutoscalingMetricConfig]:
@@ -191,17 +194,33 @@ def _default_autoscaling_metrics() -> list[AutoscalingMetricConfig]:
 
 
 class AutoscalingConfig(StrictModel):
+    """Replicas driven by vLLM's queue and KV-cache usage and DCGM GPU utilisation (docs/autoscaling.md)."""
+
     enabled: bool = False
+    """Off: the Deployment runs `replicas` pods. On: an autoscaler owns the replica count."""
     backend: Literal["hpa", "keda"] = "hpa"
+    """`hpa`: autoscaling/v2 HPA on Pods metrics from the Prometheus Adapter. `keda`: a KEDA
+    ScaledObject with Prometheus triggers on the same queries (needs addons.keda)."""
     min_replicas: Annotated[int, Field(ge=1)] = 1
     max_replicas: Annotated[int, Field(ge=1)] = 2
     metrics: Annotated[list[AutoscalingMetricConfig], Field(min_length=1)] = Field(
         default_factory=_default_autoscaling_metrics
     )
+    """Signals; the autoscaler follows whichever asks for the most replicas. Default: queue depth 5,
+    KV cache 0.8, GPU utilisation 80 %."""
     scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
+    """Scale up on the first reading above target: a new replica takes minutes to load the model."""
+    scale_up_pods_per_period: Annotated[int, Field(ge=1)] = 4
+    scale_up_percent_per_period: Annotated[int, Field(ge=1, le=1000)] = 100
+    """Per `scale_up_period_seconds`, add up to the larger of this many pods and this percentage."""
+    scale_up_period_seconds: Annotated[int, Field(ge=15, le=1800)] = 60
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
+    """Scale down only to the highest recommendation of the last 10 minutes (bursty traffic)."""
     scale_down_pods_per_period: Annotated[int, Field(ge=1)] = 1
     scale_down_period_seconds: Annotated[int, Field(ge=15, le=1800)] = 300
+    """Remove at most `scale_down_pods_per_period` pods per this period."""
+    keda_polling_interval_seconds: Annotated[int, Field(ge=5, le=300)] = 15
+    """`backend: keda`: how often KEDA queries Prometheus."""
 
     @model_validator(mode="after")
     def _bounds_ordered(self) -> AutoscalingConfig:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from infra.config.base import StrictModel
+from infra.config.base import Labels, StrictModel, dns_label
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
 from infra.config.models import ModelConfig
@@ -62,28 +63,234 @@ class IngressConfig(StrictModel):
     inbound_cidrs: list[str] = []
 
 
+_CHART_VERSION = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
+ChartVersion = Annotated[str, Field(pattern=_CHART_VERSION)]
+
+
+def _check_prometheus_url(value: str) -> str:
+    parsed = urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query or parsed.fragment:
+        raise ValueError(
+            "must be an http(s) URL of the Prometheus HTTP API, e.g. http://prometheus-operated.monitoring.svc:9090"
+        )
+    return value.rstrip("/")
+
+
 class MonitoringConfig(StrictModel):
+    """Prometheus scraping vLLM and DCGM, which the Prometheus Adapter and KEDA read (docs/autoscaling.md)."""
+
     enabled: bool = True
+    """Create the scrape configuration (PodMonitor/ServiceMonitor) and, with `prometheus:
+    kube-prometheus-stack`, Prometheus itself. Autoscaling needs it."""
     prometheus: Literal["kube-prometheus-stack", "existing"] = "kube-prometheus-stack"
-    existing_prometheus_url: str | None = None
-    namespace: str = "monitoring"
+    """`kube-prometheus-stack`: install the pinned chart. `existing`: use the Prometheus at
+    `existing_prometheus_url` (nothing is installed for it)."""
+    existing_prometheus_url: Annotated[str, AfterValidator(_check_prometheus_url)] | None = None
+    """`prometheus: existing`: base URL of its HTTP API, read by the Prometheus Adapter and KEDA."""
+    existing_prometheus_operator: bool = True
+    """`prometheus: existing`: it is run by the Prometheus Operator, so the PodMonitor/ServiceMonitor
+    objects this stack creates are how it finds vLLM and DCGM. When false none are created and the
+    scrape jobs of docs/autoscaling.md must be added to its config by hand."""
+    monitor_labels: Labels = Field(default_factory=dict)
+    """Extra labels on the PodMonitor/ServiceMonitors, for an existing Prometheus whose
+    podMonitorSelector/serviceMonitorSelector needs them (e.g. `release: prometheus`)."""
+    namespace: Annotated[str, dns_label(63)] = "monitoring"
+    """Namespace of kube-prometheus-stack, the Prometheus Adapter and the vLLM PodMonitor."""
     scrape_interval_seconds: Annotated[int, Field(ge=5, le=120)] = 15
+    """How often vLLM and DCGM are scraped: the freshest an autoscaling signal can be."""
     retention_days: Annotated[int, Field(ge=1, le=365)] = 15
+    """kube-prometheus-stack: how long Prometheus keeps samples."""
+    prometheus_storage_gib: Annotated[int, Field(ge=1)] | None = 50
+    """kube-prometheus-stack: persistent volume per Prometheus replica; null keeps data in an emptyDir
+    (lost on restart). Needs a StorageClass that provisions ReadWriteOnce volumes (EBS CSI on EKS)."""
+    prometheus_storage_class: str | None = None
+    """StorageClass of that volume; null = the cluster's default StorageClass."""
+    chart_version: ChartVersion | None = None
+    """kube-prometheus-stack chart version; null = the pin in infra/versions.py."""
+    grafana: bool = False
+    """kube-prometheus-stack's Grafana. Off by default: it needs `grafana_admin_secret`, because the
+    chart's built-in admin password is public."""
+    grafana_admin_secret: Annotated[str, dns_label(253)] | None = None
+    """Kubernetes Secret in `namespace` with keys `admin-user` and `admin-password`, created outside
+    this stack (from the secret store)."""
+    alertmanager: bool = False
+    """kube-prometheus-stack's Alertmanager; off until receivers are configured."""
+
+    @model_validator(mode="after")
+    def _grafana_has_credentials(self) -> MonitoringConfig:
+        if self.grafana and not self.grafana_admin_secret:
+            raise ConfigProblem(
+                "Grafana needs grafana_admin_secret: the name of a Secret in the monitoring namespace with "
+                "keys admin-user and admin-password (the chart's default password is public); or set "
+                "grafana: false",
+                at=("grafana_admin_secret",),
+                value=None,
+            )
+        return self
+
+
+class TolerationConfig(StrictModel):
+    """A pod toleration, with Kubernetes semantics (an empty key with `Exists` tolerates every taint)."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Empty: tolerates the key with every effect."""
+
+    @model_validator(mode="after")
+    def _operator_matches_value(self) -> TolerationConfig:
+        if self.operator == "Exists" and self.value:
+            raise ConfigProblem("operator Exists takes no value; remove value or use operator Equal",
+                                at=("value",))
+        if self.operator == "Equal" and not self.key:
+            raise ConfigProblem("operator Equal needs a key (or use operator Exists)", at=("key",),
+                                value=self.key)
+        return self
+
+
+class AddonConfig(StrictModel):
+    """One pinned upstream chart. `addons.<name>: true` is short for `addons.<name>: {enabled: true}`."""
+
+    enabled: bool | None = None
+    """Null: the default for `cluster.mode` (docs/autoscaling.md, "Add-ons per cluster mode")."""
+    chart_version: ChartVersion | None = None
+    """Overrides the chart version pinned in infra/versions.py for this stack only."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bool_is_short_for_enabled(cls, data: Any) -> Any:
+        return {"enabled": data} if isinstance(data, bool) else data
+
+
+class GpuAddonConfig(AddonConfig):
+    tolerations: list[TolerationConfig] | None = None
+    """Null (recommended): exactly the taints of the GPU node groups. A list replaces them and must
+    still tolerate every GPU taint (checked at validate time)."""
+
+
+class NvidiaDevicePluginConfig(GpuAddonConfig):
+    """NVIDIA device plugin on the GPU node groups: registers `nvidia.com/gpu` with the kubelet."""
+
+    gpu_feature_discovery: bool = True
+    """GPU feature discovery plus its node-feature-discovery (the chart's `nfd` subchart): labels GPU
+    nodes with GPU model, memory and driver. Turn off where the cluster already runs NFD."""
+
+
+class DcgmExporterConfig(GpuAddonConfig):
+    """NVIDIA DCGM exporter on the GPU nodes, with pod attribution (per-pod GPU utilisation)."""
+
+
+class ImagePrepullConfig(GpuAddonConfig):
+    """DaemonSet that pulls the pinned vLLM image onto every GPU node ahead of the pods that need it
+    (no chart: `chart_version` does not apply)."""
+
+
+class PrometheusAdapterConfig(AddonConfig):
+    """Serves the autoscaling signals on the custom metrics API for `autoscaling.backend: hpa`."""
+
+    replicas: Annotated[int, Field(ge=1, le=5)] = 2
+    """Two, so an HPA does not lose its metrics while one adapter pod restarts."""
+    metrics_relist_interval_seconds: Annotated[int, Field(ge=15, le=600)] = 60
+    """How often the adapter rediscovers series (a new pod's metrics appear after at most this)."""
+
+
+class KedaConfig(AddonConfig):
+    """KEDA, for models with `autoscaling.backend: keda`. Off by default in every mode."""
+
+
+class EfsCsiDriverConfig(AddonConfig):
+    """AWS EFS CSI driver (IRSA role from the AWS layer) behind StorageClass `efs-sc`."""
+
+
+class SecretsStoreCsiDriverConfig(AddonConfig):
+    """Secrets Store CSI driver (secret sync on) plus the AWS provider when the secret store is AWS
+    Secrets Manager."""
+
+    aws_provider_chart_version: ChartVersion | None = None
+    """Overrides the pinned secrets-store-csi-driver-provider-aws chart version."""
+    rotation_poll_interval_seconds: Annotated[int, Field(ge=30, le=86400)] = 120
+    """How often mounted secrets are re-read from the store (rotation)."""
+
+
+class AwsLoadBalancerControllerConfig(AddonConfig):
+    """AWS Load Balancer Controller (IRSA; cluster name, region and VPC from the AWS layer)."""
+
+    replicas: Annotated[int, Field(ge=1, le=5)] = 2
+
+
+class MetricsServerConfig(AddonConfig):
+    """metrics-server: CPU/memory resource metrics (`kubectl top`, resource-based HPAs)."""
+
+
+class ClusterAutoscalerConfig(AddonConfig):
+    """Cluster Autoscaler (IRSA, node groups found by the cluster-name tags): adds GPU nodes when an
+    HPA creates replicas no node has room for."""
+
+    expander: Literal["least-waste", "random", "most-pods"] = "least-waste"
+    """Which node group grows when several could fit the pending pods."""
+    scale_down_unneeded_minutes: Annotated[int, Field(ge=1, le=1440)] = 10
+    """A node idle this long is removed (not below the group's min_size)."""
+    max_node_provision_minutes: Annotated[int, Field(ge=5, le=60)] = 20
+    """GPU nodes boot slowly (driver, device plugin registration); a node not ready after this is
+    treated as failed and another group is tried."""
+
+
+# (mode eks, mode existing): add-ons an existing cluster usually runs already, or that need the IAM
+# roles and VPC only mode `eks` creates, are off there unless switched on.
+ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
+    "nvidia_device_plugin": (True, True),
+    "dcgm_exporter": (True, True),
+    "prometheus_adapter": (True, True),
+    "keda": (False, False),
+    "efs_csi_driver": (True, False),
+    "secrets_store_csi_driver": (True, False),
+    "aws_load_balancer_controller": (True, False),
+    "metrics_server": (True, False),
+    "cluster_autoscaler": (True, False),
+    "image_prepull": (True, True),
+}
 
 
 class AddonsConfig(StrictModel):
-    """Cluster add-ons from pinned upstream charts (versions in infra/versions.py)."""
+    """Cluster add-ons from pinned upstream charts (versions in infra/versions.py). Each takes
+    `enabled` (default per `cluster.mode`, see ADDON_DEFAULTS) and `chart_version`."""
 
-    nvidia_device_plugin: bool = True
-    dcgm_exporter: bool = True
-    prometheus_adapter: bool = True
-    keda: bool = False
-    efs_csi_driver: bool = True
-    secrets_store_csi_driver: bool = True
-    aws_load_balancer_controller: bool = True
-    metrics_server: bool = True
-    image_prepull: bool = True
+    nvidia_device_plugin: NvidiaDevicePluginConfig = NvidiaDevicePluginConfig()
+    dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
+    prometheus_adapter: PrometheusAdapterConfig = PrometheusAdapterConfig()
+    keda: KedaConfig = KedaConfig()
+    efs_csi_driver: EfsCsiDriverConfig = EfsCsiDriverConfig()
+    secrets_store_csi_driver: SecretsStoreCsiDriverConfig = SecretsStoreCsiDriverConfig()
+    aws_load_balancer_controller: AwsLoadBalancerControllerConfig = AwsLoadBalancerControllerConfig()
+    metrics_server: MetricsServerConfig = MetricsServerConfig()
+    cluster_autoscaler: ClusterAutoscalerConfig = ClusterAutoscalerConfig()
+    image_prepull: ImagePrepullConfig = ImagePrepullConfig()
     """Pull the pinned vLLM image on every GPU node ahead of scale-up."""
+
+
+def _fill_addon_defaults(addons: Any, mode: str) -> Any:
+    """`enabled: null` → the default for the cluster mode, before the models are built (they are frozen)."""
+    index = 0 if mode == "eks" else 1
+    if isinstance(addons, AddonsConfig):
+        updates = {
+            name: getattr(addons, name).model_copy(update={"enabled": defaults[index]})
+            for name, defaults in ADDON_DEFAULTS.items()
+            if getattr(addons, name).enabled is None
+        }
+        return addons.model_copy(update=updates)
+    if not isinstance(addons, dict):
+        return addons  # the schema reports the wrong type
+    filled = dict(addons)
+    for name, defaults in ADDON_DEFAULTS.items():
+        entry = filled.get(name)
+        if entry is None:
+            filled[name] = {"enabled": defaults[index]}
+        elif isinstance(entry, dict) and entry.get("enabled") is None:
+            filled[name] = {**entry, "enabled": defaults[index]}
+        elif isinstance(entry, AddonConfig) and entry.enabled is None:
+            filled[name] = entry.model_copy(update={"enabled": defaults[index]})
+    return filled
 
 
 class PlatformConfig(StrictModel):
@@ -95,6 +302,17 @@ class PlatformConfig(StrictModel):
     ingress: IngressConfig = IngressConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     addons: AddonsConfig = AddonsConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _addon_defaults_follow_cluster_mode(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        cluster = data.get("cluster")
+        mode = cluster.get("mode", "eks") if isinstance(cluster, dict) else getattr(cluster, "mode", "eks")
+        if mode not in ("eks", "existing"):
+            return data  # ClusterConfig reports the bad mode
+        return {**data, "addons": _fill_addon_defaults(data.get("addons", {}), mode)}
 
     @model_validator(mode="after")
     def _models_fit_their_groups(self) -> PlatformConfig:
@@ -123,7 +341,8 @@ class PlatformConfig(StrictModel):
                     f"{largest} GPUs per replica or an instance type with more GPUs per node",
                     at=("models", index, "gpus_per_replica"),
                 )
-            if model.autoscaling.enabled and model.autoscaling.backend == "keda" and not self.addons.keda:
+            keda_missing = model.autoscaling.backend == "keda" and not self.addons.keda.enabled
+            if model.autoscaling.enabled and keda_missing:
                 raise ConfigProblem(
                     "autoscaling backend 'keda' needs the KEDA add-on; set addons.keda: true or use backend 'hpa'",
                     at=("models", index, "autoscaling", "backend"),

@@ -1,0 +1,186 @@
+"""Autoscaling signals → Prometheus Adapter rules, HPA metric names and KEDA queries (pure).
+
+One catalogue (`SIGNALS`) says, for every series a model may scale on, which exporter produces
+it and how one pod's series combine into the pod's value. Everything that names or queries a
+signal is derived from it, so the adapter rule, the name the HPA asks the custom metrics API for
+and the KEDA trigger query cannot disagree:
+
+- `adapter_rules(models)`: the Prometheus Adapter's `rules.custom`, one rule per signal used by an
+  HPA-backed model. The adapter fills `<<.Series>>`, `<<.LabelMatchers>>` and `<<.GroupBy>>` per
+  request; `adapter_query` does the same substitution (used by the promtool tests and the docs).
+- `custom_metric_name(series)`: the name the adapter exposes and the HPA asks for.
+- `keda_query(series, namespace, deployment)`: the same per-pod query summed over the
+  Deployment's pods, because a KEDA trigger's threshold is divided into the total.
+
+Per-pod aggregation (docs/autoscaling.md, "What one pod's value means"):
+- vLLM gauges carry one series per engine (`engine` label); a pod's queue is the `sum` over its
+  engines, its KV-cache usage the `avg` (a fraction of each engine's cache).
+- DCGM exports one series per GPU, attributed to the pod holding it (`namespace`/`pod` labels).
+  A tensor-parallel pod holds several GPUs: its utilisation is their `avg`, so the 80 % target
+  means "this pod's GPUs are 80 % busy on average", whatever the TP size.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Literal
+
+from infra import vllm_metrics
+from infra.config.errors import Problem
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+
+DCGM_GPU_UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"
+"""GPU utilisation in percent (0–100) per GPU, from NVIDIA's DCGM exporter."""
+
+# The adapter's template placeholders (Go text/template with `<<`/`>>` delimiters).
+SERIES = "<<.Series>>"
+LABEL_MATCHERS = "<<.LabelMatchers>>"
+GROUP_BY = "<<.GroupBy>>"
+
+
+@dataclass(frozen=True)
+class ScalingSignal:
+    series: str
+    """Prometheus series name as the exporter writes it."""
+    exporter: Literal["vllm", "dcgm"]
+    per_pod: Literal["sum", "avg"]
+    """How the pod's own series (one per vLLM engine, one per GPU) combine into the pod's value."""
+    unit: str
+
+    @property
+    def custom_metric_name(self) -> str:
+        return custom_metric_name(self.series)
+
+
+SIGNALS: dict[str, ScalingSignal] = {
+    signal.series: signal
+    for signal in (
+        ScalingSignal(vllm_metrics.NUM_REQUESTS_WAITING, "vllm", "sum", "requests waiting for a batch slot"),
+        ScalingSignal(vllm_metrics.NUM_REQUESTS_RUNNING, "vllm", "sum", "requests in the running batch"),
+        ScalingSignal(vllm_metrics.KV_CACHE_USAGE, "vllm", "avg", "fraction 0–1 of KV-cache blocks in use"),
+        ScalingSignal(DCGM_GPU_UTILIZATION, "dcgm", "avg", "percent 0–100 busy, mean of the pod's GPUs"),
+    )
+}
+
+
+def custom_metric_name(series: str) -> str:
+    """`vllm:num_requests_waiting` → `vllm_num_requests_waiting`: no ':' in custom metrics API paths."""
+    return re.sub(r"[^a-z0-9_]", "_", series.lower())
+
+
+def per_pod_query_template(signal: ScalingSignal) -> str:
+    """The adapter's metricsQuery: one value per pod that `<<.LabelMatchers>>` selects."""
+    return f"{signal.per_pod}({SERIES}{{{LABEL_MATCHERS}}}) by ({GROUP_BY})"
+
+
+def adapter_rule(signal: ScalingSignal) -> dict[str, Any]:
+    """One `rules.custom` entry of the Prometheus Adapter chart."""
+    return {
+        # Only series attributed to a pod: DCGM series of GPUs no pod holds have an empty `pod`.
+        "seriesQuery": f'{signal.series}{{namespace!="",pod!=""}}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": f"^{re.escape(signal.series)}$", "as": signal.custom_metric_name},
+        "metricsQuery": per_pod_query_template(signal),
+    }
+
+
+def hpa_signals(models: Iterable[ModelConfig]) -> list[ScalingSignal]:
+    """Signals the adapter must serve: those of the models whose HPA reads the custom metrics API."""
+    series = {
+        metric.metric
+        for model in models
+        if model.autoscaling.enabled and model.autoscaling.backend == "hpa"
+        for metric in model.autoscaling.metrics
+    }
+    return [SIGNALS[name] for name in sorted(series)]
+
+
+def adapter_rules(models: Iterable[ModelConfig]) -> list[dict[str, Any]]:
+    return [adapter_rule(signal) for signal in hpa_signals(models)]
+
+
+def adapter_query(rule: dict[str, Any], *, namespace: str, pods: Sequence[str]) -> str:
+    """The query the adapter sends for `kubectl get --raw .../namespaces/<ns>/pods/*/<metric>`.
+
+    Mirrors prometheus-adapter's substitution for a namespaced pods request: the series name, the
+    label matchers `namespace="<ns>",pod=~"<pod>|<pod>"` and the group-by label `pod`.
+    """
+    series = rule["seriesQuery"].split("{", 1)[0]
+    matchers = f'namespace="{namespace}",pod=~"{"|".join(pods)}"'
+    query = rule["metricsQuery"].replace(SERIES, series).replace(LABEL_MATCHERS, matchers)
+    return query.replace(GROUP_BY, "pod")
+
+
+def keda_query(signal: ScalingSignal, *, namespace: str, deployment_name: str) -> str:
+    """The per-pod query of the adapter rule, summed over the Deployment's pods.
+
+    KEDA divides a trigger's value by its threshold to get replicas (an External metric with an
+    AverageValue target), so summing the per-pod values makes the threshold a per-pod average,
+    exactly like the HPA's Pods metric.
+    """
+    matchers = f'namespace="{namespace}",pod=~"{deployment_name}-.+"'
+    per_pod = per_pod_query_template(signal).replace(SERIES, signal.series).replace(LABEL_MATCHERS, matchers)
+    return f"sum({per_pod.replace(GROUP_BY, 'pod')})"
+
+
+def to_quantity(value: float) -> str:
+    """A target as a Kubernetes quantity: 5 → "5", 0.8 → "800m" (the HPA compares milli-units)."""
+    milli = Decimal(str(value)) * 1000
+    if milli != milli.to_integral_value():
+        raise ValueError(f"{value} has more than three decimals; Kubernetes quantities stop at milli-units")
+    milli_int = int(milli)
+    return str(milli_int // 1000) if milli_int % 1000 == 0 else f"{milli_int}m"
+
+
+def autoscaling_metric_problems(config: PlatformConfig) -> list[Problem]:
+    """Each autoscaling metric must be a signal the platform serves and the pinned exporters export."""
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        seen: set[str] = set()
+        for position, metric in enumerate(model.autoscaling.metrics):
+            path: tuple[str | int, ...] = ("models", index, "autoscaling", "metrics", position)
+            message = _metric_name_problem(metric.metric)
+            if message is None and metric.metric in seen:
+                message = "listed twice for this model; keep one entry per metric"
+            if message is None and model.autoscaling.enabled:
+                message = _exporter_problem(SIGNALS[metric.metric], config)
+            if message is not None:
+                problems.append(Problem((*path, "metric"), metric.metric, message))
+            seen.add(metric.metric)
+            try:
+                to_quantity(metric.target_average_value)
+            except ValueError as error:
+                problems.append(Problem((*path, "target_average_value"), metric.target_average_value,
+                                        str(error)))
+    return problems
+
+
+def _metric_name_problem(name: str) -> str | None:
+    supported = ", ".join(sorted(SIGNALS))
+    if name.startswith("vllm:"):
+        exported = vllm_metrics.check_metric_name(name)
+        if exported is not None:
+            return f"{exported} (autoscaling signals: {supported})"
+    if name in SIGNALS:
+        signal = SIGNALS[name]
+        if signal.exporter == "vllm" and vllm_metrics.EXPORTED_METRICS.get(name) != "gauge":
+            # The catalogue drifted from the pinned vLLM (a bump of VLLM_VERSION): fail loudly here.
+            return f"vLLM's {name} is not a gauge in infra/vllm_metrics.py; the adapter rule sums it as one"
+        return None
+    close = difflib.get_close_matches(name, list(SIGNALS), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"{hint}not an autoscaling signal this platform serves; use one of {supported}"
+
+
+def _exporter_problem(signal: ScalingSignal, config: PlatformConfig) -> str | None:
+    if signal.exporter == "dcgm" and not config.addons.dcgm_exporter.enabled:
+        return (
+            f"{signal.series} comes from the DCGM exporter, which is off; set addons.dcgm_exporter: true "
+            "or scale on vLLM's metrics only"
+        )
+    return None

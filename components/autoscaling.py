@@ -1,0 +1,178 @@
+"""One autoscaler per model: an `autoscaling/v2` HPA or a KEDA ScaledObject (`autoscaling.backend`).
+
+The model's ModelService calls `create_model_autoscaler` for its vLLM Deployment. Both backends
+scale on the same per-pod signals (components/adapter_rules.py) with the same bounds and the same
+behaviour: fast scale-up (a replica needs minutes to load the model, so react at once), slow
+scale-down (traffic is bursty; a removed replica costs a cold start to get back).
+
+When an autoscaler owns a Deployment (`autoscaler_owns_replicas(model)`), the Deployment must not
+set `spec.replicas`: every `pulumi up` would otherwise reset the count the autoscaler chose.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.adapter_rules import SIGNALS, keda_query, to_quantity
+from components.labels import model_labels
+from components.monitoring import prometheus_url
+from infra.config.errors import Problem
+from infra.config.models import AutoscalingConfig, ModelConfig
+from infra.config.platform import MonitoringConfig, PlatformConfig
+
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+
+
+def autoscaler_owns_replicas(model: ModelConfig) -> bool:
+    """True when the Deployment must leave `spec.replicas` unset (an HPA or KEDA sets it)."""
+    return model.autoscaling.enabled
+
+
+def create_model_autoscaler(
+    name: str,
+    model: ModelConfig,
+    deployment_name: str,
+    namespace: str,
+    monitoring: MonitoringConfig,
+    opts: pulumi.ResourceOptions,
+) -> pulumi.Resource | None:
+    """Create the autoscaler of one model's vLLM Deployment; None when `autoscaling.enabled` is false.
+
+    name: Pulumi name prefix (e.g. `<model service>-autoscaler`); the child is `<name>-hpa` or
+        `<name>-scaledobject`.
+    model: the model's config; `model.autoscaling` picks the backend, bounds, metrics and behaviour.
+    deployment_name / namespace: the Deployment to scale. Its pods carry
+        `components.labels.model_selector_labels` and serve /metrics on the container port named
+        `http`, which the cluster-wide vLLM PodMonitor (components/monitoring.py) scrapes.
+    monitoring: `config.monitoring`; KEDA triggers query the Prometheus it names.
+    opts: the caller's child options, e.g. `ResourceOptions(parent=self, depends_on=[deployment,
+        *add-on releases])`. The HPA reads the custom metrics API of the Prometheus Adapter release
+        and a ScaledObject needs KEDA's CRDs: `KubernetesPlatform` passes those releases to the
+        ModelService (`ModelServiceArgs.depends_on`), which should put them in `depends_on` here.
+
+    The Kubernetes object is named `deployment_name` in `namespace` (so is the HPA KEDA generates).
+    """
+    if not model.autoscaling.enabled:
+        return None
+    metadata = {"name": deployment_name, "namespace": namespace, "labels": model_labels(model.name)}
+    if model.autoscaling.backend == "hpa":
+        return kubernetes.autoscaling.v2.HorizontalPodAutoscaler(
+            f"{name}-hpa",
+            metadata=metadata,
+            spec=hpa_spec(model.autoscaling, deployment_name),
+            opts=opts,
+        )
+    return kubernetes.apiextensions.CustomResource(
+        f"{name}-scaledobject",
+        api_version=KEDA_API_VERSION,
+        kind="ScaledObject",
+        metadata=metadata,
+        spec=scaled_object_spec(model.autoscaling, deployment_name, namespace, prometheus_url(monitoring)),
+        opts=opts,
+    )
+
+
+def scaling_behavior(autoscaling: AutoscalingConfig) -> dict[str, Any]:
+    """HPA behaviour: the larger of N pods or P % per period up at once, one pod per period down."""
+    return {
+        "scaleUp": {
+            "stabilizationWindowSeconds": autoscaling.scale_up_stabilization_seconds,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Pods", "value": autoscaling.scale_up_pods_per_period,
+                 "periodSeconds": autoscaling.scale_up_period_seconds},
+                {"type": "Percent", "value": autoscaling.scale_up_percent_per_period,
+                 "periodSeconds": autoscaling.scale_up_period_seconds},
+            ],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Pods", "value": autoscaling.scale_down_pods_per_period,
+                 "periodSeconds": autoscaling.scale_down_period_seconds},
+            ],
+        },
+    }
+
+
+def hpa_spec(autoscaling: AutoscalingConfig, deployment_name: str) -> dict[str, Any]:
+    """Pods metrics from the custom metrics API (Prometheus Adapter), AverageValue targets."""
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name},
+        "minReplicas": autoscaling.min_replicas,
+        "maxReplicas": autoscaling.max_replicas,
+        "metrics": [
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": SIGNALS[metric.metric].custom_metric_name},
+                    "target": {"type": "AverageValue",
+                               "averageValue": to_quantity(metric.target_average_value)},
+                },
+            }
+            for metric in autoscaling.metrics
+        ],
+        "behavior": scaling_behavior(autoscaling),
+    }
+
+
+def scaled_object_spec(
+    autoscaling: AutoscalingConfig, deployment_name: str, namespace: str, prometheus_url: str
+) -> dict[str, Any]:
+    """KEDA ScaledObject: Prometheus triggers on the adapter's per-pod queries, summed per Deployment."""
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name},
+        "minReplicaCount": autoscaling.min_replicas,
+        "maxReplicaCount": autoscaling.max_replicas,
+        "pollingInterval": autoscaling.keda_polling_interval_seconds,
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {"name": deployment_name,
+                                              "behavior": scaling_behavior(autoscaling)},
+        },
+        "triggers": [
+            {
+                "type": "prometheus",
+                "name": SIGNALS[metric.metric].custom_metric_name,
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": prometheus_url,
+                    "query": keda_query(SIGNALS[metric.metric], namespace=namespace,
+                                        deployment_name=deployment_name),
+                    # KEDA parses the threshold as a float, not as a Kubernetes quantity.
+                    "threshold": _plain_number(metric.target_average_value),
+                },
+            }
+            for metric in autoscaling.metrics
+        ],
+    }
+
+
+def _plain_number(value: float) -> str:
+    return format(Decimal(str(value)).normalize(), "f")
+
+
+def autoscaling_pipeline_problems(config: PlatformConfig) -> list[Problem]:
+    """An autoscaled model needs the metrics path its backend reads: Prometheus, and for `hpa` the adapter."""
+    problems = []
+    for index, model in enumerate(config.models):
+        if not model.autoscaling.enabled:
+            continue
+        path = ("models", index, "autoscaling")
+        if not config.monitoring.enabled:
+            problems.append(Problem(
+                (*path, "enabled"), True,
+                "autoscaling reads vLLM and DCGM metrics from Prometheus, but monitoring.enabled is false; "
+                "set monitoring.enabled: true or autoscaling.enabled: false",
+            ))
+        elif model.autoscaling.backend == "hpa" and not config.addons.prometheus_adapter.enabled:
+            problems.append(Problem(
+                (*path, "backend"), "hpa",
+                "backend 'hpa' reads its metrics from the Prometheus Adapter, which is off; set "
+                "addons.prometheus_adapter: true, or use backend 'keda' (with addons.keda: true)",
+            ))
+    return problems

@@ -1,0 +1,276 @@
+"""Cluster add-ons the serving unit needs, from pinned upstream charts (versions in infra/versions.py).
+
+    EFS CSI driver (IRSA) + StorageClass efs-sc     the shared model volume (RWX, one access point per PVC)
+    Secrets Store CSI driver + AWS provider         API keys / HF tokens mounted and synced to Secrets
+    AWS Load Balancer Controller (IRSA)             the model Ingresses → ALB
+    metrics-server                                  resource metrics (kubectl top, CPU-based HPAs)
+    Cluster Autoscaler (IRSA)                       GPU nodes for the replicas an HPA adds
+    KEDA                                            models with `autoscaling.backend: keda`
+
+Which add-on is on by default depends on `cluster.mode` (infra/config/platform.py ADDON_DEFAULTS;
+docs/autoscaling.md explains each choice). Values are built by the pure `*_values` functions so
+tests read exactly what Helm receives.
+
+Placement: controllers tolerate no taint (they belong on the system nodes, never on a GPU node);
+node agents whose volumes vLLM pods mount (the CSI node plugins and the AWS secrets provider)
+tolerate exactly the GPU taints, because a vLLM pod on a GPU node cannot start without them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.cluster_context import ClusterContext
+from components.labels import PART_OF
+from components.scheduling import all_gpu_tolerations
+from components.service_accounts import (
+    AWS_LOAD_BALANCER_CONTROLLER,
+    CLUSTER_AUTOSCALER,
+    EFS_CSI_CONTROLLER,
+    ServiceAccountRef,
+)
+from infra.config.errors import Problem
+from infra.config.platform import PlatformConfig
+from infra.versions import (
+    AWS_EFS_CSI_DRIVER_CHART,
+    AWS_LOAD_BALANCER_CONTROLLER_CHART,
+    CLUSTER_AUTOSCALER_CHART,
+    CLUSTER_AUTOSCALER_IMAGE_REPOSITORY,
+    CLUSTER_AUTOSCALER_IMAGE_TAGS,
+    KEDA_CHART,
+    METRICS_SERVER_CHART,
+    SECRETS_STORE_AWS_PROVIDER_CHART,
+    SECRETS_STORE_CSI_DRIVER_CHART,
+    ChartPin,
+)
+
+ADDONS_NAMESPACE = "kube-system"
+KEDA_NAMESPACE = "keda"
+EFS_STORAGE_CLASS = "efs-sc"
+"""The model volume's StorageClass (components/model_service.py MODEL_VOLUME_STORAGE_CLASS)."""
+EFS_BASE_PATH = "/vllm-platform"
+"""Directory on the file system under which each PVC's access point gets its own directory."""
+IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
+
+# mode `existing`: these need the IAM roles (and, for the load balancer controller, the VPC id)
+# that only mode `eks` creates, so switching them on there is an error rather than a broken pod.
+NEEDS_EKS_MODE = {
+    "aws_load_balancer_controller": "needs the VPC id and an IRSA role that only mode 'eks' creates",
+    "cluster_autoscaler": "needs an IRSA role and node-group discovery tags that only mode 'eks' creates",
+}
+
+
+def pinned_release(
+    name: str,
+    pin: ChartPin,
+    *,
+    namespace: str,
+    values: dict[str, Any],
+    chart_version: str | None,
+    opts: pulumi.ResourceOptions,
+    create_namespace: bool = False,
+) -> kubernetes.helm.v3.Release:
+    """A Helm release of a pinned chart; `name` is both the Pulumi name and the Helm release name."""
+    return kubernetes.helm.v3.Release(
+        name,
+        kubernetes.helm.v3.ReleaseArgs(
+            name=name,
+            chart=pin.chart,
+            version=chart_version or pin.version,
+            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=pin.repository),
+            namespace=namespace,
+            create_namespace=create_namespace,
+            values=values,
+        ),
+        opts=opts,
+    )
+
+
+def irsa_service_account(context: ClusterContext, account: ServiceAccountRef) -> dict[str, Any]:
+    """`serviceAccount` values: create it with the chart, named as the IAM role's trust policy expects."""
+    role_arn = context.role_arn_for(account.namespace, account.name)
+    annotations = {IRSA_ANNOTATION: role_arn} if role_arn else {}
+    return {"create": True, "name": account.name, "annotations": annotations}
+
+
+def node_agent_tolerations(config: PlatformConfig) -> list[dict[str, str]]:
+    """Tolerations of the DaemonSets that must run wherever vLLM pods run (exactly the GPU taints)."""
+    return all_gpu_tolerations(config.node_groups.gpu.values())
+
+
+def efs_csi_driver_values(config: PlatformConfig, context: ClusterContext) -> dict[str, Any]:
+    return {
+        "controller": {"serviceAccount": irsa_service_account(context, EFS_CSI_CONTROLLER),
+                       "tolerations": []},
+        "node": {"tolerations": node_agent_tolerations(config)},
+        "storageClasses": [],  # efs-sc is our own object below, with the file system id from the context
+    }
+
+
+def efs_storage_class_parameters(file_system_id: pulumi.Input[str]) -> dict[str, Any]:
+    return {
+        # Dynamic provisioning: one EFS access point (own directory and POSIX identity) per PVC.
+        "provisioningMode": "efs-ap",
+        "fileSystemId": file_system_id,
+        "directoryPerms": "700",
+        "basePath": EFS_BASE_PATH,
+    }
+
+
+def secrets_store_csi_driver_values(config: PlatformConfig) -> dict[str, Any]:
+    settings = config.addons.secrets_store_csi_driver
+    return {
+        # The model namespaces read their API key from a synced Secret (ingress auth, env).
+        "syncSecret": {"enabled": True},
+        "enableSecretRotation": True,
+        "rotationPollInterval": f"{settings.rotation_poll_interval_seconds}s",
+        "linux": {"tolerations": node_agent_tolerations(config)},
+    }
+
+
+def secrets_store_aws_provider_values(config: PlatformConfig) -> dict[str, Any]:
+    return {
+        # The provider reads secrets with the identity of the pod that mounts them (its IRSA role), so
+        # it needs no role of its own; the driver itself is the separately pinned release.
+        "secrets-store-csi-driver": {"install": False},
+        "tolerations": node_agent_tolerations(config),
+    }
+
+
+def aws_load_balancer_controller_values(config: PlatformConfig, context: ClusterContext) -> dict[str, Any]:
+    return {
+        "clusterName": context.cluster_name,
+        "region": context.region,
+        "vpcId": context.vpc_id,
+        "replicaCount": config.addons.aws_load_balancer_controller.replicas,
+        "serviceAccount": irsa_service_account(context, AWS_LOAD_BALANCER_CONTROLLER),
+        # Only the model Ingresses are ours; leave Services of type LoadBalancer to their owners.
+        "enableServiceMutatorWebhook": False,
+        "tolerations": [],
+    }
+
+
+def metrics_server_values() -> dict[str, Any]:
+    return {"tolerations": []}
+
+
+def cluster_autoscaler_values(config: PlatformConfig, context: ClusterContext) -> dict[str, Any]:
+    settings = config.addons.cluster_autoscaler
+    return {
+        "fullnameOverride": "cluster-autoscaler",
+        "cloudProvider": "aws",
+        "awsRegion": context.region,
+        # EKS managed node groups tag their Auto Scaling groups k8s.io/cluster-autoscaler/enabled and
+        # k8s.io/cluster-autoscaler/<cluster>; the autoscaler finds the groups (GPU ones included) by them.
+        "autoDiscovery": {"clusterName": context.cluster_name},
+        "image": {
+            "repository": CLUSTER_AUTOSCALER_IMAGE_REPOSITORY,
+            "tag": CLUSTER_AUTOSCALER_IMAGE_TAGS[config.cluster.kubernetes_version],
+        },
+        "rbac": {"serviceAccount": irsa_service_account(context, CLUSTER_AUTOSCALER)},
+        "extraArgs": {
+            "expander": settings.expander,
+            "balance-similar-node-groups": True,
+            # vLLM pods use emptyDirs (/dev/shm, scratch): with the default (true) a GPU node running
+            # one would never be scaled down.
+            "skip-nodes-with-local-storage": False,
+            "scale-down-unneeded-time": f"{settings.scale_down_unneeded_minutes}m",
+            "max-node-provision-time": f"{settings.max_node_provision_minutes}m",
+        },
+        "tolerations": [],
+    }
+
+
+def keda_values() -> dict[str, Any]:
+    return {"tolerations": []}
+
+
+@dataclass(frozen=True)
+class ClusterAddonsArgs:
+    config: PlatformConfig
+    context: ClusterContext
+
+
+class ClusterAddons(pulumi.ComponentResource):
+    """The non-GPU, non-monitoring add-ons; `releases` are what model objects must wait for."""
+
+    releases: list[kubernetes.helm.v3.Release]
+    keda_release: kubernetes.helm.v3.Release | None
+    storage_class: kubernetes.storage.v1.StorageClass
+
+    def __init__(self, name: str, args: ClusterAddonsArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-platform:cluster_addons:ClusterAddons", name, None, opts)
+        config, context, addons = args.config, args.context, args.config.addons
+        child = pulumi.ResourceOptions(parent=self)
+        self.releases = []
+
+        def release(release_name: str, pin: ChartPin, values: dict[str, Any], version: str | None,
+                    namespace: str = ADDONS_NAMESPACE) -> kubernetes.helm.v3.Release:
+            created = pinned_release(release_name, pin, namespace=namespace, values=values,
+                                     chart_version=version, opts=child,
+                                     create_namespace=namespace != ADDONS_NAMESPACE)
+            self.releases.append(created)
+            return created
+
+        efs_driver = None
+        if addons.efs_csi_driver.enabled:
+            efs_driver = release("aws-efs-csi-driver", AWS_EFS_CSI_DRIVER_CHART,
+                                 efs_csi_driver_values(config, context), addons.efs_csi_driver.chart_version)
+        # The StorageClass exists in both modes: in mode `existing` the cluster's own EFS CSI driver
+        # provisions from it, with the file system named in storage.existing_efs_file_system_id.
+        self.storage_class = kubernetes.storage.v1.StorageClass(
+            f"{name}-efs-storage-class",
+            metadata={"name": EFS_STORAGE_CLASS, "labels": {"app.kubernetes.io/part-of": PART_OF}},
+            provisioner="efs.csi.aws.com",
+            parameters=efs_storage_class_parameters(context.efs_file_system_id),
+            # Weights are expensive to fetch again: deleting a claim keeps its access point and data.
+            reclaim_policy="Retain",
+            volume_binding_mode="Immediate",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[efs_driver] if efs_driver else []),
+        )
+        if addons.secrets_store_csi_driver.enabled:
+            driver = release("secrets-store-csi-driver", SECRETS_STORE_CSI_DRIVER_CHART,
+                             secrets_store_csi_driver_values(config),
+                             addons.secrets_store_csi_driver.chart_version)
+            if config.security.secret_store.provider == "aws-secrets-manager":
+                self.releases.append(pinned_release(
+                    "secrets-store-csi-driver-provider-aws", SECRETS_STORE_AWS_PROVIDER_CHART,
+                    namespace=ADDONS_NAMESPACE, values=secrets_store_aws_provider_values(config),
+                    chart_version=addons.secrets_store_csi_driver.aws_provider_chart_version,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[driver]),
+                ))
+        if addons.aws_load_balancer_controller.enabled:
+            release("aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART,
+                    aws_load_balancer_controller_values(config, context),
+                    addons.aws_load_balancer_controller.chart_version)
+        if addons.metrics_server.enabled:
+            release("metrics-server", METRICS_SERVER_CHART, metrics_server_values(),
+                    addons.metrics_server.chart_version)
+        if addons.cluster_autoscaler.enabled:
+            release("cluster-autoscaler", CLUSTER_AUTOSCALER_CHART,
+                    cluster_autoscaler_values(config, context), addons.cluster_autoscaler.chart_version)
+        self.keda_release = None
+        if addons.keda.enabled:
+            self.keda_release = release("keda", KEDA_CHART, keda_values(), addons.keda.chart_version,
+                                        namespace=KEDA_NAMESPACE)
+        self.register_outputs({"releases": [r.name for r in self.releases]})
+
+
+def addon_mode_problems(config: PlatformConfig) -> list[Problem]:
+    """Add-ons switched on in mode `existing` that cannot work there."""
+    if config.cluster.mode != "existing":
+        return []
+    problems = []
+    for addon, reason in NEEDS_EKS_MODE.items():
+        if getattr(config.addons, addon).enabled:
+            problems.append(Problem(
+                ("addons", addon, "enabled"), True,
+                f"{reason}; in mode 'existing' install it with the cluster's own tooling and set "
+                f"addons.{addon}: false",
+            ))
+    return problems

@@ -1,0 +1,191 @@
+"""Prometheus (kube-prometheus-stack, or an existing one), the vLLM scrape and the Prometheus Adapter.
+
+    kube-prometheus-stack (pinned)      Prometheus + operator (CRDs), node-exporter, kube-state-metrics
+    PodMonitor vllm                     every model's vLLM pods, port `http`, /metrics — one object for
+                                        all models (namespaces listed), labelled `model`
+    Prometheus Adapter (pinned)         custom metrics API: rules from components/adapter_rules.py
+
+DCGM's ServiceMonitor comes with its chart (components/gpu_addons.py). docs/autoscaling.md shows
+how to query each step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.adapter_rules import adapter_rules
+from components.cluster_addons import node_agent_tolerations, pinned_release
+from components.labels import MODEL_LABEL, PART_OF, VLLM_APP_NAME
+from infra.config.platform import MonitoringConfig, PlatformConfig
+from infra.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
+
+KUBE_PROMETHEUS_STACK_RELEASE = "kube-prometheus-stack"
+PROMETHEUS_ADAPTER_RELEASE = "prometheus-adapter"
+PROMETHEUS_OPERATOR_API_VERSION = "monitoring.coreos.com/v1"
+VLLM_POD_MONITOR = "vllm"
+VLLM_METRICS_PORT_NAME = "http"
+"""The vLLM container's port name (components/model_service.py); /metrics is served on it."""
+
+
+def prometheus_url(monitoring: MonitoringConfig) -> str:
+    """Base URL of the Prometheus HTTP API that the adapter and KEDA query."""
+    if monitoring.prometheus == "existing":
+        assert monitoring.existing_prometheus_url is not None  # PlatformConfig requires it
+        return monitoring.existing_prometheus_url
+    # The chart names its Service <fullnameOverride>-prometheus (fullnameOverride pinned below).
+    return f"http://{KUBE_PROMETHEUS_STACK_RELEASE}-prometheus.{monitoring.namespace}.svc:9090"
+
+
+def creates_monitor_objects(monitoring: MonitoringConfig) -> bool:
+    """PodMonitor/ServiceMonitors exist for a Prometheus Operator: ours, or an existing one."""
+    return monitoring.enabled and (monitoring.prometheus == "kube-prometheus-stack"
+                                   or monitoring.existing_prometheus_operator)
+
+
+def monitor_labels(monitoring: MonitoringConfig) -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": PART_OF, **monitoring.monitor_labels}
+
+
+def kube_prometheus_stack_values(config: PlatformConfig) -> dict[str, Any]:
+    monitoring = config.monitoring
+    prometheus_spec: dict[str, Any] = {
+        "scrapeInterval": f"{monitoring.scrape_interval_seconds}s",
+        "retention": f"{monitoring.retention_days}d",
+        # Select every PodMonitor/ServiceMonitor/rule in the cluster, not only the chart's own
+        # (the vLLM PodMonitor, DCGM's ServiceMonitor).
+        "podMonitorSelectorNilUsesHelmValues": False,
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "ruleSelectorNilUsesHelmValues": False,
+        "probeSelectorNilUsesHelmValues": False,
+        "tolerations": [],
+    }
+    if monitoring.prometheus_storage_gib is not None:
+        claim_spec: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": f"{monitoring.prometheus_storage_gib}Gi"}},
+        }
+        if monitoring.prometheus_storage_class:
+            claim_spec["storageClassName"] = monitoring.prometheus_storage_class
+        prometheus_spec["storageSpec"] = {"volumeClaimTemplate": {"spec": claim_spec}}
+    grafana: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
+    if monitoring.grafana:
+        grafana["admin"] = {"existingSecret": monitoring.grafana_admin_secret,
+                            "userKey": "admin-user", "passwordKey": "admin-password"}
+    values: dict[str, Any] = {
+        "fullnameOverride": KUBE_PROMETHEUS_STACK_RELEASE,
+        "crds": {"enabled": True},
+        "prometheus": {"prometheusSpec": prometheus_spec},
+        "alertmanager": {"enabled": monitoring.alertmanager, "alertmanagerSpec": {"tolerations": []}},
+        "grafana": grafana,
+        "prometheusOperator": {"tolerations": [], "admissionWebhooks": {"patch": {"tolerations": []}}},
+        "kube-state-metrics": {"tolerations": []},
+        # A node agent: GPU nodes' memory, disk and network are what an operator looks at first.
+        "prometheus-node-exporter": {"tolerations": node_agent_tolerations(config)},
+    }
+    if config.cluster.mode == "eks":
+        # EKS runs the control plane and does not expose these to in-cluster scrapes; kube-proxy
+        # serves metrics on 127.0.0.1 only. Left on, they are targets that are always down.
+        for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
+            values[component] = {"enabled": False}
+    return values
+
+
+def _meta_label(label: str) -> str:
+    """Prometheus' service-discovery name of a pod label (`vllm-platform/model` → ..._vllm_platform_model)."""
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def vllm_pod_monitor_spec(config: PlatformConfig) -> dict[str, Any]:
+    """One PodMonitor for every model's vLLM pods (they share labels and port name)."""
+    return {
+        "namespaceSelector": {"matchNames": sorted(model.namespace for model in config.models)},
+        "selector": {"matchLabels": {"app.kubernetes.io/name": VLLM_APP_NAME}},
+        "podMetricsEndpoints": [
+            {
+                "port": VLLM_METRICS_PORT_NAME,
+                "path": "/metrics",
+                "interval": f"{config.monitoring.scrape_interval_seconds}s",
+                # `namespace` and `pod` come with every target (the adapter maps them to resources);
+                # `model` makes dashboards readable.
+                "relabelings": [{"sourceLabels": [_meta_label(MODEL_LABEL)], "targetLabel": "model"}],
+            }
+        ],
+    }
+
+
+def adapter_prometheus_values(url: str) -> dict[str, Any]:
+    """The chart builds `--prometheus-url` as `<url>:<port><path>`, so the URL is split."""
+    parsed = urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return {"url": f"{parsed.scheme}://{parsed.hostname}", "port": port, "path": parsed.path.rstrip("/")}
+
+
+def prometheus_adapter_values(config: PlatformConfig) -> dict[str, Any]:
+    settings = config.addons.prometheus_adapter
+    return {
+        "replicas": settings.replicas,
+        "podDisruptionBudget": {"enabled": settings.replicas > 1, "maxUnavailable": 1},
+        "prometheus": adapter_prometheus_values(prometheus_url(config.monitoring)),
+        "metricsRelistInterval": f"{settings.metrics_relist_interval_seconds}s",
+        # Only our rules: the chart's defaults expose every container metric, and no `resource` or
+        # `external` rules, so metrics-server and KEDA keep their APIServices.
+        "rules": {"default": False, "custom": adapter_rules(config.models), "external": []},
+        "tolerations": [],
+    }
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    config: PlatformConfig
+
+
+class Monitoring(pulumi.ComponentResource):
+    """`prometheus_release` installs the monitoring CRDs; `adapter_release` serves custom metrics."""
+
+    prometheus_release: kubernetes.helm.v3.Release | None
+    adapter_release: kubernetes.helm.v3.Release | None
+    prometheus_url: str
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-platform:monitoring:Monitoring", name, None, opts)
+        config = args.config
+        monitoring = config.monitoring
+        self.prometheus_url = prometheus_url(monitoring)
+        self.prometheus_release = None
+        self.adapter_release = None
+        if monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack":
+            self.prometheus_release = pinned_release(
+                KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART,
+                namespace=monitoring.namespace, values=kube_prometheus_stack_values(config),
+                chart_version=monitoring.chart_version, create_namespace=True,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        after_prometheus = pulumi.ResourceOptions(
+            parent=self, depends_on=[self.prometheus_release] if self.prometheus_release else [],
+        )
+        if monitoring.enabled and config.addons.prometheus_adapter.enabled:
+            self.adapter_release = pinned_release(
+                PROMETHEUS_ADAPTER_RELEASE, PROMETHEUS_ADAPTER_CHART,
+                namespace=monitoring.namespace, values=prometheus_adapter_values(config),
+                chart_version=config.addons.prometheus_adapter.chart_version, create_namespace=True,
+                opts=after_prometheus,
+            )
+        if creates_monitor_objects(monitoring):
+            # After the releases that create its CRD (kube-prometheus-stack) and its namespace.
+            in_namespace = [release for release in (self.prometheus_release, self.adapter_release) if release]
+            kubernetes.apiextensions.CustomResource(
+                f"{name}-vllm-pod-monitor",
+                api_version=PROMETHEUS_OPERATOR_API_VERSION,
+                kind="PodMonitor",
+                metadata={"name": VLLM_POD_MONITOR, "namespace": monitoring.namespace,
+                          "labels": monitor_labels(monitoring)},
+                spec=vllm_pod_monitor_spec(config),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=in_namespace),
+            )
+        self.register_outputs({"prometheus_url": self.prometheus_url})

@@ -133,7 +133,9 @@ class TolerationConfig(StrictModel):
     """A pod toleration, with Kubernetes semantics (an empty key with `Exists` tolerates every taint)."""
 
     key: str = ""
+    """Taint key, e.g. nvidia.com/gpu; empty only with operator Exists (then every key)."""
     operator: Literal["Equal", "Exists"] = "Equal"
+    """`Equal`: the taint's value must equal `value`. `Exists`: any value."""
     value: str = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Empty: tolerates the key with every effect."""

@@ -20,10 +20,26 @@ def platform_checks() -> list[PlatformCheck]:
     from components.autoscaling import autoscaling_pipeline_problems
     from components.cluster_addons import addon_mode_problems
     from components.gpu_addons import gpu_registration_problems, gpu_toleration_problems
+    from components.secrets import secret_reference_problems
+    from components.vllm_arguments import server_argument_problems
     from infra.capacity.plan import capacity_problems
 
     return [capacity_problems, autoscaling_metric_problems, autoscaling_pipeline_problems,
-            gpu_toleration_problems, gpu_registration_problems, addon_mode_problems]
+            gpu_toleration_problems, gpu_registration_problems, addon_mode_problems,
+            server_argument_problems, secret_reference_problems, ingress_host_problems]
+
+
+def ingress_host_problems(config: PlatformConfig) -> list[Problem]:
+    """With ingress on, every model needs a hostname: models share one load balancer by host."""
+    if not config.ingress.enabled:
+        return []
+    return [
+        Problem(("models", index, "ingress_host"), None,
+                "ingress is on but this model has no hostname: set ingress.domain (models get "
+                "<name>.<domain>) or models[].ingress_host, or set ingress.enabled: false")
+        for index, model in enumerate(config.models)
+        if model.ingress_host is None
+    ]
 
 
 def platform_problems(config: PlatformConfig) -> list[Problem]:

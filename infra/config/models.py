@@ -294,6 +294,14 @@ class ResourcesConfig(StrictModel):
     memory_limit_gib: Annotated[float, Field(gt=0)] = 64
     shm_size_gib: Annotated[float, Field(gt=0)] = 8
     """Memory-backed /dev/shm on every vLLM pod (NCCL and the engine's IPC use it)."""
+    scratch_size_gib: Annotated[float, Field(gt=0)] = 10
+    """Size limit of each writable scratch dir of the vLLM container (HOME with the Triton, FlashInfer
+    and CUDA caches; /tmp), node-disk-backed emptyDirs because the root filesystem is read-only."""
+    preload_cpu_request_cores: Annotated[float, Field(gt=0)] = 1
+    """The model-cache init container (download, checksum, copy to NVMe); no CPU limit."""
+    preload_memory_request_gib: Annotated[float, Field(gt=0)] = 2
+    preload_memory_limit_gib: Annotated[float, Field(gt=0)] = 4
+    """Covers the preloader's in-flight download parts (16 parallel 64 MiB ranges by default)."""
 
     @model_validator(mode="after")
     def _limits_cover_requests(self) -> ResourcesConfig:
@@ -302,6 +310,9 @@ class ResourcesConfig(StrictModel):
                                 at=("memory_request_gib",))
         if self.cpu_limit_cores is not None and self.cpu_request_cores > self.cpu_limit_cores:
             raise ConfigProblem("cpu_request_cores is larger than cpu_limit_cores", at=("cpu_request_cores",))
+        if self.preload_memory_request_gib > self.preload_memory_limit_gib:
+            raise ConfigProblem("preload_memory_request_gib is larger than preload_memory_limit_gib; "
+                                "raise the limit", at=("preload_memory_request_gib",))
         if self.shm_size_gib >= self.memory_limit_gib:
             raise ConfigProblem(
                 "a memory-backed /dev/shm counts against the memory limit; keep shm_size_gib well below "
@@ -329,6 +340,20 @@ class StartupConfig(StrictModel):
     safety_factor: Annotated[float, Field(ge=1, le=5)] = 1.5
     """Multiplies the sum of the phases: the startupProbe budget is this much longer than expected."""
     probe_period_seconds: Annotated[int, Field(ge=1, le=60)] = 10
+
+
+class HealthProbesConfig(StrictModel):
+    """Readiness and liveness on vLLM's `/health`, which start once the startupProbe has passed."""
+
+    readiness_period_seconds: Annotated[int, Field(ge=1, le=300)] = 10
+    readiness_failure_threshold: Annotated[int, Field(ge=1, le=30)] = 3
+    """Not ready after 3 failed checks (30 s): the Service and the load balancer stop sending to it."""
+    liveness_period_seconds: Annotated[int, Field(ge=1, le=300)] = 15
+    liveness_failure_threshold: Annotated[int, Field(ge=1, le=30)] = 4
+    """Restarted after 4 failed checks (60 s): /health fails when the engine core died or hangs, and a
+    busy engine still answers it, so this does not kill pods under load."""
+    timeout_seconds: Annotated[int, Field(ge=1, le=60)] = 5
+    """Per check; /health does no inference work, so a slow answer means the server is stuck."""
 
 
 class DrainConfig(StrictModel):
@@ -366,6 +391,10 @@ class ModelConfig(StrictModel):
     startup: StartupConfig = StartupConfig()
     capacity: CapacityPlanningConfig = CapacityPlanningConfig()
     drain: DrainConfig = DrainConfig()
+    probes: HealthProbesConfig = HealthProbesConfig()
+    read_only_root_filesystem: bool = True
+    """vLLM container with a read-only root filesystem; everything it writes goes to HOME, /tmp,
+    /dev/shm and the model volume. Set false only if a vLLM feature writes elsewhere."""
     api_key_secret: SecretRefConfig | None = None
     """Defaults to `vllm-platform/<stack>/<model>/api-key`, key `value`, in the secret store."""
     hf_token_secret: SecretRefConfig | None = None
@@ -373,7 +402,9 @@ class ModelConfig(StrictModel):
     ingress_host: str | None = None
     """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on."""
     min_available: Annotated[int, Field(ge=0)] = 1
-    """PodDisruptionBudget: replicas kept serving during voluntary disruptions."""
+    """PodDisruptionBudget: replicas kept serving during voluntary disruptions. When it is not below
+    the fewest replicas (replicas, or autoscaling.min_replicas), the budget instead lets one pod go
+    at a time, so node drains never block (docs/serving.md)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,182 @@
+"""Where a model pod's secrets come from: SecretProviderClass builders and pod wiring (pure).
+
+The API key and the Hugging Face token live in the configured secret store, never in the program,
+the stack file or a ConfigMap:
+
+- `aws-secrets-manager` (default) and `vault`: the Secrets Store CSI driver mounts them into the pod.
+  The API key's SecretProviderClass also syncs it into a Kubernetes Secret (`secretObjects`) so
+  `VLLM_API_KEY` can use a secretKeyRef; the driver only syncs while a pod mounts the volume, so
+  the vLLM container mounts it. The HF token is a file for the preloader only (no synced Secret).
+- `kubernetes-secret` (explicit opt-in): an existing Secret in the model namespace, created out of
+  band, referenced by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from infra.config.errors import Problem
+from infra.config.models import ModelConfig, SecretRefConfig
+from infra.config.platform import PlatformConfig, SecretStoreConfig
+
+CSI_DRIVER = "secrets-store.csi.k8s.io"
+SPC_API_VERSION = "secrets-store.csi.x-k8s.io/v1"
+
+SECRETS_MOUNT_PATH = "/mnt/secrets"
+API_KEY_FILE = "api-key"
+HF_TOKEN_FILE = "hf-token"
+HF_TOKEN_PATH = f"{SECRETS_MOUNT_PATH}/{HF_TOKEN_FILE}"
+"""What the preloader gets as `--hf-token-file`."""
+
+API_KEY_SECRET_NAME = "vllm-api-key"
+"""The Kubernetes Secret `VLLM_API_KEY` reads (synced by the CSI driver from the secret store)."""
+API_KEY_PROVIDER_CLASS = "vllm-api-key"
+HF_TOKEN_PROVIDER_CLASS = "vllm-hf-token"
+API_KEY_VOLUME = "api-key"
+HF_TOKEN_VOLUME = "hf-token"
+
+_JMESPATH_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """One secret of the store, exposed to the pod as `file` under the secrets mount."""
+
+    ref: SecretRefConfig
+    file: str
+
+
+def uses_csi(store: SecretStoreConfig) -> bool:
+    return store.provider != "kubernetes-secret"
+
+
+def _jmespath(key: str) -> str:
+    # A JSON key like `api-key` is not a bare JMESPath identifier; quoted, any key works.
+    if _JMESPATH_IDENTIFIER.match(key):
+        return key
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _aws_objects(secret: SecretFile) -> list[dict[str, Any]]:
+    return [{
+        "objectName": secret.ref.name,
+        "objectType": "secretsmanager",
+        # Secret names contain '/', which the AWS provider cannot use as a file name: alias it.
+        "objectAlias": f"{secret.file}.json",
+        "jmesPath": [{"path": _jmespath(secret.ref.key), "objectAlias": secret.file}],
+    }]
+
+
+def _vault_objects(secret: SecretFile) -> list[dict[str, Any]]:
+    return [{"objectName": secret.file, "secretPath": secret.ref.name, "secretKey": secret.ref.key}]
+
+
+def provider_parameters(store: SecretStoreConfig, secret: SecretFile, region: str) -> dict[str, str]:
+    """The `parameters` of a SecretProviderClass; `objects` is a YAML string, as both providers expect."""
+    if store.provider == "aws-secrets-manager":
+        # Credentials: the pod's service account through IRSA (the driver requests its token).
+        return {"objects": yaml.safe_dump(_aws_objects(secret), sort_keys=False), "region": region}
+    if store.provider == "vault":
+        assert store.vault_address and store.vault_role  # guaranteed by SecretStoreConfig
+        return {
+            "vaultAddress": store.vault_address,
+            "roleName": store.vault_role,
+            "vaultKubernetesMountPath": store.vault_kubernetes_mount_path,
+            "objects": yaml.safe_dump(_vault_objects(secret), sort_keys=False),
+        }
+    raise ValueError(f"provider {store.provider!r} does not use a SecretProviderClass")
+
+
+def secret_provider_class_spec(store: SecretStoreConfig, secret: SecretFile, region: str, *,
+                               sync_to_secret: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "provider": "aws" if store.provider == "aws-secrets-manager" else "vault",
+        "parameters": provider_parameters(store, secret, region),
+    }
+    if sync_to_secret is not None:
+        spec["secretObjects"] = [{
+            "secretName": sync_to_secret,
+            "type": "Opaque",
+            "data": [{"objectName": secret.file, "key": secret.file}],
+        }]
+    return spec
+
+
+def api_key_file(model: ModelConfig) -> SecretFile:
+    assert model.api_key_secret is not None  # filled by the loader (resolve_stack_defaults)
+    return SecretFile(model.api_key_secret, API_KEY_FILE)
+
+
+def hf_token_file(model: ModelConfig) -> SecretFile | None:
+    if not model.source.requires_hf_token:
+        return None
+    assert model.hf_token_secret is not None  # filled by the loader when requires_hf_token
+    return SecretFile(model.hf_token_secret, HF_TOKEN_FILE)
+
+
+def api_key_env(store: SecretStoreConfig, model: ModelConfig) -> dict[str, Any]:
+    """`VLLM_API_KEY` from a Secret: the CSI-synced one, or the user's own with `kubernetes-secret`."""
+    secret = api_key_file(model)
+    if uses_csi(store):
+        ref = {"name": API_KEY_SECRET_NAME, "key": API_KEY_FILE}
+    else:
+        ref = {"name": secret.ref.name, "key": secret.ref.key}
+    return {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": ref}}
+
+
+def api_key_volume(store: SecretStoreConfig) -> dict[str, Any] | None:
+    """The CSI volume the vLLM container mounts so the driver syncs the API key Secret."""
+    if not uses_csi(store):
+        return None
+    return {"name": API_KEY_VOLUME, "csi": {
+        "driver": CSI_DRIVER, "readOnly": True,
+        "volumeAttributes": {"secretProviderClass": API_KEY_PROVIDER_CLASS},
+    }}
+
+
+def hf_token_volume(store: SecretStoreConfig, model: ModelConfig) -> dict[str, Any] | None:
+    """The preloader's token file, `hf-token`, from the store or the user's Secret."""
+    token = hf_token_file(model)
+    if token is None:
+        return None
+    if uses_csi(store):
+        return {"name": HF_TOKEN_VOLUME, "csi": {
+            "driver": CSI_DRIVER, "readOnly": True,
+            "volumeAttributes": {"secretProviderClass": HF_TOKEN_PROVIDER_CLASS},
+        }}
+    return {"name": HF_TOKEN_VOLUME, "secret": {
+        "secretName": token.ref.name, "items": [{"key": token.ref.key, "path": HF_TOKEN_FILE}],
+        "defaultMode": 0o444,  # the preloader runs as a non-root uid; only its container mounts it
+    }}
+
+
+def secret_reference_problems(config: PlatformConfig) -> list[Problem]:
+    """With `kubernetes-secret`, secret refs name Secrets in the model namespace, so they must be
+    valid Secret names and keys — the store-style default (`vllm-platform/<stack>/...`) is not."""
+    if uses_csi(config.security.secret_store):
+        return []
+    problems = []
+    for index, model in enumerate(config.models):
+        refs = (("api_key_secret", model.api_key_secret), ("hf_token_secret", model.hf_token_secret))
+        for field, ref in refs:
+            if ref is None:
+                continue
+            if len(ref.name) > 253 or not _SECRET_NAME.match(ref.name):
+                problems.append(Problem(
+                    ("models", index, field, "name"), ref.name,
+                    "with security.secret_store.provider 'kubernetes-secret' this names an existing Secret "
+                    f"in namespace {model.namespace} (created out of band), so it must be a Kubernetes name "
+                    "such as 'vllm-api-key': lowercase letters, digits, '-' and '.'",
+                ))
+            if not _SECRET_KEY.match(ref.key):
+                problems.append(Problem(
+                    ("models", index, field, "key"), ref.key,
+                    "a Kubernetes Secret key has only letters, digits, '-', '_' and '.' (e.g. 'value')",
+                ))
+    return problems

@@ -1,0 +1,162 @@
+"""The `vllm serve` command line of one model, built from its typed settings (pure, no Pulumi).
+
+One function, `build_server_arguments`, is shared by the Deployment, the validate-time check and the
+e2e harness (which starts the real pinned vLLM with exactly these arguments), so what is checked is
+what runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from infra.config.errors import Problem
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+
+SERVE_COMMAND: tuple[str, ...] = ("vllm", "serve")
+"""The container command; `build_server_arguments` returns what follows it."""
+
+LISTEN_HOST = "0.0.0.0"
+"""All interfaces: the Service, the load balancer (target type ip) and Prometheus reach the pod IP."""
+
+
+def format_number(value: float) -> str:
+    """`0.9`, not `0.9000000000000001` or `0.90`: the spelling a reviewer expects in a diff."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _switch(flag: str, enabled: bool) -> str:
+    """vLLM 0.32.0 declares these as BooleanOptionalAction: `--x` / `--no-x` (infra/data snapshot)."""
+    return flag if enabled else "--no-" + flag.removeprefix("--")
+
+
+def build_server_arguments(model: ModelConfig, model_path: str) -> list[str]:
+    """Arguments after `vllm serve` for `model`, serving the weights at `model_path`.
+
+    The model path is the positional argument: vLLM 0.32.0 still parses `--model` but warns that
+    `vllm serve` takes the model positionally and that `--model` "will be removed in a future
+    version" (vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args).
+
+    The API key is not an argument: vLLM reads `VLLM_API_KEY` from the environment, which the
+    Deployment fills from a Secret, so the key never appears in the pod spec or `ps` output.
+    """
+    engine = model.vllm
+    arguments = [
+        model_path,
+        "--served-model-name", model.openai_model_name,
+        "--host", LISTEN_HOST,
+        "--port", str(engine.port),
+        "--tensor-parallel-size", str(model.tensor_parallel_size),
+        "--gpu-memory-utilization", format_number(engine.gpu_memory_utilization),
+        "--max-model-len", str(engine.max_model_len),
+        "--max-num-seqs", str(engine.max_num_seqs),
+        "--dtype", engine.dtype,
+        "--kv-cache-dtype", engine.kv_cache_dtype,
+        _switch("--enable-prefix-caching", engine.enable_prefix_caching),
+    ]
+    if engine.max_num_batched_tokens is not None:
+        arguments += ["--max-num-batched-tokens", str(engine.max_num_batched_tokens)]
+    if engine.quantization is not None:
+        arguments += ["--quantization", engine.quantization]
+    if engine.enable_chunked_prefill is not None:
+        arguments.append(_switch("--enable-chunked-prefill", engine.enable_chunked_prefill))
+    if engine.enforce_eager:
+        arguments.append("--enforce-eager")
+    # Drain: in-flight (streaming) requests get this long after SIGTERM; see components/probes.py.
+    arguments += ["--shutdown-timeout", str(model.drain.shutdown_timeout_seconds)]
+    return arguments + list(engine.extra_args)
+
+
+@dataclass(frozen=True)
+class ReservedFlag:
+    spellings: tuple[str, ...]
+    fix: str
+
+
+# Flags the typed settings (or the platform) own. A copy in `vllm.extra_args` would either be
+# silently overridden or silently win (argparse keeps the last value), so it is rejected.
+RESERVED_FLAGS: tuple[ReservedFlag, ...] = (
+    ReservedFlag(("--model",), "the model path is set by the platform from source (the preloaded copy)"),
+    ReservedFlag(("--served-model-name",), "set served_model_name instead"),
+    ReservedFlag(("--host",), "the server listens on 0.0.0.0 so the Service and load balancer reach it"),
+    ReservedFlag(("--port",), "set vllm.port instead"),
+    ReservedFlag(("--tensor-parallel-size", "-tp"), "set gpus_per_replica instead (the GPUs of one pod)"),
+    ReservedFlag(("--gpu-memory-utilization",), "set vllm.gpu_memory_utilization instead"),
+    ReservedFlag(("--max-model-len",), "set vllm.max_model_len instead"),
+    ReservedFlag(("--max-num-seqs",), "set vllm.max_num_seqs instead"),
+    ReservedFlag(("--max-num-batched-tokens",), "set vllm.max_num_batched_tokens instead"),
+    ReservedFlag(("--dtype",), "set vllm.dtype instead"),
+    ReservedFlag(("--kv-cache-dtype",), "set vllm.kv_cache_dtype instead"),
+    ReservedFlag(("--quantization", "-q"), "set vllm.quantization instead"),
+    ReservedFlag(("--enable-prefix-caching", "--no-enable-prefix-caching"),
+                 "set vllm.enable_prefix_caching instead"),
+    ReservedFlag(("--enable-chunked-prefill", "--no-enable-chunked-prefill"),
+                 "set vllm.enable_chunked_prefill instead"),
+    ReservedFlag(("--enforce-eager", "--no-enforce-eager"), "set vllm.enforce_eager instead"),
+    ReservedFlag(("--shutdown-timeout",),
+                 "set drain.shutdown_timeout_seconds instead (it also sizes the grace period)"),
+    ReservedFlag(("--api-key",),
+                 "the API key comes from the secret store (api_key_secret) through VLLM_API_KEY; "
+                 "a key on the command line is visible in the pod spec"),
+    ReservedFlag(("--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp"),
+                 "one pod holds gpus_per_replica GPUs for tensor parallelism only; scale out with replicas"),
+)
+_RESERVED = {spelling: flag for flag in RESERVED_FLAGS for spelling in flag.spellings}
+_NEGATIVE_NUMBER = re.compile(r"^-\d")
+
+
+def flag_name(token: str) -> str | None:
+    """The flag a command-line token names, spelled as vLLM's parser matches it, or None for a value.
+
+    vLLM's FlexibleArgumentParser treats `--max_model_len` as `--max-model-len`, and `--x=v` as `--x v`.
+    """
+    if not token.startswith("-") or _NEGATIVE_NUMBER.match(token):
+        return None
+    name = token.split("=", 1)[0]
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
+def reserved_flag_problems(extra_args: Sequence[str], at: tuple[str | int, ...]) -> list[Problem]:
+    problems = []
+    for index, token in enumerate(extra_args):
+        name = flag_name(token)
+        reserved = _RESERVED.get(name) if name else None
+        if reserved is not None:
+            problems.append(Problem(
+                path=(*at, index), value=token,
+                message=f"'{name}' duplicates a setting the platform builds: {reserved.fix}",
+            ))
+    return problems
+
+
+def served_model_path_placeholder(model: ModelConfig) -> str:
+    """A representative model path for checks that do not care where the weights are."""
+    return f"/mnt/models/{model.name}/{model.source.revision}"
+
+
+def server_argument_problems(config: PlatformConfig) -> list[Problem]:
+    """Validate-time check: every model's arguments as the pinned vLLM's parser would see them.
+
+    Reserved flags in `vllm.extra_args` are reported here; everything else (flags the pinned vLLM
+    does not know or dropped, bad choices, missing values) by `infra.vllm_flags`, whose findings are
+    pinned on `extra_args` when the typed arguments alone pass and on `vllm` otherwise.
+    """
+    from infra.vllm_flags import check_server_arguments
+
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        extra_at: tuple[str | int, ...] = ("models", index, "vllm", "extra_args")
+        reserved = reserved_flag_problems(model.vllm.extra_args, extra_at)
+        problems += reserved
+        if reserved:
+            continue  # the parser would only repeat the same flags less helpfully
+        arguments = build_server_arguments(model, served_model_path_placeholder(model))
+        typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
+        typed_findings = check_server_arguments(typed)
+        problems += [Problem(("models", index, "vllm"), " ".join(typed), found) for found in typed_findings]
+        for message in check_server_arguments(arguments):
+            if message not in typed_findings:
+                problems.append(Problem(extra_at, list(model.vllm.extra_args), message))
+    return problems

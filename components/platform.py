@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as kubernetes
 
 from components.cluster_addons import ClusterAddons, ClusterAddonsArgs
 from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
+from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
 from infra.capacity import PlatformPlan
 from infra.config import PlatformConfig
@@ -23,11 +23,13 @@ class KubernetesPlatformArgs:
 
 
 class KubernetesPlatform(pulumi.ComponentResource):
-    model_endpoints: pulumi.Output[dict[str, str]]
+    model_endpoints: pulumi.Output[dict[str, dict[str, str]]]
+    """Per model: `in_cluster` URL (Service) and, with ingress on, the public `ingress` URL."""
 
     def __init__(self, name: str, args: KubernetesPlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-platform:platform:KubernetesPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        priority_class = create_serving_priority_class(f"{name}-serving-priority", opts=child)
         monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(config=args.config), opts=child)
         cluster_addons = ClusterAddons(f"{name}-cluster-addons",
                                        ClusterAddonsArgs(config=args.config, context=args.context), opts=child)
@@ -40,13 +42,16 @@ class KubernetesPlatform(pulumi.ComponentResource):
             cluster_addons.storage_class, *cluster_addons.releases, *gpu_addons.releases,
             *([monitoring.adapter_release] if monitoring.adapter_release else []),
         ]
-        endpoints: dict[str, str] = {}
+        endpoints: dict[str, dict[str, str]] = {}
         for model in args.config.models:
-            kubernetes.core.v1.Namespace(
-                f"{name}-{model.name}-namespace",
-                metadata=kubernetes.meta.v1.ObjectMetaArgs(name=model.namespace),
+            service = ModelService(
+                f"{name}-{model.name}",
+                ModelServiceArgs(config=args.config, model=model, plan=args.plan.models[model.name],
+                                 context=args.context, depends_on=[priority_class, *self.addons_ready]),
                 opts=child,
             )
-            endpoints[model.name] = f"http://vllm.{model.namespace}.svc.cluster.local:{model.vllm.port}"
+            endpoints[model.name] = {"in_cluster": service.in_cluster_url}
+            if service.ingress_url is not None:
+                endpoints[model.name]["ingress"] = service.ingress_url
         self.model_endpoints = pulumi.Output.from_input(endpoints)
         self.register_outputs({"model_endpoints": self.model_endpoints})

@@ -1,0 +1,572 @@
+"""One served model: its namespace and everything in it, from the typed config and the capacity plan.
+
+    Namespace vllm-<model> (labels, GPU ResourceQuota, LimitRange, default-deny NetworkPolicies)
+    ├── ServiceAccount vllm (IRSA role from the AWS layer)
+    ├── SecretProviderClass vllm-api-key (→ synced Secret vllm-api-key), vllm-hf-token (gated HF repos)
+    ├── PersistentVolumeClaim model-cache (RWX, EFS): weights per revision + vLLM compile cache
+    ├── Deployment vllm: init container `model-cache preload` → vLLM server
+    ├── Service vllm, PodDisruptionBudget vllm, Ingress vllm (when ingress is on)
+    └── HPA or KEDA ScaledObject vllm (components/autoscaling.py) when autoscaling is on
+
+The manifests are built by pure functions below (and in vllm_arguments, probes, secrets,
+network_policy); `ModelService` only turns them into resources. docs/serving.md explains each choice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components import probes, secrets
+from components.autoscaling import autoscaler_owns_replicas, create_model_autoscaler
+from components.cluster_context import ClusterContext
+from components.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_labels, model_selector_labels
+from components.network_policy import model_network_policies
+from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
+from components.service_accounts import model_service_account
+from components.vllm_arguments import SERVE_COMMAND, build_server_arguments, format_number
+from infra.capacity import ModelPlan
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+from infra.versions import MODEL_CACHE_IMAGE, VLLM_IMAGE, VLLM_VERSION
+
+SERVER_NAME = "vllm"
+"""Name of the Deployment, Service, PodDisruptionBudget and Ingress in every model namespace."""
+SERVER_CONTAINER = "vllm"
+PRELOAD_CONTAINER = "model-cache"
+
+MODEL_VOLUME_STORAGE_CLASS = "efs-sc"
+"""StorageClass of the shared model volume: EFS (RWX), created by the cluster add-ons."""
+MODEL_VOLUME_CLAIM = "model-cache"
+SHARED_ROOT = "/mnt/models"
+LOCAL_ROOT = "/mnt/local-models"
+LOCAL_MODELS_DIR = "vllm-models"
+"""Directory under a GPU node's NVMe mount (node_groups.gpu.<g>.local_nvme.mount_path) that the
+node bootstrap creates for model copies."""
+COMPILE_CACHE_DIR = ".vllm-cache"
+HOME_DIR = "/home/vllm"
+TMP_DIR = "/tmp"
+RUN_AS_UID = 10001
+"""Non-root and above the host's system and login ranges (no clash with a host account's files)."""
+RUN_AS_USER = "vllm"
+
+SERVING_PRIORITY_CLASS = "vllm-serving"
+SERVING_PRIORITY_VALUE = 1_000_000
+"""Above ordinary workloads (0) so a serving pod can preempt batch jobs on GPU nodes; far below
+system-node-critical (2000001000), which the GPU device plugin and DCGM exporter keep."""
+
+ALB_SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+"""TLS 1.3 and 1.2 only: the AWS Load Balancer Controller's recommended policy."""
+
+
+def gib(value: float) -> str:
+    return f"{format_number(float(value))}Gi"
+
+
+def cores(value: float) -> str:
+    return format_number(float(value))
+
+
+# --- paths the preloader and the server agree on --------------------------------------------------
+
+def compile_cache_dir(model: ModelConfig, gpu_type: str) -> str:
+    """VLLM_CACHE_ROOT: `<shared-root>/.vllm-cache/<model>/<gpu-type>/<vllm-version>` (model-cache layout)."""
+    return f"{SHARED_ROOT}/{COMPILE_CACHE_DIR}/{model.name}/{gpu_type}/{VLLM_VERSION}"
+
+
+def served_model_path(model: ModelConfig, local_nvme: bool) -> str:
+    """What `model-cache preload` prints as its last line: the node-local copy when there is NVMe."""
+    return f"{LOCAL_ROOT if local_nvme else SHARED_ROOT}/{model.name}/{model.source.revision}"
+
+
+def preload_arguments(model: ModelConfig, gpu_type: str, local_nvme: bool) -> list[str]:
+    """`model-cache preload ...` (model-cache/model_cache/cli.py)."""
+    arguments = [
+        "preload",
+        "--model-name", model.name,
+        "--source", model.source.uri,
+        "--revision", model.source.revision,
+        "--shared-root", SHARED_ROOT,
+    ]
+    if local_nvme:
+        arguments += ["--local-root", LOCAL_ROOT]
+    arguments += ["--compile-cache-gpu-type", gpu_type, "--compile-cache-vllm-version", VLLM_VERSION]
+    if model.source.requires_hf_token:
+        arguments += ["--hf-token-file", secrets.HF_TOKEN_PATH]
+    return arguments
+
+
+# --- the pod ----------------------------------------------------------------------------------------
+
+def pod_security_context() -> dict[str, Any]:
+    """Both containers as RUN_AS_UID instead of the images' default root (docs/serving.md, "Security
+    context", has the measurement). Everything they write is an emptyDir (0777), the EFS access
+    point (which maps every caller to its own POSIX user) or the NVMe dir (1777, node bootstrap).
+    No fsGroup: on a volume of model weights it means a recursive chown at every start."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_UID,
+        "runAsGroup": RUN_AS_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context(read_only_root_filesystem: bool) -> dict[str, Any]:
+    """No privilege escalation, no capabilities, the runtime's seccomp profile, read-only root; the
+    user repeated per container so the container alone shows (and scanners see) that it is not root."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_UID,
+        "runAsGroup": RUN_AS_UID,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": read_only_root_filesystem,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def user_environment(home: str) -> list[dict[str, str]]:
+    """RUN_AS_UID has no passwd entry in the images: `getpass.getuser()` (PyTorch Inductor's cache dir,
+    at `import vllm`) raises KeyError unless USER is set, and `~` must point at a writable HOME."""
+    return [{"name": "HOME", "value": home}, {"name": "USER", "value": RUN_AS_USER},
+            {"name": "LOGNAME", "value": RUN_AS_USER}]
+
+
+def _volumes(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]:
+    group = config.node_groups.gpu[model.gpu_group]
+    resources = model.resources
+    volumes: list[dict[str, Any]] = [
+        # NCCL and the engine's IPC need far more than the runtime's 64 MiB /dev/shm — on every pod,
+        # also with one GPU (vLLM's engine core and API server exchange tensors through it).
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": gib(resources.shm_size_gib)}},
+        {"name": "models", "persistentVolumeClaim": {"claimName": MODEL_VOLUME_CLAIM}},
+        {"name": "home", "emptyDir": {"sizeLimit": gib(resources.scratch_size_gib)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": gib(resources.scratch_size_gib)}},
+    ]
+    if group.local_nvme.enabled:
+        # Type Directory, not DirectoryOrCreate: without the NVMe mount the pod must not start and
+        # fill the node's root disk with a copy of the weights.
+        volumes.append({"name": "local-models", "hostPath": {
+            "path": f"{group.local_nvme.mount_path.rstrip('/')}/{LOCAL_MODELS_DIR}", "type": "Directory",
+        }})
+    store = config.security.secret_store
+    volumes += [v for v in (secrets.api_key_volume(store), secrets.hf_token_volume(store, model)) if v]
+    return volumes
+
+
+def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str) -> dict[str, Any]:
+    local_nvme = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
+    resources = model.resources
+    mounts = [{"name": "models", "mountPath": SHARED_ROOT}, {"name": "tmp", "mountPath": TMP_DIR}]
+    if local_nvme:
+        mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT})
+    if model.source.requires_hf_token:
+        mounts.append({"name": secrets.HF_TOKEN_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH,
+                       "readOnly": True})
+    return {
+        "name": PRELOAD_CONTAINER,
+        "image": MODEL_CACHE_IMAGE.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["model-cache"],
+        "args": preload_arguments(model, gpu_type, local_nvme),
+        "env": [*user_environment(TMP_DIR), {"name": "TMPDIR", "value": TMP_DIR}],
+        "resources": {
+            "requests": {"cpu": cores(resources.preload_cpu_request_cores),
+                         "memory": gib(resources.preload_memory_request_gib)},
+            "limits": {"memory": gib(resources.preload_memory_limit_gib)},
+        },
+        "securityContext": container_security_context(read_only_root_filesystem=True),
+        "volumeMounts": mounts,
+    }
+
+
+def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan) -> dict[str, Any]:
+    local_nvme = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
+    resources = model.resources
+    gpus = str(model.gpus_per_replica)
+    limits = {"memory": gib(resources.memory_limit_gib), "nvidia.com/gpu": gpus}
+    if resources.cpu_limit_cores is not None:
+        limits["cpu"] = cores(resources.cpu_limit_cores)
+    env = [
+        secrets.api_key_env(config.security.secret_store, model),
+        # Weights come only from the preloaded copy: no hub look-ups (egress is closed anyway).
+        {"name": "HF_HUB_OFFLINE", "value": "1"},
+        {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
+        {"name": "VLLM_CACHE_ROOT", "value": compile_cache_dir(model, plan.gpu_model)},
+        # Everything else vLLM, Triton, FlashInfer and CUDA cache goes under HOME or TMPDIR.
+        *user_environment(HOME_DIR),
+        {"name": "TMPDIR", "value": TMP_DIR},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    mounts = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        # Read-write: the compile cache lives here; the weights are read from here without NVMe.
+        {"name": "models", "mountPath": SHARED_ROOT},
+        {"name": "home", "mountPath": HOME_DIR},
+        {"name": "tmp", "mountPath": TMP_DIR},
+    ]
+    if local_nvme:
+        mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT, "readOnly": True})
+    if secrets.uses_csi(config.security.secret_store):
+        mounts.append({"name": secrets.API_KEY_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH,
+                       "readOnly": True})
+    container: dict[str, Any] = {
+        "name": SERVER_CONTAINER,
+        "image": VLLM_IMAGE.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(SERVE_COMMAND),
+        "args": build_server_arguments(model, served_model_path(model, local_nvme)),
+        "ports": [{"name": probes.PORT_NAME, "containerPort": model.vllm.port, "protocol": "TCP"}],
+        "env": env,
+        "resources": {
+            # One pod per GPU set: request = limit = tensor-parallel size (extended resources
+            # cannot be overcommitted anyway; writing both keeps the intent visible).
+            "requests": {"cpu": cores(resources.cpu_request_cores),
+                         "memory": gib(resources.memory_request_gib),
+                         "nvidia.com/gpu": gpus},
+            "limits": limits,
+        },
+        "startupProbe": probes.startup_probe(plan.startup_budget_seconds, model.startup.probe_period_seconds,
+                                             model.probes.timeout_seconds),
+        "readinessProbe": probes.readiness_probe(model),
+        "livenessProbe": probes.liveness_probe(model),
+        "securityContext": container_security_context(model.read_only_root_filesystem),
+        "volumeMounts": mounts,
+    }
+    lifecycle = probes.pre_stop_hook(model.drain)
+    if lifecycle is not None:
+        container["lifecycle"] = lifecycle
+    return container
+
+
+def _spread(topology_key: str, model: ModelConfig) -> dict[str, Any]:
+    # ScheduleAnyway: GPU capacity is often in one zone only (capacity blocks, ODCRs, spot pools);
+    # DoNotSchedule would leave replicas Pending next to idle GPUs. matchLabelKeys counts only the
+    # pods of the same rollout, so old pods being replaced do not skew the spread.
+    return {
+        "maxSkew": 1,
+        "topologyKey": topology_key,
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": model_selector_labels(model.name)},
+        "matchLabelKeys": ["pod-template-hash"],
+    }
+
+
+def pod_template(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
+                 service_account: str) -> dict[str, Any]:
+    group = config.node_groups.gpu[model.gpu_group]
+    return {
+        "metadata": {
+            "labels": {**model_labels(model.name), GPU_GROUP_LABEL: model.gpu_group},
+            "annotations": {"kubectl.kubernetes.io/default-container": SERVER_CONTAINER},
+        },
+        "spec": {
+            "serviceAccountName": service_account,
+            # The pods never call the Kubernetes API; IRSA and the CSI driver get their own tokens.
+            "automountServiceAccountToken": False,
+            # A Service named `vllm` would inject VLLM_PORT=tcp://... which vLLM parses as its own
+            # integer setting and crashes on; the pods need no service environment variables.
+            "enableServiceLinks": False,
+            "priorityClassName": SERVING_PRIORITY_CLASS,
+            "terminationGracePeriodSeconds": probes.termination_grace_period_seconds(model.drain),
+            "nodeSelector": gpu_group_node_selector(model.gpu_group),
+            "tolerations": gpu_group_tolerations(group),
+            "topologySpreadConstraints": [
+                _spread("topology.kubernetes.io/zone", model),
+                _spread("kubernetes.io/hostname", model),
+            ],
+            "securityContext": pod_security_context(),
+            "initContainers": [preload_container(config, model, plan.gpu_model)],
+            "containers": [server_container(config, model, plan)],
+            "volumes": _volumes(config, model),
+        },
+    }
+
+
+def deployment_spec(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
+                    service_account: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": model_selector_labels(model.name)},
+        "strategy": probes.rollout_strategy(model).as_spec(),
+        "progressDeadlineSeconds": probes.progress_deadline_seconds(plan.startup_budget_seconds),
+        "revisionHistoryLimit": 5,
+        "template": pod_template(config, model, plan, service_account),
+    }
+    # With an HPA or KEDA, the autoscaler owns spec.replicas: setting it here would make every
+    # `pulumi up` reset the replica count (production-stack renders it under KEDA; we do not).
+    if not autoscaler_owns_replicas(model):
+        spec["replicas"] = model.replicas
+    return spec
+
+
+# --- around the pod -------------------------------------------------------------------------------
+
+def resource_quota_spec(model: ModelConfig) -> dict[str, Any]:
+    return {"hard": {"requests.nvidia.com/gpu": str(probes.gpu_quota(model))}}
+
+
+def limit_range_spec() -> dict[str, Any]:
+    """Defaults for containers that set nothing (debug pods, injected sidecars).
+
+    No default CPU limit: it would also apply to the vLLM container, which has none on purpose, and
+    CFS throttling stalls its tokenizer and scheduler loop. No GPU maximum either: LimitRange
+    maxima force every container, the init container too, to declare that resource.
+    """
+    return {"limits": [{
+        "type": "Container",
+        "defaultRequest": {"cpu": "100m", "memory": "256Mi"},
+        "default": {"memory": "1Gi"},
+    }]}
+
+
+def service_spec(model: ModelConfig) -> dict[str, Any]:
+    return {
+        "type": "ClusterIP",
+        "selector": model_selector_labels(model.name),
+        "ports": [{"name": probes.PORT_NAME, "port": model.vllm.port, "targetPort": probes.PORT_NAME,
+                   "protocol": "TCP"}],
+    }
+
+
+def pod_disruption_budget_spec(model: ModelConfig) -> dict[str, Any]:
+    """Keep `min_available` replicas serving through voluntary disruptions — when that leaves room to
+    evict one. At or above the fewest replicas the model runs with (a single replica, or an autoscaler
+    at its minimum), a minAvailable would block every node drain and node-group upgrade, so the
+    budget becomes one pod at a time (maxUnavailable 1)."""
+    budget: dict[str, Any] = (
+        {"minAvailable": model.min_available} if model.min_available < probes.replica_floor(model)
+        else {"maxUnavailable": 1}
+    )
+    return {
+        **budget,
+        "selector": {"matchLabels": model_selector_labels(model.name)},
+        # A pod stuck loading (not Ready) never counts as available, so without this a node drain
+        # would wait forever on the very pod that cannot become ready.
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+
+
+def ingress_group_name(config: PlatformConfig) -> str:
+    """Every model of a stack shares one ALB (one hostname rule each) instead of paying for one each."""
+    return f"{config.cluster.name}-models"
+
+
+def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
+    ingress = config.ingress
+    idle = ingress.idle_timeout_seconds
+    if ingress.class_name == "nginx":
+        # Same long-stream guarantee on ingress-nginx: no proxy read timeout mid-stream, no buffering.
+        return {"nginx.ingress.kubernetes.io/proxy-read-timeout": str(idle),
+                "nginx.ingress.kubernetes.io/proxy-send-timeout": str(idle),
+                "nginx.ingress.kubernetes.io/proxy-buffering": "off"}
+    if ingress.class_name != "alb":
+        return {}
+    prefix = "alb.ingress.kubernetes.io"
+    annotations = {
+        f"{prefix}/scheme": ingress.scheme,
+        f"{prefix}/target-type": "ip",
+        f"{prefix}/group.name": ingress_group_name(config),
+        f"{prefix}/listen-ports": json.dumps([{"HTTPS": 443}]),
+        f"{prefix}/ssl-policy": ALB_SSL_POLICY,
+        f"{prefix}/backend-protocol": "HTTP",
+        f"{prefix}/healthcheck-path": probes.HEALTH_PATH,
+        f"{prefix}/success-codes": "200",
+        # SSE streams may sit idle while a request waits in vLLM's queue: never cut them sooner.
+        f"{prefix}/load-balancer-attributes": f"idle_timeout.timeout_seconds={idle}",
+        f"{prefix}/target-group-attributes":
+            f"deregistration_delay.timeout_seconds={probes.load_balancer_deregistration_delay_seconds(model.drain)}",
+    }
+    if ingress.certificate_arn:
+        annotations[f"{prefix}/certificate-arn"] = ingress.certificate_arn
+    if ingress.inbound_cidrs:
+        annotations[f"{prefix}/inbound-cidrs"] = ",".join(ingress.inbound_cidrs)
+    return annotations
+
+
+def ingress_spec(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
+    assert model.ingress_host is not None  # checked at validate time (ingress_host_problems)
+    backend = {"service": {"name": SERVER_NAME, "port": {"name": probes.PORT_NAME}}}
+    return {
+        "ingressClassName": config.ingress.class_name,
+        # Hosts only: the ALB terminates TLS with the ACM certificate (named, or found by host).
+        "tls": [{"hosts": [model.ingress_host]}],
+        "rules": [{"host": model.ingress_host,
+                   "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}],
+    }
+
+
+def platform_labels() -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/managed-by": "pulumi"}
+
+
+def namespace_labels(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
+    labels = {**platform_labels(), MODEL_LABEL: model.name}
+    if config.ingress.enabled and config.ingress.class_name == "alb":
+        # The AWS Load Balancer Controller adds a readiness gate to pods here: a rollout waits until
+        # the new pod is healthy in the ALB target group before stopping the next old one.
+        labels["elbv2.k8s.aws/pod-readiness-gate-inject"] = "enabled"
+    return labels
+
+
+def in_cluster_url(model: ModelConfig) -> str:
+    return f"http://{SERVER_NAME}.{model.namespace}.svc.cluster.local:{model.vllm.port}"
+
+
+def ingress_url(config: PlatformConfig, model: ModelConfig) -> str | None:
+    if not config.ingress.enabled or model.ingress_host is None:
+        return None
+    return f"https://{model.ingress_host}"
+
+
+# --- the component ----------------------------------------------------------------------------------
+
+def create_serving_priority_class(name: str,
+                                  opts: pulumi.ResourceOptions) -> kubernetes.scheduling.v1.PriorityClass:
+    """The cluster-scoped PriorityClass every vLLM pod uses; created once by the platform."""
+    return kubernetes.scheduling.v1.PriorityClass(
+        name,
+        metadata={"name": SERVING_PRIORITY_CLASS, "labels": platform_labels()},
+        value=SERVING_PRIORITY_VALUE,
+        global_default=False,
+        preemption_policy="PreemptLowerPriority",
+        description="vLLM model servers (vllm-platform): ahead of batch work on GPU nodes.",
+        opts=opts,
+    )
+
+
+@dataclass(frozen=True)
+class ModelServiceArgs:
+    config: PlatformConfig
+    model: ModelConfig
+    plan: ModelPlan
+    """The model's capacity plan: startup budget and GPU model."""
+    context: ClusterContext
+    depends_on: Sequence[pulumi.Resource] = ()
+    """What the objects need first: the PriorityClass, and the add-ons whose CRDs and webhooks they
+    use (Secrets Store CSI driver for SecretProviderClass, AWS Load Balancer Controller)."""
+
+
+class ModelService(pulumi.ComponentResource):
+    """Everything one model needs to serve, in its own namespace `vllm-<model>`."""
+
+    namespace: str
+    deployment: kubernetes.apps.v1.Deployment
+    autoscaler: pulumi.Resource | None
+    deployment_name: str
+    in_cluster_url: str
+    ingress_url: str | None
+
+    def __init__(self, name: str, args: ModelServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-platform:model_service:ModelService", name, None, opts)
+        config, model, plan = args.config, args.model, args.plan
+        namespace = model.namespace
+        labels = model_labels(model.name)
+
+        def meta(object_name: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+            return {"name": object_name, "namespace": namespace, "labels": {**labels, **(extra_labels or {})}}
+
+        namespace_resource = kubernetes.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": namespace, "labels": namespace_labels(config, model)},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource])
+        after_addons = pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource, *args.depends_on])
+
+        kubernetes.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=meta("gpu-quota"),
+                                         spec=resource_quota_spec(model), opts=inside)
+        kubernetes.core.v1.LimitRange(f"{name}-limit-range", metadata=meta("container-defaults"),
+                                      spec=limit_range_spec(), opts=inside)
+        for policy_name, policy_spec in model_network_policies(config, model):
+            kubernetes.networking.v1.NetworkPolicy(f"{name}-netpol-{policy_name}", metadata=meta(policy_name),
+                                                   spec=policy_spec, opts=inside)
+
+        account = model_service_account(model)
+        role_arn = args.context.role_arn_for(account.namespace, account.name)
+        account_meta = meta(account.name)
+        if role_arn is not None:
+            account_meta["annotations"] = {"eks.amazonaws.com/role-arn": role_arn}
+        kubernetes.core.v1.ServiceAccount(f"{name}-service-account", metadata=account_meta,
+                                          automount_service_account_token=False, opts=inside)
+
+        store = config.security.secret_store
+        provider_classes: list[pulumi.Resource] = []
+        if secrets.uses_csi(store):
+            provider_classes.append(kubernetes.apiextensions.CustomResource(
+                f"{name}-api-key-provider",
+                api_version=secrets.SPC_API_VERSION, kind="SecretProviderClass",
+                metadata=meta(secrets.API_KEY_PROVIDER_CLASS),
+                spec=secrets.secret_provider_class_spec(
+                    store, secrets.api_key_file(model), config.cluster.region,
+                    sync_to_secret=secrets.API_KEY_SECRET_NAME,
+                ),
+                opts=after_addons,
+            ))
+            token = secrets.hf_token_file(model)
+            if token is not None:
+                provider_classes.append(kubernetes.apiextensions.CustomResource(
+                    f"{name}-hf-token-provider",
+                    api_version=secrets.SPC_API_VERSION, kind="SecretProviderClass",
+                    metadata=meta(secrets.HF_TOKEN_PROVIDER_CLASS),
+                    spec=secrets.secret_provider_class_spec(store, token, config.cluster.region,
+                                                            sync_to_secret=None),
+                    opts=after_addons,
+                ))
+
+        claim = kubernetes.core.v1.PersistentVolumeClaim(
+            f"{name}-model-volume",
+            metadata=meta(MODEL_VOLUME_CLAIM),
+            spec={
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": MODEL_VOLUME_STORAGE_CLASS,
+                "resources": {"requests": {"storage": gib(config.storage.model_volume_size_gib)}},
+            },
+            opts=after_addons,
+        )
+
+        # How long `pulumi up` waits for the rollout before reporting it failed.
+        rollout_timeout = probes.rollout_timeout_seconds(model, plan.startup_budget_seconds)
+        deployment = kubernetes.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata={**meta(SERVER_NAME),
+                      "annotations": {"pulumi.com/timeoutSeconds": str(rollout_timeout)}},
+            spec=deployment_spec(config, model, plan, account.name),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[namespace_resource, claim, *provider_classes, *args.depends_on],
+            ),
+        )
+        kubernetes.core.v1.Service(f"{name}-service", metadata=meta(SERVER_NAME), spec=service_spec(model),
+                                   opts=inside)
+        kubernetes.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=meta(SERVER_NAME),
+                                                 spec=pod_disruption_budget_spec(model), opts=inside)
+        if config.ingress.enabled:
+            kubernetes.networking.v1.Ingress(
+                f"{name}-ingress",
+                metadata={**meta(SERVER_NAME), "annotations": ingress_annotations(config, model)},
+                spec=ingress_spec(config, model),
+                opts=after_addons,
+            )
+
+        # The HPA or KEDA ScaledObject that owns the Deployment's replicas (none when autoscaling is off).
+        self.autoscaler = create_model_autoscaler(
+            f"{name}-autoscaler", model, SERVER_NAME, namespace, config.monitoring,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment, *args.depends_on]),
+        )
+
+        self.namespace = namespace
+        self.deployment_name = SERVER_NAME
+        self.in_cluster_url = in_cluster_url(model)
+        self.ingress_url = ingress_url(config, model)
+        self.deployment = deployment
+        self.register_outputs({
+            "namespace": self.namespace,
+            "in_cluster_url": self.in_cluster_url,
+            "ingress_url": self.ingress_url,
+        })

@@ -57,6 +57,8 @@ def kube_prometheus_stack_values(config: PlatformConfig) -> dict[str, Any]:
     prometheus_spec: dict[str, Any] = {
         "scrapeInterval": f"{monitoring.scrape_interval_seconds}s",
         "retention": f"{monitoring.retention_days}d",
+        # Whichever comes first: old blocks go before the volume fills and Prometheus stops.
+        "retentionSize": f"{int(monitoring.prometheus_storage_gib * 0.85 * 1024)}MiB",
         # Select every PodMonitor/ServiceMonitor/rule in the cluster, not only the chart's own
         # (the vLLM PodMonitor, DCGM's ServiceMonitor).
         "podMonitorSelectorNilUsesHelmValues": False,
@@ -65,14 +67,17 @@ def kube_prometheus_stack_values(config: PlatformConfig) -> dict[str, Any]:
         "probeSelectorNilUsesHelmValues": False,
         "tolerations": [],
     }
-    if monitoring.prometheus_storage_gib is not None:
-        claim_spec: dict[str, Any] = {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": f"{monitoring.prometheus_storage_gib}Gi"}},
-        }
+    size = f"{monitoring.prometheus_storage_gib}Gi"
+    if monitoring.prometheus_persistent_volume:
+        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                      "resources": {"requests": {"storage": size}}}
         if monitoring.prometheus_storage_class:
             claim_spec["storageClassName"] = monitoring.prometheus_storage_class
         prometheus_spec["storageSpec"] = {"volumeClaimTemplate": {"spec": claim_spec}}
+    else:
+        # No StorageClass needed (EKS provisions EBS volumes only with the EBS CSI driver); the
+        # limit keeps the data from filling the node's disk.
+        prometheus_spec["storageSpec"] = {"emptyDir": {"sizeLimit": size}}
     grafana: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
     if monitoring.grafana:
         grafana["admin"] = {"existingSecret": monitoring.grafana_admin_secret,

@@ -12,6 +12,7 @@ from components.monitoring import (
     VLLM_METRICS_PORT_NAME,
     adapter_prometheus_values,
     creates_monitor_objects,
+    kube_prometheus_stack_values,
     prometheus_url,
 )
 from infra.config import load_stack
@@ -54,7 +55,20 @@ def test_prometheus_selects_every_pod_and_service_monitor_in_the_cluster(stack_r
     assert spec["serviceMonitorSelectorNilUsesHelmValues"] is False
     assert spec["scrapeInterval"] == f"{config.monitoring.scrape_interval_seconds}s"
     assert spec["retention"] == f"{config.monitoring.retention_days}d"
-    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    # No StorageClass on EKS without the EBS CSI driver: an emptyDir with a limit, retention below it.
+    assert spec["storageSpec"] == {"emptyDir": {"sizeLimit": "10Gi"}}
+    assert spec["retentionSize"] == "8704MiB"
+
+
+def test_prometheus_can_keep_its_data_on_a_persistent_volume() -> None:
+    config = load_stack("prod")
+    monitoring = config.monitoring.model_copy(update={"prometheus_persistent_volume": True,
+                                                      "prometheus_storage_gib": 50,
+                                                      "prometheus_storage_class": "gp3"})
+    values = kube_prometheus_stack_values(config.model_copy(update={"monitoring": monitoring}))
+    claim = values["prometheus"]["prometheusSpec"]["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert claim == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}},
+                     "storageClassName": "gp3"}
 
 
 def test_eks_does_not_scrape_control_plane_components_it_hides(stack_render: RenderResult) -> None:

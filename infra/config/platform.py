@@ -100,11 +100,15 @@ class MonitoringConfig(StrictModel):
     """How often vLLM and DCGM are scraped: the freshest an autoscaling signal can be."""
     retention_days: Annotated[int, Field(ge=1, le=365)] = 15
     """kube-prometheus-stack: how long Prometheus keeps samples."""
-    prometheus_storage_gib: Annotated[int, Field(ge=1)] | None = 50
-    """kube-prometheus-stack: persistent volume per Prometheus replica; null keeps data in an emptyDir
-    (lost on restart). Needs a StorageClass that provisions ReadWriteOnce volumes (EBS CSI on EKS)."""
+    prometheus_storage_gib: Annotated[int, Field(ge=1, le=10000)] = 10
+    """kube-prometheus-stack: space for Prometheus' data; retention also stops at 85 % of it, so the
+    volume never fills before `retention_days`."""
+    prometheus_persistent_volume: bool = False
+    """Keep Prometheus' data on a PersistentVolume instead of an emptyDir (lost when the pod moves).
+    Needs a StorageClass that provisions ReadWriteOnce volumes: on EKS the EBS CSI driver, which this
+    stack does not install. Autoscaling reads only the last minutes, so it works either way."""
     prometheus_storage_class: str | None = None
-    """StorageClass of that volume; null = the cluster's default StorageClass."""
+    """With prometheus_persistent_volume: the volume's StorageClass; null = the cluster's default."""
     chart_version: ChartVersion | None = None
     """kube-prometheus-stack chart version; null = the pin in infra/versions.py."""
     grafana: bool = False

@@ -66,14 +66,16 @@ def vllm_python() -> Path:
 def tiny_model_dir(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Built in the vLLM venv, which has the `tokenizers` library the main venv does not need.
     out_dir = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run(
+    built = subprocess.run(
         [str(vllm_python), "-m", "tests.support.tiny_model", str(out_dir)],
         cwd=REPO_ROOT,
         env=vllm_subprocess_env(),
-        check=True,
         capture_output=True,
+        text=True,
         timeout=120,
     )
+    if built.returncode != 0:
+        pytest.fail(f"building the tiny model failed:\n{built.stderr[-3000:]}", pytrace=False)
     return out_dir
 
 
@@ -101,8 +103,8 @@ def vllm_server(booting_vllm_server: RunningVllmServer) -> RunningVllmServer:
 
 
 def boot_server_now_if_the_session_needs_it(request: pytest.FixtureRequest) -> None:
-    """Start the server before a slow vLLM parser check, so that it loads meanwhile (about a
-    minute saved on two cores), but only when some test of this session will use it."""
+    """Start the server before a slow vLLM parser check, so that it loads meanwhile, but only
+    when some test of this session will use it."""
     server_fixtures = {"vllm_server", "served_one_request"}
     if any(server_fixtures & set(item.fixturenames) for item in request.session.items):
         request.getfixturevalue("booting_vllm_server")

@@ -200,7 +200,11 @@ def gpu_toleration_problems(config: PlatformConfig) -> list[Problem]:
         if not addon.enabled:
             continue
         tolerations = gpu_addon_tolerations(config, addon)
-        for group_name, group in sorted(config.node_groups.gpu.items()):
+        # The chart's device plugin stays off the groups whose OS ships one.
+        plugin = addon_name == "nvidia_device_plugin"
+        groups = device_plugin_groups(config) if plugin else list(config.node_groups.gpu)
+        for group_name in sorted(groups):
+            group = config.node_groups.gpu[group_name]
             for taint in untolerated_taints(tolerations, group.taints):
                 index = group.taints.index(taint)
                 problems.append(Problem(

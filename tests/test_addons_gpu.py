@@ -341,3 +341,15 @@ def test_toleration_matching_follows_kubernetes(
 
     key, value, effect = taint
     assert tolerates(toleration, TaintConfig(key=key, value=value, effect=effect)) is expected
+
+
+def test_device_plugin_override_need_not_cover_groups_with_their_own_plugin(tmp_path: Path) -> None:
+    def bottlerocket_h200_with_own_taint(values: dict[str, Any]) -> None:
+        h200 = values["node_groups"]["gpu"]["h200"]
+        h200["ami_type"] = "BOTTLEROCKET_x86_64_NVIDIA"
+        h200["taints"] = [{"key": "dedicated", "value": "h200", "effect": "NoSchedule"}]
+        values["addons"] = {"keda": True, "nvidia_device_plugin": {"tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+
+    config = load_variant(tmp_path, bottlerocket_h200_with_own_taint, base="prod")
+    assert device_plugin_groups(config) == ["l40s"]

@@ -55,8 +55,10 @@ def test_vllm_0_32_logs_size_and_concurrency_in_one_line() -> None:
     facts = parse_log([CORE + "[gpu_worker.py:760] Available KV cache memory: 106.83 GiB", line])
     assert facts["kv_cache_tokens"] == 3_500_576 and facts["max_concurrency"] == 213.66
     assert kv_cache_ready(facts)
-    cpu = parse_line("INFO [kv_cache_utils.py:2327] CPU KV cache size: 4,194,304 tokens, Maximum concurrency for "
-                     "16,384 tokens per request: 256.00x")
+    cpu = parse_line(
+        "INFO [kv_cache_utils.py:2327] CPU KV cache size: 4,194,304 tokens, "
+        "Maximum concurrency for 16,384 tokens per request: 256.00x"
+    )
     assert cpu["kv_cache_tokens"] == 4_194_304 and cpu["max_concurrency"] == 256.0
     assert parse_line("GPU + host KV cache size: 10 tokens")["kv_cache_tokens"] == 10
 

@@ -136,7 +136,7 @@ def test_defaults_phase_runs_levels_then_kv_probes(tmp_path: Path, lab: StandInL
 
 
 def test_levels_that_do_not_fit_the_budget_are_skipped_not_cut(tmp_path: Path, lab: StandInLab) -> None:
-    phase = _phase("stack", tmp_path, lab, budget_s=62)  # room for the start, not for a 10 s level + margin
+    phase = _phase("stack", tmp_path, lab, budget_s=25)  # room for the start, not for a 10 s level + 20 s
     phases.phase_stack(phase, lab)
     phase.finish("completed")
     result = json.loads((tmp_path / "out" / "stack.json").read_text())
@@ -217,3 +217,32 @@ def test_server_refuses_to_start_on_a_port_someone_answers(
         with pytest.raises(server.ServerFailedError, match="already in use"):
             busy.start()
     assert busy.process is None
+
+
+def test_capacity_runs_go_to_the_capacity_script_and_their_observations_come_back(
+    tmp_path: Path, lab: StandInLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "measure_kv_cache.py"
+    script.write_text(
+        "import json, sys\n"
+        "args = sys.argv[1:]\n"
+        "out = args[args.index('--out') + 1]\n"
+        "names = [args[i + 1] for i, a in enumerate(args) if a == '--only']\n"
+        "observations = [{'name': n, 'outcome': 'ok'} for n in names]\n"
+        "json.dump({'plan': args[0], 'observations': observations}, open(out, 'w'))\n"
+    )
+    monkeypatch.setattr(phases, "CAPACITY_SCRIPT", script)
+    phase = _phase("baseline", tmp_path, lab)
+    names = lab.plan["capacity"]["runs"]["baseline"]
+    phases.run_capacity(phase, lab, names, minimum_s=10)
+    observations = json.loads((tmp_path / "out" / "kv_cache_observations.json").read_text())
+    assert [o["name"] for o in observations["observations"]] == names
+    assert observations["plan"].endswith(lab.plan["capacity"]["plan_file"])
+    assert phase.result["capacity_runs"][",".join(names)] == "exit 0"
+
+
+def test_capacity_runs_are_skipped_when_the_phase_lacks_time(tmp_path: Path, lab: StandInLab) -> None:
+    phase = _phase("defaults", tmp_path, lab, budget_s=100)
+    phases.run_capacity(phase, lab, ["x"], minimum_s=200)
+    assert phase.result["capacity_runs"]["skipped"]["runs"] == ["x"]
+    assert not (tmp_path / "out" / "kv_cache_observations.json").exists()

@@ -277,6 +277,8 @@ def _fmt(value: Any, digits: int = 0, unit: str = "") -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:,.{digits}f}{unit}"
+    if isinstance(value, int):
+        return f"{value:,}{unit}"
     return f"{value}{unit}"
 
 
@@ -289,14 +291,17 @@ def render_markdown(results: dict[str, Any], plot_name: str | None) -> str:
     vt, td, st = comp["vllm_vs_transformers"], comp["tuned_vs_default"], comp["start_times"]
     profile = (results["stack"].get("tuning_profile") or {}).get("name")
     gain = td["throughput_gain_pct"]
+    version_note = (
+        f" (the lab host's: its PyTorch 2.11 rules out the vLLM {env.get('stack_vllm')} the stack deploys)"
+        if env.get("lab_vllm") != env.get("stack_vllm")
+        else " (the version the stack deploys)"
+    )
     gain_met = None if gain is None else gain >= td["target_gain_pct"]
     lines = [
         "# Serving benchmark: the stack's vLLM configuration, vLLM's defaults, Transformers",
         "",
         f"Measured {results.get('measured_on') or 'on an unknown date'} on {env.get('gpu') or 'no GPU'}"
-        f" (driver {env.get('driver') or 'n/a'}) with vLLM {env.get('lab_vllm')} — the lab's; the stack"
-        " deploys"
-        f" vLLM {env.get('stack_vllm')}, which needs a newer PyTorch than the lab host has — torch"
+        f" (driver {env.get('driver') or 'n/a'}) with vLLM {env.get('lab_vllm')}{version_note}, torch"
         f" {env.get('torch')}, transformers {env.get('transformers')}, Python {env.get('python')}.",
         "Model: Llama-3.1-8B shape with random weights (`--load-format dummy`: the real shapes, memory and"
         " speed); prompts of 512 random token ids, exactly 256 output tokens per request (`ignore_eos`),"
@@ -457,53 +462,61 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    figure, (throughput_axis, ttft_axis) = plt.subplots(1, 2, figsize=(12, 4.6))
+    figure, (throughput_axis, ttft_axis) = plt.subplots(1, 2, figsize=(12, 4.8))
     styles = {
         "vllm_tuned": ("tab:blue", "o"),
         "vllm_default": ("tab:orange", "s"),
         "transformers": ("tab:green", "^"),
     }
+    ticks: set[int] = set()
     for key, label in SERIES_LABELS.items():
         series = results["series"].get(key)
-        if series is None:
-            continue
-        levels = [level for level in series["levels"] if level.get("completed")]
+        levels = [level for level in (series or {}).get("levels", []) if level.get("completed")]
         if not levels:
             continue
         color, marker = styles[key]
         x = [level["concurrency"] for level in levels]
+        ticks.update(x)
         throughput_axis.plot(
             x, [level["output_tok_s"] for level in levels], marker=marker, color=color, label=label
         )
         ttft_axis.plot(
             x, [level["ttft_mean_ms"] for level in levels], marker=marker, color=color, label=f"{label}, mean"
         )
-        ttft_axis.plot(
-            x,
-            [level["ttft_p99_ms"] for level in levels],
-            marker=marker,
-            color=color,
-            linestyle="--",
-            alpha=0.6,
-            label=f"{label}, p99",
-        )
+        if key != "transformers":  # one batched prefill: its p99 is its mean
+            ttft_axis.plot(
+                x,
+                [level["ttft_p99_ms"] for level in levels],
+                marker=marker,
+                color=color,
+                linestyle="--",
+                alpha=0.6,
+                label=f"{label}, p99",
+            )
     for axis, title, unit in (
-        (throughput_axis, "Output throughput", "output tokens/s"),
-        (ttft_axis, "Time to first token", "ms"),
+        (throughput_axis, "Output throughput", "output tokens/s (log)"),
+        (ttft_axis, "Time to first token", "ms (log)"),
     ):
         axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrent requests (Transformers: batch size)")
+        axis.set_yscale("log")
+        axis.set_xticks(sorted(ticks))
+        axis.xaxis.set_major_formatter(ScalarFormatter())
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        axis.set_xlabel("concurrent requests (Transformers: static batch size)")
         axis.set_ylabel(unit)
         axis.set_title(title)
         axis.grid(True, which="both", alpha=0.3)
-    ttft_axis.set_yscale("log")
     throughput_axis.legend(fontsize=8)
     ttft_axis.legend(fontsize=7)
     env = results["environment"]
+    where = (
+        "CPU rehearsal, not a GPU measurement" if env.get("dry_run_cpu") else env.get("gpu") or "unknown GPU"
+    )
     figure.suptitle(
-        f"Llama-3.1-8B shape, 512 in / 256 out — {env.get('gpu') or 'CPU rehearsal'}, vLLM "
-        f"{env.get('lab_vllm')}, {results.get('measured_on') or ''}",
+        f"Llama-3.1-8B shape, 512 in / 256 out — {where}, vLLM {env.get('lab_vllm')}, "
+        f"{(results.get('measured_on') or '')[:10]}",
         fontsize=10,
     )
     figure.tight_layout()

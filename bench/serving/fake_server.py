@@ -121,8 +121,11 @@ def fake_vllm_server(behaviour: FakeBehaviour | None = None) -> Iterator[int]:
     try:
         yield int(holder["port"])  # type: ignore[call-overload]
     finally:
+        loop.call_soon_threadsafe(holder["server"].close)  # type: ignore[attr-defined]
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+        thread.join(30)
+        if not loop.is_running():
+            loop.close()
 
 
 def main() -> None:

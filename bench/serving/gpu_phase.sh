@@ -2,11 +2,11 @@
 # One GPU phase of the serving benchmark, from the repository root on the GPU host:
 #
 #   bash bench/serving/gpu_phase.sh selftest|stack|defaults|baseline [--dry-run-cpu]
-#   bash bench/serving/gpu_phase.sh all            # the three phases back to back (~22 min), then analyze
+#   bash bench/serving/gpu_phase.sh all            # selftest + the three phases (~25 min), then analyze
 #
 # Needs vLLM 0.26.0 importable (PYTHONPATH=/tmp/site), the model directories (/tmp/m/llama8b), and
 # writes into $OUT (default $BENCH_WORK_DIR/out, i.e. /tmp/bench-serving/out). Each phase stops starting new work after its
-# budget (BENCH_BUDGET_S, default 470 s) and is hard-killed 60 s later, so one phase fits a 9-minute
+# budget (BENCH_BUDGET_S, default 420 s) and is hard-killed 55 s later, so one phase fits an 8-minute
 # command; every vLLM server it started is stopped on any exit (trap below).
 # --dry-run-cpu rehearses the same phase on the vLLM 0.32.0 CPU build (.venv-vllm) with a tiny model.
 set -u
@@ -39,7 +39,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 TOKENIZERS_PARALLELISM=false
-budget=${BENCH_BUDGET_S:-470}
+budget=${BENCH_BUDGET_S:-420}
 mkdir -p "$BENCH_WORK_DIR"
 
 stop_leftovers() {
@@ -60,8 +60,8 @@ trap stop_leftovers EXIT
 
 run_phase() {
   local name=$1 phase_budget=$2
-  echo "$(date +%T) gpu_phase: $name (budget ${phase_budget} s, hard limit $((phase_budget + 60)) s) -> $out"
-  timeout -k 10 $((phase_budget + 50)) "$python" -m bench.serving.phases "$name" --out "$out" \
+  echo "$(date +%T) gpu_phase: $name (budget ${phase_budget} s, hard limit $((phase_budget + 55)) s) -> $out"
+  timeout -k 10 $((phase_budget + 45)) "$python" -m bench.serving.phases "$name" --out "$out" \
     --budget-s "$phase_budget" $dry_run
   local status=$?
   stop_leftovers

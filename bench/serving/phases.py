@@ -163,6 +163,7 @@ class Phase:
         self.lab = lab
         self.began = time.time()
         self.servers: list[VllmServer] = []
+        self.other_logs: list[tuple[str, Path]] = []  # (title, path) of non-server commands
         self.requests: dict[str, Any] = {}
         self.result: dict[str, Any] = {
             "phase": name,
@@ -195,13 +196,15 @@ class Phase:
             _write_json(self.out_dir / f"{self.name}-requests.json", self.requests, indent=None)
 
     def save_logs(self) -> None:
+        """Every log of the phase in one file (server logs cut to their head and tail if long)."""
+        sources = [(f"{server.name}: {' '.join(server.command)}", server.log_path) for server in self.servers]
         parts = []
-        for server in self.servers:
-            text = server.log_path.read_text(errors="replace") if server.log_path.exists() else "(no log)"
+        for title, path in sources + self.other_logs:
+            text = path.read_text(errors="replace") if path.exists() else "(no log)"
             if len(text) > LOG_BYTES_PER_SERVER:
                 half = LOG_BYTES_PER_SERVER // 2
                 text = text[:half] + "\n[... cut ...]\n" + text[-half:]
-            parts.append(f"===== {server.name}: {' '.join(server.command)}\n{text}")
+            parts.append(f"===== {title}\n{text}")
         (self.out_dir / f"{self.name}-logs.txt").write_text("\n".join(parts))
 
     def new_server(self, name: str, args: list[str]) -> VllmServer:
@@ -234,14 +237,14 @@ class Phase:
         except ServerFailedError as error:
             record[name] = server.start_record.as_json() if server.start_record else {"error": str(error)}
             self.say(str(error))
-            self.stop_server(server)
+            self.stop_server(server, grace_s=10)
             raise
         record[name] = start.as_json()
         self.step(f"{name} reached {until} after {start.ready_s} s")
         return server, record[name]
 
-    def stop_server(self, server: VllmServer) -> None:
-        took = server.stop()
+    def stop_server(self, server: VllmServer, grace_s: float = 30) -> None:
+        took = server.stop(grace_s=grace_s)
         self.step(f"stopped {server.name} in {took} s")
         self.save_logs()
 
@@ -325,7 +328,7 @@ def check_arguments_with_real_parser(lab: Lab, argument_lists: dict[str, list[st
     return json.loads(marker[-1].removeprefix("PARSER_CHECK="))
 
 
-def run_levels(phase: Phase, lab: Lab, levels: list[int], sampler: GpuSampler, reserve_s: float) -> None:
+def run_levels(phase: Phase, lab: Lab, levels: list[int], sampler: GpuSampler) -> None:
     workload = lab.workload
     target = loadgen.Target("127.0.0.1", int(lab.plan["lab"]["port"]), lab.plan["lab"]["served_model_name"])
     token_range = lab.token_id_range()
@@ -346,11 +349,11 @@ def run_levels(phase: Phase, lab: Lab, levels: list[int], sampler: GpuSampler, r
         raise ServerFailedError(f"warm-up requests all failed: {warm['summary']['errors']}")
     for concurrency in levels:
         cap = float(workload["level_time_cap_s"])
-        needed = cap + 45
-        if phase.remaining() - reserve_s < needed:
+        needed = cap + 20  # the cap, then the requests still in flight
+        if phase.remaining() < needed:
             phase.result.setdefault("skipped_levels", []).append(concurrency)
             phase.step(
-                f"C={concurrency}: skipped, {phase.remaining():.0f} s left and {reserve_s:.0f} s reserved"
+                f"C={concurrency}: skipped, {phase.remaining():.0f} s left, about {needed:.0f} s needed"
             )
             continue
         began = time.time()
@@ -406,13 +409,8 @@ def phase_stack(phase: Phase, lab: Lab) -> None:
             )
         }
         try:
-            run_levels(
-                phase,
-                lab,
-                [int(c) for c in lab.workload["concurrency"]],
-                sampler,
-                reserve_s=lab.health_timeout_warm_s * 0.6,
-            )
+            # Levels before the warm restart: the defaults phase repeats a restart that found no time.
+            run_levels(phase, lab, ordered_levels(lab.workload), sampler)
             phase.result["gpu_peak_while_serving"] = sampler.window(cold["launched_at"], time.time())
         finally:
             phase.stop_server(server)
@@ -421,13 +419,28 @@ def phase_stack(phase: Phase, lab: Lab) -> None:
 
 def warm_restart(phase: Phase, lab: Lab, args: list[str]) -> None:
     """Second start with the shared compile cache kept and fresh per-pod folders: a new replica."""
-    if phase.remaining() < 60:
-        phase.step("warm restart skipped: under 60 s left (the defaults phase runs it first)")
+    if phase.remaining() < 100:
+        phase.step("warm restart skipped: under 100 s left (the defaults phase runs it first)")
         return
-    server, warm = phase.start_server("stack-warm", args, until="health", timeout_s=lab.health_timeout_warm_s)
+    try:
+        server, warm = phase.start_server(
+            "stack-warm", args, until="health", timeout_s=lab.health_timeout_warm_s
+        )
+    except ServerFailedError as error:
+        if "no health within" not in str(error) or phase.remaining() > 30:
+            raise
+        phase.step("warm restart ran out of phase time (the defaults phase runs it first)")
+        return
     phase.result["warm_start_s"] = warm["ready_s"]
     (WORK_DIR / "warm-start-done").write_text(str(warm["ready_s"]))
     phase.stop_server(server)
+
+
+def ordered_levels(workload: dict[str, Any]) -> list[int]:
+    """The workload's concurrency levels, most important first (its `level_order`)."""
+    levels = [int(c) for c in workload["concurrency"]]
+    preferred = [c for c in workload.get("level_order", []) if c in levels]
+    return preferred + [c for c in levels if c not in preferred]
 
 
 def phase_defaults(phase: Phase, lab: Lab) -> None:
@@ -456,18 +469,65 @@ def phase_defaults(phase: Phase, lab: Lab) -> None:
                 "kv_cache_log_lines",
             )
         }
-        # The comparison levels first, then the rest of the curve while time allows.
-        preferred = [c for c in lab.plan["defaults"]["levels"] if c in lab.workload["concurrency"]]
-        levels = preferred + [c for c in lab.workload["concurrency"] if c not in preferred]
         try:
-            run_levels(phase, lab, levels, sampler, reserve_s=0)
+            run_levels(phase, lab, ordered_levels(lab.workload), sampler)
         finally:
             phase.stop_server(server)
-    run_probes(phase, lab, lab.plan["probes"])
+    # Calibration points for the capacity planner, cheapest first: the stack's arguments at another
+    # utilisation reuse the stack phase's compile cache (utilisation is not part of its key).
+    stack_probes = [probe for probe in lab.plan["probes"] if probe["name"].startswith("stack-")]
+    run_probes(phase, lab, stack_probes)
+    run_capacity(phase, lab, lab.plan["capacity"]["runs"]["defaults"], minimum_s=200)
+    run_probes(phase, lab, [probe for probe in lab.plan["probes"] if probe not in stack_probes])
+
+
+def run_capacity(phase: Phase, lab: Lab, names: list[str], minimum_s: float) -> None:
+    """The capacity engineer's runs (bench/capacity/measure_kv_cache.py) in the time left.
+
+    Its observations file lives in the work folder, so runs of an earlier phase stay in it, and is
+    copied into the output folder after each call.
+    """
+    results = phase.result.setdefault("capacity_runs", {})
+    if lab.dry_run_cpu or not CAPACITY_SCRIPT.exists():
+        results["not_run"] = "CPU rehearsal" if lab.dry_run_cpu else f"{CAPACITY_SCRIPT} is absent"
+        return
+    if phase.remaining() < minimum_s:
+        results["skipped"] = {"runs": names, "remaining_s": round(phase.remaining())}
+        phase.step(f"capacity runs {names}: skipped, {phase.remaining():.0f} s left")
+        return
+    observations = WORK_DIR / "kv_cache_observations.json"
+    per_run = max(60.0, min(540.0, phase.remaining() - 40))
+    command = [
+        lab.python,
+        str(CAPACITY_SCRIPT),
+        str(REPO_ROOT / lab.plan["capacity"]["plan_file"]),
+        "--out",
+        str(observations),
+        "--log-dir",
+        str(WORK_DIR / "capacity-logs"),
+        "--timeout-seconds",
+        f"{per_run:.0f}",
+    ]
+    for name in names:
+        command += ["--only", name]
+    phase.step(f"capacity runs: {' '.join(command)}")
+    status = run_group(
+        command,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        timeout_s=max(30.0, phase.remaining() - 15),
+        log=WORK_DIR / "logs" / f"{phase.name}-capacity.log",
+    )
+    phase.other_logs.append(
+        (f"capacity runs: {' '.join(command)}", WORK_DIR / "logs" / f"{phase.name}-capacity.log")
+    )
+    results[",".join(names)] = status
+    if observations.exists():
+        shutil.copy(observations, phase.out_dir / "kv_cache_observations.json")
+    phase.step(f"capacity runs finished: {status}")
 
 
 def run_probes(phase: Phase, lab: Lab, probes: list[dict[str, Any]]) -> None:
-    """Start, wait for the three KV-cache lines, stop: the capacity planner's calibration points."""
+    """Start, wait for the KV-cache lines, stop: the capacity planner's calibration points."""
     results = phase.result.setdefault("kv_probes", {})
     for probe in probes:
         if phase.remaining() < 100:
@@ -499,14 +559,15 @@ def run_probes(phase: Phase, lab: Lab, probes: list[dict[str, Any]]) -> None:
                 )
             },
         }
-        phase.stop_server(server)
+        phase.stop_server(server, grace_s=5)  # mid-start: nothing to drain
 
 
 def phase_baseline(phase: Phase, lab: Lab) -> None:
     baseline = lab.baseline
     if not lab.dry_run_cpu:
         phase.result["gpu_free"] = wait_gpu_free(timeout_s=90)
-    capacity_reserve = 300 if CAPACITY_SCRIPT.exists() and not lab.dry_run_cpu else 0
+    # The capacity runs after it: Qwen at 0.90 compiles (~3 min), at 0.60 reuses the cache (~1 min).
+    capacity_reserve = 270 if CAPACITY_SCRIPT.exists() and not lab.dry_run_cpu else 0
     budget = max(60.0, phase.remaining() - capacity_reserve - 30)
     out = phase.out_dir / "baseline-transformers.json"
     command = [
@@ -535,33 +596,15 @@ def phase_baseline(phase: Phase, lab: Lab) -> None:
     status = run_group(
         command, env=env, timeout_s=budget + 60, log=WORK_DIR / "logs" / "baseline-transformers.log"
     )
+    phase.other_logs.append(
+        (f"Transformers: {' '.join(command)}", WORK_DIR / "logs" / "baseline-transformers.log")
+    )
     phase.result["transformers_exit"] = status
     if out.exists():
         phase.result["transformers"] = json.loads(out.read_text())
         out.unlink()  # folded into baseline.json: fewer files to carry back
     phase.step(f"Transformers baseline finished: {status}")
-    if CAPACITY_SCRIPT.exists() and not lab.dry_run_cpu:
-        command = [
-            lab.python,
-            str(CAPACITY_SCRIPT),
-            "--out-dir",
-            str(phase.out_dir),
-            "--budget-s",
-            f"{max(60.0, phase.remaining() - 20):.0f}",
-        ]
-        phase.step(f"capacity KV probes: {' '.join(command)}")
-        phase.result["capacity_probes_exit"] = run_group(
-            command,
-            env=env,
-            timeout_s=max(60.0, phase.remaining() - 10),
-            log=WORK_DIR / "logs" / "capacity-probes.log",
-        )
-    else:
-        phase.result["capacity_probes_exit"] = (
-            f"not run: {CAPACITY_SCRIPT.relative_to(REPO_ROOT)} is absent"
-            if not CAPACITY_SCRIPT.exists()
-            else "not run in a CPU dry run"
-        )
+    run_capacity(phase, lab, lab.plan["capacity"]["runs"]["baseline"], minimum_s=120)
 
 
 def run_group(command: list[str], *, env: dict[str, str], timeout_s: float, log: Path) -> str:

@@ -45,13 +45,21 @@ WORKLOAD: dict[str, Any] = {
     "concurrency": [1, 8, 16, 64, 256],
     # ~10-40 s per level on an H200: at least 8 requests, about 4 waves of the concurrency.
     "num_prompts": {"1": 8, "8": 32, "16": 64, "64": 256, "256": 1024},
-    "level_time_cap_s": 60,
+    # No new requests after this long; a level ends when the requests in flight have finished.
+    "level_time_cap_s": 40,
+    # The comparison levels first (64: vLLM vs Transformers, 256: tuned vs defaults), so that a
+    # phase short of time drops the least important ones.
+    "level_order": [64, 256, 16, 8, 1],
 }
-DEFAULTS_LEVELS = [64, 256, 16, 1, 8]
-"""The defaults phase runs the comparison levels first, then the rest while time allows."""
 BASELINE = {"batch_sizes": [1, 8, 16, 64, 256], "input_len": 512, "output_len": 256}
 PROBE_UTILIZATION = 0.60
 """The capacity planner's second calibration point (KV-cache log lines at another utilisation)."""
+CAPACITY_PLAN = "bench/capacity/kv_cache_plan.json"
+CAPACITY_RUNS = {
+    "defaults": ["llama-3.1-8b-util-0.60"],
+    "baseline": ["qwen2.5-7b-util-0.90", "qwen2.5-7b-util-0.60"],
+}
+"""Runs of the capacity engineer's measure_kv_cache.py that ride along in the phases' spare time."""
 
 
 @dataclass(frozen=True)
@@ -341,10 +349,11 @@ def build_plan(stack: str = STACK, model: str = MODEL, result: Any = None) -> di
             "env": env,
             "changes": [change.as_json() for change in arg_changes + env_changes],
         },
-        "defaults": {"serve_args": defaults_args, "levels": DEFAULTS_LEVELS},
+        "defaults": {"serve_args": defaults_args},
         "probes": probes,
         "workload": WORKLOAD,
         "baseline": BASELINE,
+        "capacity": {"plan_file": CAPACITY_PLAN, "runs": CAPACITY_RUNS},
     }
 
 

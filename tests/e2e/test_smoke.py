@@ -102,3 +102,27 @@ def test_sse_parser_joins_multiline_data_and_skips_comments() -> None:
 def test_chat_completions_url_accepts_base_urls_with_or_without_v1() -> None:
     assert chat_completions_url("https://h.example/") == "https://h.example/v1/chat/completions"
     assert chat_completions_url("https://h.example/v1") == "https://h.example/v1/chat/completions"
+
+
+def test_cli_smoke_takes_the_key_from_vllm_api_key_env(
+    vllm_server: RunningVllmServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infra.cli import main
+
+    monkeypatch.setenv("VLLM_API_KEY", API_KEY)
+    exit_code = main(
+        ["smoke", "--url", vllm_server.base_url, "--model", SERVED_MODEL_NAME, "--max-tokens", "4"]
+    )
+    assert exit_code == 0
+    assert capsys.readouterr().out.startswith("smoke test passed")
+
+
+def test_cli_smoke_without_a_key_exits_non_zero_with_the_reason(
+    vllm_server: RunningVllmServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infra.cli import main
+
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    exit_code = main(["smoke", "--url", vllm_server.base_url, "--model", SERVED_MODEL_NAME])
+    assert exit_code != 0
+    assert "401 Unauthorized" in capsys.readouterr().err

@@ -158,10 +158,11 @@ class _ArgumentChecker:
         return self.problems
 
     def _check_companions(self) -> None:
+        options = self.flags.options
         for flag, companion in REQUIRED_COMPANIONS.items():
-            flag_dest = self.flags.options[flag].dest
-            companion_dest = self.flags.options[companion].dest
-            if self.turned_on.get(flag_dest) and not self.turned_on.get(companion_dest):
+            if flag not in options or companion not in options:  # another vLLM's snapshot
+                continue
+            if self.turned_on.get(options[flag].dest) and not self.turned_on.get(options[companion].dest):
                 self.problems.append(
                     f"{flag} requires {companion} in vLLM {self.version}; add it or drop {flag}"
                 )

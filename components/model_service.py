@@ -31,6 +31,7 @@ from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from components.service_accounts import model_service_account
 from components.vllm_arguments import SERVE_COMMAND, build_server_arguments, format_number
 from infra.capacity import ModelPlan
+from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
 from infra.versions import MODEL_CACHE_IMAGE, VLLM_IMAGE, VLLM_VERSION
@@ -84,12 +85,45 @@ def served_model_path(model: ModelConfig, local_nvme: bool) -> str:
     return f"{LOCAL_ROOT if local_nvme else SHARED_ROOT}/{model.name}/{model.source.revision}"
 
 
+def preload_source(model: ModelConfig) -> str:
+    """`--source` for the preloader, which reads `<source>/<revision>/` from S3.
+
+    `source.s3_uri` names the revision's own prefix (`s3://bucket/<model>/<revision>/`), so the
+    preloader gets its parent; `preload_source_problems` rejects an s3_uri not ending in the revision.
+    Hugging Face sources are passed as `hf://org/repo`.
+    """
+    source = model.source
+    if source.s3_uri is None:
+        return source.uri
+    prefix = (source.s3_prefix or "").rstrip("/")
+    parent, _, last = prefix.rpartition("/")
+    assert last == source.revision, "checked at validate time (preload_source_problems)"
+    return f"s3://{source.s3_bucket}/{parent}/" if parent else f"s3://{source.s3_bucket}/"
+
+
+def preload_source_problems(config: PlatformConfig) -> list[Problem]:
+    """The preloader reads `<prefix>/<revision>/`: an s3_uri must end with the revision."""
+    problems = []
+    for index, model in enumerate(config.models):
+        source = model.source
+        if source.s3_uri is None:
+            continue
+        last = (source.s3_prefix or "").rstrip("/").rpartition("/")[2]
+        if last != source.revision:
+            problems.append(Problem(
+                ("models", index, "source", "s3_uri"), source.s3_uri,
+                f"must end with the revision '{source.revision}' (s3://<bucket>/<model prefix>/<revision>/): "
+                "the preloader reads exactly <model prefix>/<revision>/ and keys its caches on the revision",
+            ))
+    return problems
+
+
 def preload_arguments(model: ModelConfig, gpu_type: str, local_nvme: bool) -> list[str]:
     """`model-cache preload ...` (model-cache/model_cache/cli.py)."""
     arguments = [
         "preload",
         "--model-name", model.name,
-        "--source", model.source.uri,
+        "--source", preload_source(model),
         "--revision", model.source.revision,
         "--shared-root", SHARED_ROOT,
     ]

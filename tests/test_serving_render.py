@@ -386,6 +386,7 @@ def test_existing_clusters_get_no_irsa_annotation(existing_mode_render: RenderRe
 
 def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderResult) -> None:
     from model_cache.cli import build_parser
+    from model_cache.s3_source import parse_s3_uri
 
     from infra.versions import MODEL_CACHE_IMAGE, VLLM_VERSION
 
@@ -397,11 +398,15 @@ def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderR
         assert preload["command"] == ["model-cache"]
         parsed = build_parser().parse_args(preload["args"])  # the preloader's own parser
         assert parsed.command == "preload"
-        assert (parsed.model_name, parsed.source, parsed.revision) == (
-            model.name,
-            model.source.uri,
-            model.source.revision,
-        )
+        assert (parsed.model_name, parsed.revision) == (model.name, model.source.revision)
+        if model.source.s3_uri is not None:
+            # The prefix the preloader reads is exactly the one the config (and the IAM policy) name.
+            assert parse_s3_uri(parsed.source, parsed.revision) == (
+                model.source.s3_bucket,
+                model.source.s3_prefix,
+            )
+        else:
+            assert parsed.source == f"hf://{model.source.huggingface_repo}"
         assert str(parsed.shared_root) == serving.SHARED_ROOT
         local = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
         assert (str(parsed.local_root) if parsed.local_root else None) == (
@@ -602,3 +607,34 @@ def test_existing_mode_renders_the_same_serving_unit(existing_mode_render: Rende
     for model in config.models:
         assert deployment(existing_mode_render, model.name)["spec"]["template"]["spec"]["containers"]
         assert one(existing_mode_render, "PodDisruptionBudget", "vllm", model.namespace)
+
+
+def test_s3_uri_not_ending_in_the_revision_is_rejected_at_validate_time(tmp_path: Path) -> None:
+    from infra.config import ConfigError
+
+    document = yaml.safe_load(stack_file_for("prod").read_text())
+    source = document["config"]["vllm-platform:models"][0]["source"]
+    source["s3_uri"] = "s3://vllm-prod-model-weights/meta-llama/Llama-3.1-8B-Instruct/"
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as caught:
+        load_stack("prod", stack_file=path)
+    message = str(caught.value)
+    assert (
+        "models[0].source.s3_uri" in message
+        and f"must end with the revision '{source['revision']}'" in message
+    )
+
+
+def test_preload_source_is_the_parent_of_the_revision_prefix() -> None:
+    from infra.config import ModelConfig
+
+    base = {"name": "m", "gpu_group": "g", "architecture": {"preset": "llama-3.1-8b"}}
+    nested = ModelConfig.model_validate(
+        {**base, "source": {"s3_uri": "s3://bkt/org/m/r1/", "revision": "r1"}}
+    )
+    top = ModelConfig.model_validate({**base, "source": {"s3_uri": "s3://bkt/r1", "revision": "r1"}})
+    hub = ModelConfig.model_validate({**base, "source": {"huggingface_repo": "org/m", "revision": "abc"}})
+    assert serving.preload_source(nested) == "s3://bkt/org/m/"
+    assert serving.preload_source(top) == "s3://bkt/"
+    assert serving.preload_source(hub) == "hf://org/m"

@@ -90,13 +90,20 @@ class RenderResult:
 
 
 def unwrap_secrets(value: Any) -> Any:
-    """Replace Pulumi secret envelopes by their values (the render is for review, not for state)."""
+    """Wire values as the program wrote them.
+
+    Secret envelopes are replaced by their values (the render is for review, not for state), and
+    whole-number floats become ints again: Pulumi's wire format carries every number as a double,
+    but `runAsUser: 10001.0` is not what the program said, and scanners treat it differently.
+    """
     if isinstance(value, dict):
         if value.get(_SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270" and "value" in value:
             return unwrap_secrets(value["value"])
         return {key: unwrap_secrets(item) for key, item in value.items()}
     if isinstance(value, list):
         return [unwrap_secrets(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 

@@ -44,6 +44,7 @@ from infra.versions import (
     KEDA_CHART,
     METRICS_SERVER_CHART,
     SECRETS_STORE_AWS_PROVIDER_CHART,
+    VAULT_CSI_PROVIDER_CHART,
     SECRETS_STORE_CSI_DRIVER_CHART,
     ChartPin,
 )
@@ -138,6 +139,17 @@ def secrets_store_aws_provider_values(config: PlatformConfig) -> dict[str, Any]:
         # it needs no role of its own; the driver itself is the separately pinned release.
         "secrets-store-csi-driver": {"install": False},
         "tolerations": node_agent_tolerations(config),
+    }
+
+
+def vault_csi_provider_values(config: PlatformConfig) -> dict[str, Any]:
+    return {
+        # Only the CSI provider: Vault itself runs elsewhere (security.secret_store.vault_address), and
+        # the provider authenticates with the mounting pod's service account (Vault kubernetes auth).
+        "server": {"enabled": False},
+        "injector": {"enabled": False},
+        "global": {"externalVaultAddr": config.security.secret_store.vault_address},
+        "csi": {"enabled": True, "pod": {"tolerations": node_agent_tolerations(config)}},
     }
 
 
@@ -242,6 +254,13 @@ class ClusterAddons(pulumi.ComponentResource):
                     "secrets-store-csi-driver-provider-aws", SECRETS_STORE_AWS_PROVIDER_CHART,
                     namespace=ADDONS_NAMESPACE, values=secrets_store_aws_provider_values(config),
                     chart_version=addons.secrets_store_csi_driver.aws_provider_chart_version,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[driver]),
+                ))
+            elif config.security.secret_store.provider == "vault":
+                self.releases.append(pinned_release(
+                    "vault-csi-provider", VAULT_CSI_PROVIDER_CHART,
+                    namespace=ADDONS_NAMESPACE, values=vault_csi_provider_values(config),
+                    chart_version=None,
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[driver]),
                 ))
         if addons.aws_load_balancer_controller.enabled:

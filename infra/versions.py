@@ -125,6 +125,14 @@ SECRETS_STORE_AWS_PROVIDER_CHART = ChartPin(
     f"subchart stays off, the driver comes from SECRETS_STORE_CSI_DRIVER_CHART); {_KNOWN_RELEASE}",
     pinned_on="2026-11-29",
 )
+VAULT_CSI_PROVIDER_CHART = ChartPin(
+    chart="vault",
+    version="0.29.1",
+    repository="https://helm.releases.hashicorp.com",
+    source=f"https://github.com/hashicorp/vault-helm/releases/tag/v0.29.1 (installed with server and "
+    f"injector off: only the Secrets Store CSI provider runs in the cluster); {_KNOWN_RELEASE}",
+    pinned_on="2026-11-29",
+)
 AWS_LOAD_BALANCER_CONTROLLER_CHART = ChartPin(
     chart="aws-load-balancer-controller",
     version="1.13.0",

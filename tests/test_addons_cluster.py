@@ -152,6 +152,8 @@ def test_eks_stacks_install_every_addon_the_serving_unit_needs(stack_render: Ren
     expected = set(EKS_ADDONS)
     if config.security.secret_store.provider == "aws-secrets-manager":
         expected.add("secrets-store-csi-driver-provider-aws")
+    if config.security.secret_store.provider == "vault":
+        expected.add("vault-csi-provider")
     if config.addons.keda.enabled:
         expected.add("keda")
     assert release_names(stack_render) == expected
@@ -303,3 +305,14 @@ def test_addon_defaults_follow_the_cluster_mode_for_configs_built_in_code() -> N
     assert config.addons.efs_csi_driver.enabled is False
     assert config.addons.nvidia_device_plugin.enabled is True
     assert config.addons.keda.enabled is True
+
+
+def test_vault_secret_store_installs_only_the_vault_csi_provider_pointing_at_the_configured_vault() -> None:
+    stack_render = rendered("staging")
+    config = config_of(stack_render)
+    assert config.security.secret_store.provider == "vault"
+    values = release(stack_render, "vault-csi-provider")["values"]
+    assert values["server"] == {"enabled": False}
+    assert values["injector"] == {"enabled": False}
+    assert values["csi"]["enabled"] is True
+    assert values["global"]["externalVaultAddr"] == config.security.secret_store.vault_address

@@ -52,6 +52,7 @@ RELEASE_TOLERATIONS: dict[str, dict[tuple[str, ...], str]] = {
     "aws-efs-csi-driver": {("controller", "tolerations"): CONTROLLER, ("node", "tolerations"): NODE_AGENT},
     "secrets-store-csi-driver": {("linux", "tolerations"): NODE_AGENT},
     "secrets-store-csi-driver-provider-aws": {("tolerations",): NODE_AGENT},
+    "vault-csi-provider": {("csi", "pod", "tolerations"): NODE_AGENT},
     "aws-load-balancer-controller": {("tolerations",): CONTROLLER},
     "metrics-server": {("tolerations",): CONTROLLER},
     "cluster-autoscaler": {("tolerations",): CONTROLLER},

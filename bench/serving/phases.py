@@ -275,7 +275,6 @@ def _write_json(path: Path, data: Any, indent: int | None = 1) -> None:
 def host_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {
         "python": platform.python_version(),
-        "hostname_hash": hash(platform.node()) % 10**6,
     }
     rows = nvidia_smi("--query-gpu=name,memory.total,driver_version")
     if rows:
@@ -649,7 +648,7 @@ def phase_selftest(phase: Phase, lab: Lab) -> bool:
 
     checks: dict[str, Any] = {}
     phase.result["checks"] = checks
-    checks["versions"] = software_versions(lab.python)
+    checks["versions"] = phase.result.get("software") or software_versions(lab.python)
     phase.step(f"versions: {checks['versions']}")
     model_dir = Path(lab.model_dir)
     checks["model_dir"] = {
@@ -692,6 +691,12 @@ def phase_selftest(phase: Phase, lab: Lab) -> bool:
     checks["log_parser"] = kv_cache_ready(parse_log(sample))
     checks["gpu_memory_mib"] = gpu_memory_mib()
     checks["capacity_script"] = CAPACITY_SCRIPT.exists()
+    capacity_plan = REPO_ROOT / lab.plan["capacity"]["plan_file"]
+    if capacity_plan.exists():
+        planned = {run["name"] for run in json.loads(capacity_plan.read_text())["runs"]}
+        wanted = [name for names in lab.plan["capacity"]["runs"].values() for name in names]
+        checks["capacity_runs_unknown"] = sorted(set(wanted) - planned)
+    checks["qwen_model_dir"] = (Path("/tmp/m/qwen7b") / "config.json").exists()
     for name, module in (("matplotlib", "matplotlib"), ("transformers", "transformers")):
         found = subprocess.run([lab.python, "-c", f"import {module}"], capture_output=True, timeout=120)
         checks[f"import_{name}"] = found.returncode == 0

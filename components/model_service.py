@@ -424,6 +424,9 @@ def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str,
     return annotations
 
 
+PUBLIC_API_PATH = "/v1"
+
+
 def ingress_spec(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
     assert model.ingress_host is not None  # checked at validate time (ingress_host_problems)
     backend = {"service": {"name": SERVER_NAME, "port": {"name": probes.PORT_NAME}}}
@@ -431,8 +434,10 @@ def ingress_spec(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
         "ingressClassName": config.ingress.class_name,
         # Hosts only: the ALB terminates TLS with the ACM certificate (named, or found by host).
         "tls": [{"hosts": [model.ingress_host]}],
+        # Only the OpenAI API: vLLM's API key guards /v1 but not /metrics, /tokenize or its admin
+        # routes (verified on 0.32.0), so those must never be reachable from outside the cluster.
         "rules": [{"host": model.ingress_host,
-                   "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}],
+                   "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": backend}]}}],
     }
 
 

@@ -530,6 +530,8 @@ def test_ingress_has_tls_long_idle_timeout_and_alb_health_check() -> None:
         assert spec["ingressClassName"] == "alb"
         assert spec["tls"] == [{"hosts": [model.ingress_host]}]
         assert spec["rules"][0]["host"] == model.ingress_host
+        # vLLM's key does not guard /metrics, /tokenize or admin routes: only /v1 is published.
+        assert [path["path"] for path in spec["rules"][0]["http"]["paths"]] == ["/v1"]
         assert spec["rules"][0]["http"]["paths"][0]["backend"] == {
             "service": {"name": "vllm", "port": {"name": "http"}}
         }

@@ -246,3 +246,17 @@ def test_capacity_runs_are_skipped_when_the_phase_lacks_time(tmp_path: Path, lab
     phases.run_capacity(phase, lab, ["x"], minimum_s=200)
     assert phase.result["capacity_runs"]["skipped"]["runs"] == ["x"]
     assert not (tmp_path / "out" / "kv_cache_observations.json").exists()
+
+
+def test_defaults_phase_first_does_a_warm_restart_the_stack_phase_had_no_time_for(
+    tmp_path: Path, lab: StandInLab
+) -> None:
+    phases.SHARED_CACHE_DIR.mkdir(parents=True)  # the stack phase's cold start filled it
+    assert not (phases.WORK_DIR / "warm-start-done").exists()
+    phase = _phase("defaults", tmp_path, lab)
+    phases.phase_defaults(phase, lab)
+    phase.finish("completed")
+    result = json.loads((tmp_path / "out" / "defaults.json").read_text())
+    assert 0 < result["warm_start_s"] < 60
+    assert list(result["starts"])[:2] == ["stack-warm", "defaults"]
+    assert (phases.WORK_DIR / "warm-start-done").exists()

@@ -533,9 +533,14 @@ def main() -> None:
     results["analyzed_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     args.results.mkdir(parents=True, exist_ok=True)
     plot_name = "throughput_ttft.png"
-    plot(results, args.results / plot_name)
     (args.results / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.results / "RESULTS.md").write_text(render_markdown(results, plot_name))
+    try:
+        plot(results, args.results / plot_name)
+    except ImportError as error:  # the tables are written; only the figure needs matplotlib
+        raise SystemExit(
+            f"wrote results.json and RESULTS.md, but no {plot_name}: {error} (pip install matplotlib)"
+        ) from None
     comp = results["comparisons"]
     print(
         f"wrote {args.results}: vLLM/Transformers at 64 = {_fmt(comp['vllm_vs_transformers']['ratio'], 2)}, "

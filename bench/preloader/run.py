@@ -362,10 +362,14 @@ def main() -> None:
         ceiling_runs: list[list[dict]] = [[], []]
         commands = {name: " ".join(command) for name, command, _ in methods}
         # Interleaved rounds: on a shared machine load comes and goes; each method sees the same mix.
+        # The dd test evicts the server's objects from the page cache; the raw GET pass right after
+        # it reads them all back, so no method starts cold. The order rotates every round so no
+        # method always runs first (after the warm-up) or last.
         for round_index in range(args.rounds):
             ceiling_runs[0].append(disk_write_ceiling(args.workdir, dataset))
             ceiling_runs[1].append(raw_get_ceiling(endpoint, layout, part, concurrency))
-            for name, command, method_env in methods:
+            shift = round_index % len(methods)
+            for name, command, method_env in methods[shift:] + methods[:shift]:
                 print(f"round {round_index + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
                 runs[name].append(run_timed(name, command, method_env, dest, layout))
         ceilings = [summarize(entries) for entries in ceiling_runs]

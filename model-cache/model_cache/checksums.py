@@ -45,6 +45,13 @@ _COMMON_PART_SIZES_MIB = (8, 16, 64, 5, 32, 50, 100, 128, 10, 15, 25, 256, 512)
 MAX_PART_SIZE_CANDIDATES = 4
 
 
+def looks_like_md5_etag(etag: str) -> bool:
+    """An S3 ETag of a single PUT (MD5) or multipart upload (MD5 of part MD5s, '-N'). Whether it
+    really is an MD5 also depends on encryption (SSE-KMS/SSE-C ETags are not), which only the
+    source knows."""
+    return bool(_SINGLE_ETAG.match(etag) or _MULTIPART_ETAG.match(etag))
+
+
 def multipart_part_sizes(etag: str, size: int) -> tuple[list[int], bool]:
     """Whole-MiB part sizes a multipart upload of `size` bytes into N parts could have used.
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from model_cache.checksums import (
     ContentDigest,
     ExpectedDigests,
     check_file,
+    looks_like_md5_etag,
     multipart_part_sizes,
     part_md5s_of_range,
 )
@@ -200,9 +200,6 @@ def _write_all(descriptor: int, data: bytes | memoryview, offset: int) -> None:
         offset += written
 
 
-_MD5_LIKE = re.compile(r"^[0-9a-f]{32}(-[0-9]+)?$")
-
-
 class RevisionDownloader:
     def __init__(self, source: Source, destination: Path, settings: DownloadSettings) -> None:
         self.source = source
@@ -215,7 +212,7 @@ class RevisionDownloader:
 
     def _etag_to_check(self, remote: RemoteFile) -> str | None:
         """The ETag whose MD5 shape we compute; whether it is compared is decided at the end (SSE)."""
-        if not self.settings.etag_check or not _MD5_LIKE.match(remote.version_id):
+        if not self.settings.etag_check or not looks_like_md5_etag(remote.version_id):
             return None
         return remote.version_id
 

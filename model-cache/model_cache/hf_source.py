@@ -26,8 +26,7 @@ from model_cache.errors import (
     UsageError,
 )
 from model_cache.layout import safe_relative_path
-from model_cache.remote import RemoteFile
-from model_cache.s3_source import READ_PIECE_BYTES
+from model_cache.remote import READ_PIECE_BYTES, RemoteFile
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _NEXT_LINK = re.compile(r'<([^>]+)>;\s*rel="next"')

@@ -6,6 +6,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+READ_PIECE_BYTES = 1024 * 1024
+"""Bytes taken from the socket per write: with `concurrency` readers, memory stays O(concurrency MiB)."""
+
 
 @dataclass(frozen=True)
 class RemoteFile:

@@ -7,7 +7,6 @@ boto3's own AWS_ENDPOINT_URL_S3 (tests point it at a local moto server).
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -17,6 +16,7 @@ import botocore.exceptions
 import urllib3.exceptions
 from botocore.config import Config
 
+from model_cache.checksums import looks_like_md5_etag
 from model_cache.errors import (
     AccessDenied,
     IntegrityError,
@@ -27,10 +27,7 @@ from model_cache.errors import (
     UsageError,
 )
 from model_cache.layout import safe_relative_path
-from model_cache.remote import RemoteFile
-
-READ_PIECE_BYTES = 1024 * 1024
-"""Bytes taken from the socket per write: with `concurrency` readers, memory stays O(concurrency MiB)."""
+from model_cache.remote import READ_PIECE_BYTES, RemoteFile
 
 _NOT_FOUND_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
 _DENIED_CODES = {
@@ -45,7 +42,6 @@ _DENIED_CODES = {
     "AccountProblem",
 }
 _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "500", "503"}
-_MD5_ETAG = re.compile(r"^[0-9a-f]{32}(-[0-9]+)?$")
 # With SSE-KMS or SSE-C the ETag is not an MD5 of the content, so it proves nothing about our bytes.
 _ETAG_NOT_MD5_SSE = {"aws:kms", "aws:kms:dsse"}
 
@@ -183,7 +179,7 @@ class S3Source:
             self._sse_by_key[remote.path] = sse
 
     def md5_etag(self, remote: RemoteFile) -> str | None:
-        if not _MD5_ETAG.match(remote.version_id):
+        if not looks_like_md5_etag(remote.version_id):
             return None
         with self._sse_lock:
             sse = self._sse_by_key.get(remote.path)

@@ -282,6 +282,12 @@ def _fmt(value: Any, digits: int = 0, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _memory(kv: dict[str, Any]) -> str:
+    """'106.83 GiB, ' where vLLM logged its KV-cache memory (GPU workers do, CPU workers do not)."""
+    gib = kv.get("available_kv_cache_gib")
+    return "" if gib is None else f"{gib:,.2f} GiB, "
+
+
 def _verdict(met: bool | None) -> str:
     return "not measured" if met is None else ("**met**" if met else "**missed**")
 
@@ -406,15 +412,15 @@ def render_markdown(results: dict[str, Any], plot_name: str | None) -> str:
     ):
         if kv and kv.get("kv_cache_tokens"):
             lines.append(
-                f"- KV cache, {name}: {_fmt(kv.get('available_kv_cache_gib'), 2, ' GiB')},"
-                f" {kv['kv_cache_tokens']:,} tokens, {_fmt(kv.get('max_concurrency'), 2, '×')} concurrency"
+                f"- KV cache, {name}: {_memory(kv)}{kv['kv_cache_tokens']:,} tokens,"
+                f" {_fmt(kv.get('max_concurrency'), 2, '×')} concurrency"
                 f" at {_fmt(kv.get('max_concurrency_context_tokens'))} tokens per request."
             )
     for name, probe in ((results["kv_cache"].get("probes")) or {}).items():
         if probe.get("kv_cache_tokens"):
             lines.append(
-                f"- KV probe {name}: {_fmt(probe.get('available_kv_cache_gib'), 2, ' GiB')},"
-                f" {probe['kv_cache_tokens']:,} tokens ({_fmt(probe.get('max_concurrency'), 2, '×')})."
+                f"- KV probe {name}: {_memory(probe)}{probe['kv_cache_tokens']:,} tokens"
+                f" ({_fmt(probe.get('max_concurrency'), 2, '×')})."
             )
         else:
             lines.append(

@@ -24,11 +24,12 @@ def platform_checks() -> list[PlatformCheck]:
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import server_argument_problems
     from infra.capacity.plan import capacity_problems
+    from infra.catalogue.tuning_profiles import tuning_profile_problems
 
     return [capacity_problems, autoscaling_metric_problems, autoscaling_pipeline_problems,
             gpu_toleration_problems, gpu_registration_problems, addon_mode_problems,
             server_argument_problems, secret_reference_problems, ingress_host_problems,
-            preload_source_problems]
+            preload_source_problems, tuning_profile_problems]
 
 
 def ingress_host_problems(config: PlatformConfig) -> list[Problem]:

@@ -157,6 +157,12 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "at least 1 item",
     ),
     (
+        "tuning_profile_measured_on_another_gpu",
+        lambda c: c[MODELS][0]["vllm"].__setitem__("tuning_profile", "h200-throughput"),
+        "vllm-platform:models[0].vllm.tuning_profile = \"h200-throughput\"",
+        "choose a profile measured on L40S or set the vllm settings explicitly",
+    ),
+    (
         "keda_backend_without_the_keda_addon",
         lambda c: c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "backend": "keda"}),
         "vllm-platform:models[0].autoscaling.backend = \"keda\"",

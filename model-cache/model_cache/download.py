@@ -63,7 +63,9 @@ class DownloadSettings:
     max_attempts: int = 5
     etag_check: bool = True
     progress_interval_seconds: float = 5.0
-    hash_workers: int = max(1, min(4, os.cpu_count() or 1))
+    # Part MD5s of different chunks hash in parallel: on a GPU node's many cores MD5 (~0.5 GB/s per
+    # core) keeps up with S3; on a 2-core box it cannot (bench/preloader/README.md).
+    hash_workers: int = max(1, min(8, os.cpu_count() or 1))
 
 
 @dataclass

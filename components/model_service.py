@@ -29,7 +29,12 @@ from components.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_label
 from components.network_policy import model_network_policies
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from components.service_accounts import model_service_account
-from components.vllm_arguments import SERVE_COMMAND, build_server_arguments, format_number
+from components.vllm_arguments import (
+    SERVE_COMMAND,
+    build_server_arguments,
+    format_number,
+    tensor_parallel_environment,
+)
 from infra.capacity import ModelPlan
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
@@ -238,6 +243,8 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "TMPDIR", "value": TMP_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
+        # Tensor parallelism (gpus_per_replica > 1): NCCL settings from vllm.nccl_env.
+        *tensor_parallel_environment(model),
     ]
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},

@@ -21,6 +21,11 @@ SERVE_COMMAND: tuple[str, ...] = ("vllm", "serve")
 LISTEN_HOST = "0.0.0.0"
 """All interfaces: the Service, the load balancer (target type ip) and Prometheus reach the pod IP."""
 
+DISTRIBUTED_EXECUTOR_BACKEND = "mp"
+"""With gpus_per_replica > 1: one vLLM worker process per GPU inside the pod, never Ray. 0.32.0
+already picks `mp` on one node unless a Ray placement group exists (config/parallel.py,
+ParallelConfig.__post_init__); the flag pins it, since the image ships Ray."""
+
 
 def format_number(value: float) -> str:
     """`0.9`, not `0.9000000000000001` or `0.90`: the spelling a reviewer expects in a diff."""
@@ -49,6 +54,8 @@ def build_server_arguments(model: ModelConfig, model_path: str) -> list[str]:
         "--host", LISTEN_HOST,
         "--port", str(engine.port),
         "--tensor-parallel-size", str(model.tensor_parallel_size),
+        *(["--distributed-executor-backend", DISTRIBUTED_EXECUTOR_BACKEND] if model.tensor_parallel_size > 1
+          else []),
         "--gpu-memory-utilization", format_number(engine.gpu_memory_utilization),
         "--max-model-len", str(engine.max_model_len),
         "--max-num-seqs", str(engine.max_num_seqs),
@@ -67,6 +74,17 @@ def build_server_arguments(model: ModelConfig, model_path: str) -> list[str]:
     # Drain: in-flight (streaming) requests get this long after SIGTERM; see components/probes.py.
     arguments += ["--shutdown-timeout", str(model.drain.shutdown_timeout_seconds)]
     return arguments + list(engine.extra_args)
+
+
+def tensor_parallel_environment(model: ModelConfig) -> list[dict[str, str]]:
+    """The NCCL settings (`vllm.nccl_env`) as container env entries, sorted by name; none with one GPU.
+
+    A single-GPU pod does no collective communication, so the variables would only be noise in its
+    spec and a changed default would roll every single-GPU pod for nothing (docs/tensor-parallel.md).
+    """
+    if model.tensor_parallel_size == 1:
+        return []
+    return [{"name": name, "value": value} for name, value in sorted(model.vllm.nccl_env.items())]
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,9 @@ RESERVED_FLAGS: tuple[ReservedFlag, ...] = (
                  "a key on the command line is visible in the pod spec"),
     ReservedFlag(("--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp"),
                  "one pod holds gpus_per_replica GPUs for tensor parallelism only; scale out with replicas"),
+    ReservedFlag(("--distributed-executor-backend",),
+                 "tensor parallelism runs as vLLM's multiprocessing workers inside one pod (set with "
+                 "gpus_per_replica > 1); a replica never spans pods or nodes"),
 )
 _RESERVED = {spelling: flag for flag in RESERVED_FLAGS for spelling in flag.spellings}
 _NEGATIVE_NUMBER = re.compile(r"^-\d")

@@ -233,6 +233,20 @@ class AutoscalingConfig(StrictModel):
         return self
 
 
+DEFAULT_NCCL_ENV: dict[str, str] = {
+    # NCCL's own warnings (a transport fallback, a failed connection) in the pod log; silent otherwise.
+    "NCCL_DEBUG": "WARN",
+    # Tensor parallelism never leaves the pod (one node): no network transport is needed, and on EFA
+    # nodes the IB transport would otherwise probe the EFA devices through verbs.
+    "NCCL_IB_DISABLE": "1",
+    # NVLink SHARP (multicast) buffers take GPU memory the capacity plan does not count, and the
+    # planner's TP measurements ran with it off (the lab host requires it); opt in after measuring.
+    "NCCL_NVLS_ENABLE": "0",
+}
+"""NCCL environment of tensor-parallel pods unless vllm.nccl_env says otherwise (docs/tensor-parallel.md)."""
+_NCCL_ENV_NAME = re.compile(r"^(TORCH_)?NCCL_[A-Z0-9_]+$")
+
+
 class VllmEngineConfig(StrictModel):
     """vLLM server settings; each maps to one `vllm serve` flag (README.md, 'Serving settings')."""
 
@@ -254,6 +268,10 @@ class VllmEngineConfig(StrictModel):
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     extra_args: list[str] = []
     """Further `vllm serve` flags, checked against the pinned vLLM's own parser at validate time."""
+    nccl_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_NCCL_ENV))
+    """NCCL settings in the environment of pods with gpus_per_replica > 1 (docs/tensor-parallel.md).
+    Keys given here replace or add to the defaults NCCL_DEBUG=WARN, NCCL_IB_DISABLE=1 and
+    NCCL_NVLS_ENABLE=0; defaults not named stay. Names start with NCCL_ or TORCH_NCCL_."""
     tuning_profile: str | None = None
     """A named, measured tuning from infra/catalogue/tuning_profiles.yaml (e.g. `h200-throughput`):
     its settings apply wherever this block does not set the same key (applied at load time, so the
@@ -284,6 +302,30 @@ class VllmEngineConfig(StrictModel):
         if value and not value[0].startswith("--"):
             raise ValueError(f"must start with a flag such as '--max-num-batched-tokens', not '{value[0]}'")
         return value
+
+    @field_validator("nccl_env", mode="before")
+    @classmethod
+    def _nccl_names_and_text_values(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        checked = {}
+        for name, setting in value.items():
+            if not isinstance(name, str) or not _NCCL_ENV_NAME.match(name):
+                raise ValueError(
+                    f"'{name}' is not an NCCL setting: names start with NCCL_ or TORCH_NCCL_ "
+                    "(e.g. NCCL_DEBUG); other environment variables are not set through nccl_env"
+                )
+            if isinstance(setting, bool) or not isinstance(setting, str | int):
+                raise ValueError(f"{name}: give the value as text or a whole number, e.g. '0' or '1', "
+                                 f"not {setting!r}")
+            checked[name] = str(setting)
+        return checked
+
+    @field_validator("nccl_env", mode="after")
+    @classmethod
+    def _nccl_defaults_kept(cls, value: dict[str, str]) -> dict[str, str]:
+        # A stack that only raises NCCL_DEBUG must not silently lose NVLS-off and IB-off.
+        return {**DEFAULT_NCCL_ENV, **value}
 
 
 class ResourcesConfig(StrictModel):

@@ -1,0 +1,200 @@
+"""Local step: the two `vllm serve` commands of the tensor-parallel check, from what the stack deploys.
+
+    .venv/bin/python -m bench.tensor_parallel.prepare        # writes bench/tensor_parallel/plan.json
+
+- tp2: the vLLM container of prod's `qwen2-5-7b-tp2` Deployment, as the real Pulumi program renders
+  it (`infra.render.render_stack`): its arguments, its environment (NCCL settings included), its GPU
+  request and its /dev/shm volume.
+- tp1: the same model with `gpus_per_replica: 1`, built by the same container builder the program
+  uses (`components.model_service.pod_template`): what the stack would deploy for a TP=1 replica.
+
+Both are made runnable on the lab's vLLM 0.26.0 by bench/serving/prepare.py's translation (the
+weightless Qwen2.5-7B-shaped directory with `--load-format dummy`, flags 0.26.0 lacks, emptyDir paths
+as fresh folders, the compile cache as a host folder), and the lab host's NVLink-multicast-off
+variables are added. Every change is recorded in plan.json with its reason; a test fails while
+plan.json is stale, so the GPU run always measures what the stack renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.serving.phases import WARMUP
+from bench.serving.prepare import (
+    Change,
+    find_vllm_container,
+    load_lab_flags,
+    translate_arguments,
+    translate_environment,
+)
+from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
+from infra.vllm_flags import load_server_flags
+
+HERE = Path(__file__).resolve().parent
+PLAN_FILE = HERE / "plan.json"
+
+STACK = "prod"
+MODEL = "qwen2-5-7b-tp2"
+LAB_GPU_GROUP = "h200"
+"""The prod GPU group whose GPU the lab has (H200): the planner's predictions for the lab use it."""
+LAB_MODEL_DIR = "/tmp/m/qwen7b"
+LAB_MODEL_SETUP = "python3 bench/capacity/mkshape.py qwen2.5-7b /tmp/m/qwen7b --tokenizer-from /tmp/m/llama8b"
+
+LAB_SAFETY_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""NVLink multicast stays off on the shared lab host in NCCL, PyTorch and NVSHMEM: a program that uses
+it can take the host's GPUs out of service (the lab's rules). Set for both variants."""
+
+# The issue's workload: C = 64 streams of 512 prompt + 256 forced output tokens, 128 requests
+# (two waves), the same shape as the serving benchmark's C=64 level (bench/serving/prepare.py).
+WORKLOAD: dict[str, Any] = {
+    "input_len": 512,
+    "output_len": 256,
+    "concurrency": 64,
+    "num_prompts": 128,
+    "time_cap_s": 90,
+    "warmup": WARMUP,
+}
+
+VARIANTS: dict[str, int] = {"tp2": 2, "tp1": 1}
+"""Variant name -> tensor-parallel size (gpus_per_replica)."""
+
+
+def _with_size(config: Any, model_name: str, gpus_per_replica: int) -> tuple[Any, Any]:
+    """`config` with the named model at another gpus_per_replica, and that model."""
+    models = [
+        model.model_copy(update={"gpus_per_replica": gpus_per_replica}) if model.name == model_name else model
+        for model in config.models
+    ]
+    return config.model_copy(update={"models": models}), next(m for m in models if m.name == model_name)
+
+
+def rendered_containers(result: Any) -> dict[str, tuple[dict[str, Any], dict[str, Any], str]]:
+    """Variant -> (pod spec, vLLM container, where it came from)."""
+    from components.model_service import pod_template
+    from infra.capacity.plan import plan_model
+    from infra.config import load_stack
+
+    config = load_stack(STACK)
+    model = next((m for m in config.models if m.name == MODEL), None)
+    if model is None or model.tensor_parallel_size != VARIANTS["tp2"]:
+        raise LookupError(
+            f"the {STACK} stack must serve {MODEL} with gpus_per_replica: 2 (stacks/Pulumi.{STACK}.yaml)"
+        )
+    deployment, pod_spec, container = find_vllm_container(result, MODEL)
+    where = f"rendered Deployment {deployment['metadata']['namespace']}/{deployment['metadata']['name']}"
+    containers = {"tp2": (pod_spec, container, where)}
+    variant_config, variant = _with_size(config, MODEL, VARIANTS["tp1"])
+    plan = plan_model(variant, variant_config, variant.gpu_group)
+    spec = pod_template(variant_config, variant, plan, service_account="vllm")["spec"]
+    containers["tp1"] = (
+        spec,
+        spec["containers"][0],
+        "components.model_service.pod_template for the model at gpus_per_replica 1",
+    )
+    return containers
+
+
+def _flag_value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def lab_variant(pod_spec: dict[str, Any], container: dict[str, Any], source: str) -> dict[str, Any]:
+    """What the stack renders for one variant, and the lab command made from it (with every change)."""
+    rendered = list(container["args"])
+    serve_args, arg_changes = translate_arguments(
+        rendered,
+        lab_flags=load_lab_flags(),
+        stack_flags=load_server_flags(VLLM_VERSION),
+        model_dir=LAB_MODEL_DIR,
+    )
+    # bench/serving's translation names its own (Llama) lab directory as the reason; say ours.
+    arg_changes[0] = Change(
+        "model",
+        "replaced",
+        rendered[0],
+        LAB_MODEL_DIR,
+        f"the lab host has a weightless Qwen2.5-7B-shaped directory ({LAB_MODEL_SETUP})",
+    )
+    env, env_changes = translate_environment(container, pod_spec)
+    for name, value in LAB_SAFETY_ENV.items():
+        if env.get(name) == value:
+            continue
+        env_changes.append(
+            Change(
+                f"env {name}",
+                "replaced" if name in env else "added",
+                env.get(name),
+                value,
+                "the shared lab host keeps NVLink multicast off in NCCL, PyTorch and NVSHMEM",
+            )
+        )
+        env[name] = value
+    shm = next(v for v in pod_spec["volumes"] if v["name"] == "dshm")
+    resources = container["resources"]
+    return {
+        "tensor_parallel_size": int(_flag_value(rendered, "--tensor-parallel-size")),
+        "source": source,
+        "rendered": {
+            "args": rendered,
+            "gpus": {
+                "request": resources["requests"].get("nvidia.com/gpu"),
+                "limit": resources["limits"].get("nvidia.com/gpu"),
+            },
+            "dev_shm": shm["emptyDir"],
+            "nccl_env": {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("NCCL_")},
+        },
+        "served_model_name": _flag_value(serve_args, "--served-model-name"),
+        "port": int(_flag_value(serve_args, "--port")),
+        "serve_args": serve_args,
+        "env": env,
+        "changes": [change.as_json() for change in arg_changes + env_changes],
+    }
+
+
+def build_plan(result: Any = None) -> dict[str, Any]:
+    """The plan; `result` is the prod stack's RenderResult when already rendered."""
+    from infra.render import render_stack
+
+    result = result if result is not None else render_stack(STACK)
+    variants = {name: lab_variant(*found) for name, found in rendered_containers(result).items()}
+    return {
+        "generated_by": "bench/tensor_parallel/prepare.py",
+        "stack": STACK,
+        "stack_file": result.stack_file,
+        "model": MODEL,
+        "lab_gpu_group": LAB_GPU_GROUP,
+        "stack_vllm_version": VLLM_VERSION,
+        "lab_vllm_version": LAB_GPU_VLLM_VERSION,
+        "lab_model_dir": LAB_MODEL_DIR,
+        "lab_model_setup": LAB_MODEL_SETUP,
+        "lab_safety_env": LAB_SAFETY_ENV,
+        "workload": WORKLOAD,
+        "variants": variants,
+    }
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_argument("--output", type=Path, default=PLAN_FILE)
+    args = cli.parse_args()
+    plan = build_plan()
+    args.output.write_text(json.dumps(plan, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    for name, variant in plan["variants"].items():
+        print(f"{name}: vllm serve {' '.join(variant['serve_args'])}")
+        for change in variant["changes"]:
+            print(
+                f"  {change['action']:8} {change['what']}: {change['from']} -> {change['to']} "
+                f"({change['why']})"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,523 @@
+"""Tensor parallelism (issue 9): how a TP=2 model is rendered and planned, and the GPU check's tools.
+
+The render tests run the real Pulumi program under mocks (tests.conftest.rendered); the planner tests
+compare the planner with its own formulas; bench/tensor_parallel's runner is exercised end to end
+against the stand-in server, and its analysis against results made from the planner's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench.serving.vllm_log import parse_log
+from bench.tensor_parallel import analyze, prepare, run
+from components.vllm_arguments import DISTRIBUTED_EXECUTOR_BACKEND, reserved_flag_problems
+from infra.capacity import plan_platform
+from infra.capacity.architecture import (
+    activation_dtype,
+    kv_heads_per_gpu,
+    linear_weight_dtype,
+    weight_bytes_per_gpu,
+)
+from infra.capacity.plan import model_shape
+from infra.config import ConfigError, load_stack
+from infra.config.models import DEFAULT_NCCL_ENV, VllmEngineConfig
+from infra.render import RenderResult
+from infra.vllm_flags import check_server_arguments
+from tests.conftest import REPO_ROOT, rendered
+
+TP_MODEL = prepare.MODEL
+
+
+def _vllm_container(result: RenderResult, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    deployment = result.find("Deployment", namespace=f"vllm-{model}")[0]
+    spec = deployment["spec"]["template"]["spec"]
+    return spec, next(c for c in spec["containers"] if c["name"] == "vllm")
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+def _value(args: list[str], flag: str) -> str:
+    assert args.count(flag) == 1, f"{flag} appears {args.count(flag)} times in {args}"
+    return args[args.index(flag) + 1]
+
+
+def _models(stack: str) -> list[Any]:
+    return list(load_stack(stack).models)
+
+
+# --- rendering ------------------------------------------------------------------------------------------
+
+
+def test_tp2_pod_requests_and_limits_exactly_its_two_gpus() -> None:
+    model = next(m for m in _models("prod") if m.name == TP_MODEL)
+    assert model.gpus_per_replica == 2
+    spec, container = _vllm_container(rendered("prod"), TP_MODEL)
+    resources = container["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "2"
+    # One pod holds the whole GPU set: no other container of the pod asks for a GPU.
+    others = [c for c in spec["containers"] + spec["initContainers"] if c is not container]
+    assert all("nvidia.com/gpu" not in str(c.get("resources")) for c in others)
+
+
+def test_tp2_arguments_carry_the_size_and_vllms_multiprocessing_backend() -> None:
+    _, container = _vllm_container(rendered("prod"), TP_MODEL)
+    args = container["args"]
+    assert _value(args, "--tensor-parallel-size") == "2"
+    assert _value(args, "--distributed-executor-backend") == DISTRIBUTED_EXECUTOR_BACKEND == "mp"
+    for flag in ("--pipeline-parallel-size", "--data-parallel-size", "--nnodes"):
+        assert flag not in args  # the replica never spans pods or nodes
+
+
+TP_STACKS = ("staging", "prod")
+"""The stacks that serve a tensor-parallel model (dev has single-GPU models only)."""
+
+
+@pytest.mark.parametrize("stack", TP_STACKS)
+def test_rendered_tensor_parallel_arguments_pass_the_pinned_vllm_flag_snapshot(stack: str) -> None:
+    parallel = [m for m in _models(stack) if m.tensor_parallel_size > 1]
+    assert parallel, f"{stack} has no tensor-parallel model to check"
+    for model in parallel:
+        _, container = _vllm_container(rendered(stack), model.name)
+        assert check_server_arguments(container["args"]) == [], model.name
+
+
+@pytest.mark.parametrize("stack", TP_STACKS)
+def test_tensor_parallel_pods_get_the_configured_nccl_environment(stack: str) -> None:
+    parallel = [m for m in _models(stack) if m.tensor_parallel_size > 1]
+    assert parallel, f"{stack} has no tensor-parallel model to check"
+    for model in parallel:
+        _, container = _vllm_container(rendered(stack), model.name)
+        nccl = {k: v for k, v in _env(container).items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
+        assert nccl == model.vllm.nccl_env
+        assert nccl["NCCL_NVLS_ENABLE"] == "0" and nccl["NCCL_IB_DISABLE"] == "1"
+
+
+def test_single_gpu_pods_have_no_nccl_environment_and_no_distributed_backend(
+    stack_render: RenderResult,
+) -> None:
+    single = [m for m in _models(stack_render.stack) if m.tensor_parallel_size == 1]
+    assert single, f"{stack_render.stack} has no single-GPU model to check"
+    for model in single:
+        _, container = _vllm_container(stack_render, model.name)
+        assert not [name for name in _env(container) if "NCCL" in name], model.name
+        assert "--distributed-executor-backend" not in container["args"]
+
+
+def test_tp2_pod_has_a_memory_backed_dev_shm_of_the_configured_size() -> None:
+    model = next(m for m in _models("prod") if m.name == TP_MODEL)
+    spec, container = _vllm_container(rendered("prod"), TP_MODEL)
+    shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{model.resources.shm_size_gib:g}Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    # NCCL's SHM transport and vLLM's worker message queues need far less than the default 8 GiB
+    # (docs/tensor-parallel.md); the stack must not size it below the default.
+    default_shm = type(model.resources).model_fields["shm_size_gib"].default
+    assert model.resources.shm_size_gib >= default_shm
+
+
+def test_a_replica_larger_than_its_nodes_is_rejected_at_validate_time(tmp_path: Path) -> None:
+    document = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    models = document["config"]["vllm-platform:models"]
+    index = next(i for i, m in enumerate(models) if m["name"] == TP_MODEL)
+    models[index]["gpus_per_replica"] = 8  # g6e.12xlarge and g6e.24xlarge have 4 L40S each
+    stack_file = tmp_path / "Pulumi.prod.yaml"
+    stack_file.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as raised:
+        load_stack("prod", stack_file=stack_file)
+    assert f"models[{index}].gpus_per_replica" in str(raised.value)
+    assert "one node" in str(raised.value)
+
+
+@pytest.mark.e2e
+def test_real_pinned_vllm_parser_accepts_the_tp2_arguments_as_rendered_and_as_run_in_the_lab() -> None:
+    from tests.support.vllm_server import check_many_with_real_vllm
+
+    plan = json.loads(prepare.PLAN_FILE.read_text())
+    _, container = _vllm_container(rendered("prod"), TP_MODEL)
+    lists = [container["args"], *(variant["serve_args"] for variant in plan["variants"].values())]
+    assert check_many_with_real_vllm(lists) == [None] * len(lists)
+
+
+def test_distributed_backend_in_extra_args_is_rejected_with_the_fix() -> None:
+    problems = reserved_flag_problems(
+        ["--distributed-executor-backend", "ray"], ("models", 0, "vllm", "extra_args")
+    )
+    assert len(problems) == 1
+    assert "gpus_per_replica" in problems[0].message and "one pod" in problems[0].message
+
+
+# --- the nccl_env setting -----------------------------------------------------------------------------
+
+
+def test_nccl_env_keys_override_the_defaults_and_keep_the_others() -> None:
+    engine = VllmEngineConfig(nccl_env={"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "lo"})
+    assert engine.nccl_env == {**DEFAULT_NCCL_ENV, "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "lo"}
+    assert VllmEngineConfig().nccl_env == DEFAULT_NCCL_ENV
+
+
+def test_nccl_env_accepts_whole_numbers_as_text_and_rejects_booleans() -> None:
+    assert VllmEngineConfig(nccl_env={"NCCL_NVLS_ENABLE": 1}).nccl_env["NCCL_NVLS_ENABLE"] == "1"
+    with pytest.raises(ValueError, match="NCCL_IB_DISABLE: give the value as text"):
+        VllmEngineConfig(nccl_env={"NCCL_IB_DISABLE": True})
+
+
+def test_nccl_env_rejects_other_variables_with_the_key_path(tmp_path: Path) -> None:
+    document = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    models = document["config"]["vllm-platform:models"]
+    index = next(i for i, m in enumerate(models) if m["name"] == TP_MODEL)
+    models[index].setdefault("vllm", {})["nccl_env"] = {"LD_PRELOAD": "/tmp/x.so"}
+    stack_file = tmp_path / "Pulumi.prod.yaml"
+    stack_file.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as raised:
+        load_stack("prod", stack_file=stack_file)
+    message = str(raised.value)
+    assert f"models[{index}].vllm.nccl_env" in message and "'LD_PRELOAD' is not an NCCL setting" in message
+
+
+def test_every_default_nccl_setting_is_explained_in_the_docs() -> None:
+    text = (REPO_ROOT / "docs" / "tensor-parallel.md").read_text()
+    for name, value in DEFAULT_NCCL_ENV.items():
+        assert f"{name}={value}" in text, name
+
+
+# --- the capacity plan for TP=2 ------------------------------------------------------------------------
+
+
+def _plans(group: str | None = None) -> tuple[Any, Any]:
+    """(TP=2 plan, TP=1 plan) of the prod model on `group` (its own by default), same settings."""
+    config = load_stack("prod")
+    plans = []
+    for size in (2, 1):
+        variant_config, _ = prepare._with_size(config, TP_MODEL, size)
+        platform = plan_platform(variant_config)
+        candidates = [platform.models[TP_MODEL], *platform.alternatives]
+        wanted = group or platform.models[TP_MODEL].gpu_group
+        plans.append(next(p for p in candidates if p.model == TP_MODEL and p.gpu_group == wanted))
+    return plans[0], plans[1]
+
+
+@pytest.mark.parametrize("group", [None, prepare.LAB_GPU_GROUP])
+def test_tp2_splits_the_kv_heads_so_each_gpu_stores_half_a_tokens_kv(group: str | None) -> None:
+    tp2, tp1 = _plans(group)
+    shape = model_shape(next(m for m in _models("prod") if m.name == TP_MODEL))
+    assert kv_heads_per_gpu(shape, 2) * 2 == shape.num_key_value_heads
+    assert tp2.kv_cache_bytes_per_token * 2 == tp1.kv_cache_bytes_per_token
+
+
+@pytest.mark.parametrize("group", [None, prepare.LAB_GPU_GROUP])
+def test_tp2_weights_per_gpu_are_half_plus_the_replicated_parts(group: str | None) -> None:
+    tp2, tp1 = _plans(group)
+    model = next(m for m in _models("prod") if m.name == TP_MODEL)
+    shape = model_shape(model)
+    compute = activation_dtype(shape, model.vllm.dtype)
+    linear = linear_weight_dtype(shape, model.vllm.quantization, compute)
+    assert tp2.weight_bytes_per_gpu == weight_bytes_per_gpu(
+        shape, 2, linear_dtype=linear, compute_dtype=compute
+    )
+    assert tp1.weight_bytes_per_gpu / 2 < tp2.weight_bytes_per_gpu < tp1.weight_bytes_per_gpu * 0.55
+
+
+@pytest.mark.parametrize("group", [None, prepare.LAB_GPU_GROUP])
+def test_tp2_holds_more_than_twice_the_kv_tokens_of_tp1_at_the_same_utilization(group: str | None) -> None:
+    tp2, tp1 = _plans(group)
+    assert tp2.memory.requested_bytes == tp1.memory.requested_bytes  # same GPU, same utilisation
+    # Each GPU's cache is larger (less weight on it) and each token takes half of it per GPU.
+    assert tp2.memory.kv_cache_bytes > tp1.memory.kv_cache_bytes
+    assert tp2.kv_cache.tokens > 2 * tp1.kv_cache.tokens
+    assert tp2.fits and tp1.fits
+
+
+# --- bench/tensor_parallel: plan -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tp_plan() -> dict[str, Any]:
+    return prepare.build_plan(result=rendered(prepare.STACK))
+
+
+def test_committed_tp_plan_is_what_prepare_makes_from_the_current_stack(tp_plan: dict[str, Any]) -> None:
+    committed = json.loads(prepare.PLAN_FILE.read_text())
+    assert committed == json.loads(json.dumps(tp_plan)), (
+        "bench/tensor_parallel/plan.json is stale: run `.venv/bin/python -m bench.tensor_parallel.prepare` "
+        "and commit it"
+    )
+
+
+def test_plan_tp2_is_the_rendered_deployment_and_tp1_differs_only_in_parallelism(
+    tp_plan: dict[str, Any],
+) -> None:
+    _, container = _vllm_container(rendered("prod"), TP_MODEL)
+    tp2, tp1 = tp_plan["variants"]["tp2"], tp_plan["variants"]["tp1"]
+    assert tp2["rendered"]["args"] == container["args"]
+    assert tp2["rendered"]["gpus"] == {"request": "2", "limit": "2"}
+    assert tp1["rendered"]["gpus"] == {"request": "1", "limit": "1"}
+    expected_tp1 = [a for a in container["args"] if a not in ("--distributed-executor-backend", "mp")]
+    expected_tp1[expected_tp1.index("--tensor-parallel-size") + 1] = "1"
+    assert tp1["rendered"]["args"] == expected_tp1
+    assert tp1["rendered"]["nccl_env"] == {} and tp2["rendered"]["nccl_env"] == DEFAULT_NCCL_ENV
+
+
+def test_lab_commands_serve_the_qwen_shape_and_record_every_change(tp_plan: dict[str, Any]) -> None:
+    for variant in tp_plan["variants"].values():
+        args = variant["serve_args"]
+        assert args[0] == prepare.LAB_MODEL_DIR and args[-2:] == ["--load-format", "dummy"]
+        removed = {c["what"] for c in variant["changes"] if c["action"] == "removed"}
+        for token in variant["rendered"]["args"][1:]:
+            if token.startswith("--"):
+                assert token in args or token in removed, token
+        assert _value(args, "--tensor-parallel-size") == str(variant["tensor_parallel_size"])
+
+
+def test_lab_environment_keeps_nvlink_multicast_off_in_both_variants(tp_plan: dict[str, Any]) -> None:
+    for variant in tp_plan["variants"].values():
+        for name, value in prepare.LAB_SAFETY_ENV.items():
+            assert variant["env"][name] == value
+    assert tp_plan["variants"]["tp2"]["env"]["NCCL_IB_DISABLE"] == DEFAULT_NCCL_ENV["NCCL_IB_DISABLE"]
+
+
+# --- bench/tensor_parallel: runner ---------------------------------------------------------------------
+
+
+def _run_cli(tmp_path: Path, *args: str, plan: Path | None = None, timeout: float = 120) -> tuple[int, str]:
+    env = dict(
+        os.environ,
+        TP_WORK_DIR=str(tmp_path / "work"),
+        BENCH_WORK_DIR=str(tmp_path / "bench-work"),
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "bench.tensor_parallel.run",
+        "--fake-server",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    if plan is not None:
+        command += ["--plan", str(plan)]
+    done = subprocess.run(
+        [*command, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def _registered_groups(tmp_path: Path) -> list[str]:
+    registry = tmp_path / "bench-work" / "process-groups"
+    return registry.read_text().split() if registry.exists() else []
+
+
+def test_runner_measures_both_variants_against_the_stand_in_server(tmp_path: Path) -> None:
+    code, output = _run_cli(tmp_path, "--budget-s", "90")
+    assert code == 0, output
+    result = json.loads((tmp_path / "out" / run.RESULT_FILE).read_text())
+    assert result["status"] == "completed" and list(result["runs"]) == ["tp2", "tp1"]
+    for name, record in result["runs"].items():
+        assert record["status"] == "completed", record
+        assert record["time_to_health_s"] > 0
+        logged = parse_log((tmp_path / "out" / f"tp-{name}-log.txt").read_text().splitlines())
+        assert record["kv_cache"]["kv_cache_tokens"] == logged["kv_cache_tokens"]
+        assert record["kv_cache"]["max_concurrency"] == logged["max_concurrency"]
+        assert record["load"]["completed"] == run.SMALL_WORKLOAD["num_prompts"]
+        assert record["load"]["failed"] == 0
+        assert len(record["load_requests"]) == run.SMALL_WORKLOAD["num_prompts"]
+        for key, value in prepare.LAB_SAFETY_ENV.items():
+            assert record["env_runner"][key] == value
+    assert result["runs"]["tp2"]["env_from_plan"]["NCCL_DEBUG"] == DEFAULT_NCCL_ENV["NCCL_DEBUG"]
+    assert "NCCL_DEBUG" not in result["runs"]["tp1"]["env_from_plan"]
+    assert "--tensor-parallel-size" in result["runs"]["tp2"]["command"]
+    assert _registered_groups(tmp_path) == []  # every server's process group was stopped
+
+
+def test_runner_budget_stops_the_server_and_keeps_what_was_measured(tmp_path: Path) -> None:
+    plan = json.loads(prepare.PLAN_FILE.read_text())
+    # The stand-in server takes 60 s to come up; the budget ends long before.
+    plan["variants"]["tp2"]["serve_args"] += ["--startup-s", "60"]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    code, output = _run_cli(tmp_path, "--only", "tp2", "--budget-s", "6", plan=plan_file, timeout=60)
+    assert code == 124, output
+    result = json.loads((tmp_path / "out" / run.RESULT_FILE).read_text())
+    assert result["status"].startswith("stopped: budget")
+    record = result["runs"]["tp2"]
+    assert record["command"] and record["status"].startswith("stopped: budget")
+    assert "time_to_health_s" not in record
+    assert _registered_groups(tmp_path) == []
+
+
+def test_runner_refuses_tp2_on_the_cpu_build_and_says_where_to_run_it(tmp_path: Path) -> None:
+    plan = json.loads(prepare.PLAN_FILE.read_text())
+    runner = run.Runner(
+        plan, tmp_path, 60, run.Mode("cpu", sys.executable), gpu=0, keep_compile_cache=False, vllm_debug=False
+    )
+    with pytest.raises(run.RunError, match="two-GPU host"):
+        runner.check_host(plan["variants"]["tp2"], [0, 1])
+
+
+def test_tp1_runs_on_the_gpu_given_and_tp2_on_the_first_two(tmp_path: Path) -> None:
+    plan = json.loads(prepare.PLAN_FILE.read_text())
+    runner = run.Runner(
+        plan, tmp_path, 60, run.Mode("gpu", sys.executable), gpu=1, keep_compile_cache=False, vllm_debug=False
+    )
+    assert runner.visible_gpus(1) == [1] and runner.visible_gpus(2) == [0, 1]
+    command, env, port, _ = runner.server_setup("tp2", plan["variants"]["tp2"], [0, 1])
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert command[-len(plan["variants"]["tp2"]["serve_args"]) :] == plan["variants"]["tp2"]["serve_args"]
+    assert port == plan["variants"]["tp2"]["port"]
+
+
+def test_memory_lines_are_attributed_to_each_tensor_parallel_worker() -> None:
+    stamp = "INFO 12-01 10:00:00 [file.py:1]"
+    log = "\n".join(
+        [
+            f"(Worker_TP0 pid=11) {stamp} Model loading took 7.10 GiB memory and 2.0 seconds",
+            f"(Worker_TP1 pid=12) {stamp} Model loading took 7.12 GiB memory and 2.1 seconds",
+            f"(Worker_TP0 pid=11) {stamp} Available KV cache memory: 117.40 GiB",
+            f"(Worker_TP1 pid=12) {stamp} Available KV cache memory: 117.30 GiB",
+            f"(EngineCore_DP0 pid=10) {stamp} GPU KV cache size: 4,397,000 tokens",
+            f"(EngineCore_DP0 pid=10) {stamp} Maximum concurrency for 8,192 tokens per request: 536.74x",
+        ]
+    )
+    processes = run.process_facts(log)
+    assert set(processes) == {"Worker_TP0", "Worker_TP1", "EngineCore_DP0"}
+    summary = run.kv_summary(processes, parse_log(log.splitlines()))
+    assert summary["weights_gib_per_gpu"] == [7.10, 7.12]
+    assert summary["available_kv_cache_gib_per_gpu"] == [117.40, 117.30]
+    assert summary["kv_cache_tokens"] == 4_397_000 and summary["max_concurrency"] == 536.74
+    observed = analyze.observed_numbers({"tensor_parallel_size": 2, "kv_cache": summary})
+    # vLLM sizes the cache for the worker with the least room; the report shows that one.
+    assert observed["available_kv_cache_gib_per_gpu"] == 117.30
+    assert observed["weights_gib_per_gpu"] == 7.12 and observed["workers_reporting"] == 2
+
+
+# --- bench/tensor_parallel: analysis -------------------------------------------------------------------
+
+
+def _raw_run(
+    predicted: dict[str, Any], tokens_factor: float, throughput: float, tp: int, status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "tensor_parallel_size": tp,
+        "status": status,
+        "time_to_health_s": 150.0,
+        "command": ["python3", "-m", "vllm.entrypoints.cli.main", "serve"],
+        "kv_cache": {
+            "kv_cache_tokens": round(predicted["kv_cache_tokens"] * tokens_factor),
+            "max_concurrency": predicted["max_concurrency"] * tokens_factor,
+            "max_concurrency_tokens": predicted["max_model_len"],
+            "weights_gib_per_gpu": [predicted["weights_gib_per_gpu"]] * tp,
+            "available_kv_cache_gib_per_gpu": [predicted["available_kv_cache_gib_per_gpu"] * tokens_factor]
+            * tp,
+        },
+        "load": {
+            "concurrency": 64,
+            "completed": 128,
+            "failed": 0,
+            "output_throughput_tok_s": throughput,
+            "total_throughput_tok_s": throughput * 3,
+            "ttft_ms": {"mean": 100.0, "p99": 300.0},
+            "tpot_ms": {"mean": 10.0, "p99": 12.0},
+        },
+    }
+
+
+def _write_raw(
+    path: Path, runs: dict[str, Any], mode: str = "gpu", started: str = "2026-12-01T10:00:00"
+) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "mode": mode,
+                "started_at": started,
+                "runs": runs,
+                "gpus": [{"index": 0, "name": "NVIDIA H200"}],
+                "software": {"vllm": "0.26.0"},
+            }
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def predicted() -> dict[str, Any]:
+    return analyze.predictions()
+
+
+def test_predictions_are_the_planners_for_tp2_and_a_tp1_variant_on_the_lab_gpu(
+    predicted: dict[str, Any],
+) -> None:
+    tp2, tp1 = _plans(prepare.LAB_GPU_GROUP)
+    assert predicted["tp2"]["lab"] == analyze.plan_summary(tp2)
+    assert predicted["tp1"]["lab"] == analyze.plan_summary(tp1)
+    assert (
+        predicted["tp2"]["lab"]["gpu_model"] == "H200"
+        and predicted["tp1"]["lab"]["tensor_parallel_size"] == 1
+    )
+    own2, _ = _plans()
+    assert predicted["tp2"]["own_group"] == analyze.plan_summary(own2)
+
+
+def test_analysis_reports_the_percent_difference_from_the_plan(
+    tmp_path: Path, predicted: dict[str, Any]
+) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _write_raw(raw / "tp2.json", {"tp2": _raw_run(predicted["tp2"]["lab"], 1.02, 6000.0, 2)})
+    _write_raw(raw / "tp1.json", {"tp1": _raw_run(predicted["tp1"]["lab"], 0.95, 4000.0, 1)})
+    results = analyze.analyze(raw, prepare.PLAN_FILE)
+    variants = results["comparison"]["variants"]
+    assert variants["tp2"]["difference_pct"]["kv_cache_tokens"] == pytest.approx(2.0, abs=0.01)
+    assert variants["tp1"]["difference_pct"]["kv_cache_tokens"] == pytest.approx(-5.0, abs=0.01)
+    assert variants["tp2"]["kv_cache_tokens_within_tolerance"] is True
+    assert variants["tp1"]["kv_cache_tokens_within_tolerance"] is False
+    assert variants["tp2"]["difference_pct"]["weights_gib_per_gpu"] == 0
+    ratios = results["comparison"]["tp2_over_tp1"]
+    assert ratios["output_tok_s_per_replica"] == pytest.approx(1.5)
+    assert ratios["output_tok_s_per_gpu"] == pytest.approx(0.75)
+    expected_ratio = predicted["tp2"]["lab"]["kv_cache_tokens"] / predicted["tp1"]["lab"]["kv_cache_tokens"]
+    assert ratios["kv_cache_tokens_predicted"] == pytest.approx(expected_ratio, abs=0.001)
+    observations = {o["name"]: o for o in results["capacity_observations"]}
+    assert observations["tensor-parallel-tp2"]["tensor_parallel_size"] == 2
+    assert (
+        observations["tensor-parallel-tp1"]["kv_cache_tokens"]
+        == variants["tp1"]["observed"]["kv_cache_tokens"]
+    )
+    report = analyze.render_markdown(results)
+    assert "+2.0 %" in report and "-5.0 %" in report
+    assert f"{variants['tp2']['observed']['kv_cache_tokens']:,}" in report
+
+
+def test_analysis_keeps_the_completed_later_run_of_a_variant(
+    tmp_path: Path, predicted: dict[str, Any]
+) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    lab = predicted["tp2"]["lab"]
+    _write_raw(raw / "a.json", {"tp2": _raw_run(lab, 1.0, 1000.0, 2)}, started="2026-12-01T10:00:00")
+    _write_raw(raw / "b.json", {"tp2": _raw_run(lab, 1.0, 2000.0, 2)}, started="2026-12-01T11:00:00")
+    _write_raw(
+        raw / "c.json", {"tp2": _raw_run(lab, 1.0, 3000.0, 2, status="failed")}, started="2026-12-01T12:00:00"
+    )
+    runs = analyze.load_runs(raw)
+    assert runs["tp2"]["load"]["output_throughput_tok_s"] == 2000.0
+
+
+def test_analysis_refuses_rehearsal_results_and_explains_an_empty_raw_folder(
+    tmp_path: Path, predicted: dict[str, Any]
+) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    assert analyze.main(["--raw", str(raw), "--results", str(tmp_path / "results")]) == 2
+    _write_raw(raw / "fake.json", {"tp1": _raw_run(predicted["tp1"]["lab"], 1.0, 10.0, 1)}, mode="fake")
+    with pytest.raises(analyze.NoResultsError, match="rehearsal"):
+        analyze.load_runs(raw)
+    assert analyze.load_runs(raw, allow_rehearsal=True)["tp1"]["tensor_parallel_size"] == 1

@@ -485,7 +485,11 @@ def test_analysis_reports_the_percent_difference_from_the_plan(
     assert ratios["output_tok_s_per_gpu"] == pytest.approx(0.75)
     expected_ratio = predicted["tp2"]["lab"]["kv_cache_tokens"] / predicted["tp1"]["lab"]["kv_cache_tokens"]
     assert ratios["kv_cache_tokens_predicted"] == pytest.approx(expected_ratio, abs=0.001)
+    from tests.test_capacity_observations import Observation  # the observation file's own schema
+
     observations = {o["name"]: o for o in results["capacity_observations"]}
+    for entry in observations.values():
+        Observation.model_validate(entry)
     assert observations["tensor-parallel-tp2"]["tensor_parallel_size"] == 2
     assert (
         observations["tensor-parallel-tp1"]["kv_cache_tokens"]

@@ -525,7 +525,7 @@ class Runner:
                 continue
             try:
                 self.run_variant(name)
-            except (RunError, ServerFailedError, OSError, subprocess.SubprocessError, ValueError) as error:
+            except Exception as error:  # report it, stop the server, keep the data so far, go on
                 record = self.result["runs"].setdefault(name, {})
                 record["status"] = "failed"
                 record["error"] = f"{type(error).__name__}: {error}"[:4000]

@@ -313,7 +313,7 @@ def _run_cli(tmp_path: Path, *args: str, plan: Path | None = None, timeout: floa
 
 
 def _registered_groups(tmp_path: Path) -> list[str]:
-    registry = tmp_path / "bench-work" / "process-groups"
+    registry = tmp_path / "work" / "process-groups"
     return registry.read_text().split() if registry.exists() else []
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from bench.capacity.vllm_log import parse_vllm_log_line, strip_decorations
 from bench.serving import loadgen
+from bench.serving import server as serving_server
 from bench.serving.phases import CPU_ENV, DRY_RUN_EXTRA_ARGS, software_versions
 from bench.serving.server import (
     GpuSampler,
@@ -51,7 +52,11 @@ from bench.serving.server import (
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 PLAN_FILE = HERE / "plan.json"
-WORK_DIR = Path(os.environ.get("TP_WORK_DIR", "/tmp/bench-tp"))
+WORK_DIR = Path(os.environ.get("TP_WORK_DIR") or Path(os.environ.get("BENCH_WORK_DIR", "/tmp")) / "bench-tp")
+"""Scratch, compile caches and logs; inside a lane's BENCH_WORK_DIR when bench/lab_session.sh runs it."""
+# Our own process-group registry: the kill_registered() at start stops this runner's leftovers only,
+# never a server that another lane (bench/serving, bench/capacity) started on the other GPU.
+serving_server.REGISTRY = WORK_DIR / "process-groups"
 RESULT_FILE = "tp.json"
 LOG_BYTES = 1_500_000
 GPU_FREE_FRACTION = 0.05

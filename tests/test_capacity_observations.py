@@ -108,18 +108,14 @@ def test_the_lab_gpu_measured_is_the_catalogues() -> None:
 
 
 def _measured() -> list[Any]:
-    measured = [o for o in _document().observations if o.outcome == "ok"]
-    if not measured:
-        return [
-            pytest.param(
-                None,
-                marks=pytest.mark.skip(
-                    reason="no GPU observations in tests/data/kv_cache_observations.json yet: run "
-                    "bench/capacity/measure_kv_cache.py on the lab GPU (bench/capacity/README.md)"
-                ),
-            )
-        ]
-    return [pytest.param(o, id=o.name) for o in measured]
+    return [pytest.param(o, id=o.name) for o in _document().observations if o.outcome == "ok"]
+
+
+def test_the_lab_run_covers_two_shapes_at_two_utilizations_and_the_prod_settings() -> None:
+    """The ground truth is there (never an empty file that would make the checks below vacuous)."""
+    measured = {o.name for o in _document().observations if o.outcome == "ok"}
+    planned = {run["name"] for run in json.loads(LAB_PLAN.read_text())["runs"]}
+    assert measured == planned
 
 
 @pytest.mark.parametrize("observation", _measured())
@@ -139,8 +135,10 @@ def test_the_planner_lands_within_3_percent_of_the_kv_cache_vllm_sized(observati
 def test_the_planned_weights_are_what_vllm_loaded(observation: Observation) -> None:
     predicted = predict(observation, _lab_gpu(_document()))
     assert observation.weights_gib is not None
-    # vLLM rounds to 0.01 GiB.
-    assert abs(predicted.memory.weight_bytes / GIB - observation.weights_gib) <= 0.006
+    # vLLM's "Model loading took X GiB" is the memory the load step allocated, not the parameter bytes
+    # alone: it also holds buffers (rotary caches; fp8 KV scales) — 0.01 GiB for Llama-3.1-8B, 0.05
+    # with fp8 KV, 0.1 GiB for Qwen2.5-7B on the lab H200. Within 1 % is what the KV plan can absorb.
+    assert abs(predicted.memory.weight_bytes / GIB - observation.weights_gib) <= 0.01 * observation.weights_gib
 
 
 def test_the_lab_plan_measures_the_prod_stacks_h200_settings_of_its_8b_model() -> None:

@@ -26,28 +26,40 @@ class KubernetesPlatform(pulumi.ComponentResource):
     model_endpoints: pulumi.Output[dict[str, dict[str, str]]]
     """Per model: `in_cluster` URL (Service) and, with ingress on, the public `ingress` URL."""
 
-    def __init__(self, name: str, args: KubernetesPlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(
+        self, name: str, args: KubernetesPlatformArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
         super().__init__("vllm-platform:platform:KubernetesPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         priority_class = create_serving_priority_class(f"{name}-serving-priority", opts=child)
         monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(config=args.config), opts=child)
-        cluster_addons = ClusterAddons(f"{name}-cluster-addons",
-                                       ClusterAddonsArgs(config=args.config, context=args.context), opts=child)
-        gpu_addons = GpuAddons(f"{name}-gpu-addons",
-                               GpuAddonsArgs(config=args.config, monitoring_crds=monitoring.prometheus_release),
-                               opts=child)
+        cluster_addons = ClusterAddons(
+            f"{name}-cluster-addons", ClusterAddonsArgs(config=args.config, context=args.context), opts=child
+        )
+        gpu_addons = GpuAddons(
+            f"{name}-gpu-addons",
+            GpuAddonsArgs(config=args.config, monitoring_crds=monitoring.prometheus_release),
+            opts=child,
+        )
         # What model objects need first: the efs-sc StorageClass, the CSI drivers, the load balancer
         # controller's webhooks, KEDA's CRDs, the adapter's custom metrics API, registered GPUs.
         self.addons_ready: list[pulumi.Resource] = [
-            cluster_addons.storage_class, *cluster_addons.releases, *gpu_addons.releases,
+            cluster_addons.storage_class,
+            *cluster_addons.releases,
+            *gpu_addons.releases,
             *([monitoring.adapter_release] if monitoring.adapter_release else []),
         ]
         endpoints: dict[str, dict[str, str]] = {}
         for model in args.config.models:
             service = ModelService(
                 f"{name}-{model.name}",
-                ModelServiceArgs(config=args.config, model=model, plan=args.plan.models[model.name],
-                                 context=args.context, depends_on=[priority_class, *self.addons_ready]),
+                ModelServiceArgs(
+                    config=args.config,
+                    model=model,
+                    plan=args.plan.models[model.name],
+                    context=args.context,
+                    depends_on=[priority_class, *self.addons_ready],
+                ),
                 opts=child,
             )
             endpoints[model.name] = {"in_cluster": service.in_cluster_url}

@@ -43,8 +43,12 @@ def tolerations_from_config(tolerations: Iterable[TolerationConfig]) -> list[dic
     """A config override (`addons.<gpu add-on>.tolerations`) as pod tolerations."""
     result = []
     for toleration in tolerations:
-        item = {"key": toleration.key, "operator": toleration.operator, "value": toleration.value,
-                "effect": toleration.effect or ""}
+        item = {
+            "key": toleration.key,
+            "operator": toleration.operator,
+            "value": toleration.value,
+            "effect": toleration.effect or "",
+        }
         result.append({name: value for name, value in item.items() if value})
     return result
 
@@ -63,8 +67,9 @@ def tolerates(toleration: Mapping[str, Any], taint: TaintConfig) -> bool:
     return bool(key) and (toleration.get("value") or "") == taint.value
 
 
-def untolerated_taints(tolerations: Iterable[Mapping[str, Any]],
-                       taints: Iterable[TaintConfig]) -> list[TaintConfig]:
+def untolerated_taints(
+    tolerations: Iterable[Mapping[str, Any]], taints: Iterable[TaintConfig]
+) -> list[TaintConfig]:
     tolerations = list(tolerations)
     return [taint for taint in taints if not any(tolerates(toleration, taint) for toleration in tolerations)]
 
@@ -79,7 +84,11 @@ def gpu_nodes_affinity(group_names: Iterable[str]) -> dict:
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": GPU_GROUP_LABEL, "operator": "In", "values": sorted(group_names)}]}
+                    {
+                        "matchExpressions": [
+                            {"key": GPU_GROUP_LABEL, "operator": "In", "values": sorted(group_names)}
+                        ]
+                    }
                 ]
             }
         }

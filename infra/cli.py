@@ -20,15 +20,19 @@ def _stack_file(args: argparse.Namespace) -> Path | None:
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stack", help="stack name: dev, staging, prod (reads stacks/Pulumi.<stack>.yaml)")
-    parser.add_argument("--file", metavar="PATH", help="read this stack file instead of stacks/Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--file", metavar="PATH", help="read this stack file instead of stacks/Pulumi.<stack>.yaml"
+    )
 
 
 def command_validate(args: argparse.Namespace) -> int:
     from infra.config import load_stack
 
     config = load_stack(args.stack, stack_file=_stack_file(args))
-    print(f"stack {args.stack}: config valid ({len(config.models)} models, "
-          f"{len(config.node_groups.gpu)} GPU groups, cluster mode {config.cluster.mode})")
+    print(
+        f"stack {args.stack}: config valid ({len(config.models)} models, "
+        f"{len(config.node_groups.gpu)} GPU groups, cluster mode {config.cluster.mode})"
+    )
     return 0
 
 
@@ -62,8 +66,9 @@ def command_smoke(args: argparse.Namespace) -> int:
 
     api_key = args.api_key or os.environ.get("VLLM_API_KEY")
     try:
-        result = run_smoke(args.url, args.model, api_key, max_tokens=args.max_tokens,
-                           timeout_seconds=args.timeout_seconds)
+        result = run_smoke(
+            args.url, args.model, api_key, max_tokens=args.max_tokens, timeout_seconds=args.timeout_seconds
+        )
     except SmokeError as error:
         print(f"smoke test failed: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -75,11 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm-platform", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    validate = commands.add_parser("validate", help="check a stack's config (exit 2 with the problems if invalid)")
+    validate = commands.add_parser(
+        "validate", help="check a stack's config (exit 2 with the problems if invalid)"
+    )
     _add_stack_arguments(validate)
     validate.set_defaults(handler=command_validate)
 
-    render = commands.add_parser("render", help="run the Pulumi program under mocks and write what it would deploy")
+    render = commands.add_parser(
+        "render", help="run the Pulumi program under mocks and write what it would deploy"
+    )
     _add_stack_arguments(render)
     render.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
     render.set_defaults(handler=command_render)

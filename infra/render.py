@@ -11,7 +11,6 @@ import contextvars
 import json
 import shutil
 import zlib
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,9 +116,19 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any], region: str) ->
         outputs.update(
             endpoint=f"https://{cluster_name}.gr7.{region}.eks.amazonaws.com",
             certificateAuthority={"data": "LS0tLS1CRUdJTi1QTEFDRUhPTERFUi0tLS0t"},
-            identities=[{"oidcs": [{"issuer": f"https://oidc.eks.{region}.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"}]}],
-            vpcConfig={**inputs.get("vpcConfig", {}),
-                       "clusterSecurityGroupId": PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID},
+            identities=[
+                {
+                    "oidcs": [
+                        {
+                            "issuer": f"https://oidc.eks.{region}.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
+                        }
+                    ]
+                }
+            ],
+            vpcConfig={
+                **inputs.get("vpcConfig", {}),
+                "clusterSecurityGroupId": PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID,
+            },
             arn=f"arn:aws:eks:{region}:{account}:cluster/{cluster_name}",
         )
     elif type_ == "aws:iam/role:Role":
@@ -154,8 +163,16 @@ def _fake_id(type_: str, name: str, inputs: dict[str, Any]) -> str:
     if type_.startswith("aws:s3/bucket"):
         return str(inputs.get("bucket", name))
     if type_.startswith("aws:ec2/"):
-        prefixes = {"vpc": "vpc", "subnet": "subnet", "securitygroup": "sg", "natgateway": "nat",
-                    "internetgateway": "igw", "routetable": "rtb", "eip": "eipalloc", "launchtemplate": "lt"}
+        prefixes = {
+            "vpc": "vpc",
+            "subnet": "subnet",
+            "securitygroup": "sg",
+            "natgateway": "nat",
+            "internetgateway": "igw",
+            "routetable": "rtb",
+            "eip": "eipalloc",
+            "launchtemplate": "lt",
+        }
         # crc32, not hash(): ids must be the same in every process so renders diff cleanly.
         return f"{prefixes.get(short, short)}-{zlib.crc32(name.encode()):012d}"
     return f"{name}-id"
@@ -169,7 +186,9 @@ def _make_mocks(region: str, records: list[RecordedResource]):
         def new_resource(self, args: pulumi.runtime.MockResourceArgs):
             inputs = unwrap_secrets(args.inputs)
             resource_id = _fake_id(args.typ, args.name, inputs)
-            outputs = _fake_outputs(args.typ, args.name, inputs, region) if args.typ.startswith("aws:") else inputs
+            outputs = (
+                _fake_outputs(args.typ, args.name, inputs, region) if args.typ.startswith("aws:") else inputs
+            )
             pending = _pending_parents.pop((args.typ, args.name), "")
             records.append(RecordedResource(args.typ, args.name, inputs, pending, bool(args.custom)))
             return [resource_id, outputs]
@@ -179,8 +198,12 @@ def _make_mocks(region: str, records: list[RecordedResource]):
                 names = [f"{region}{letter}" for letter in "abcdef"]
                 return {"names": names, "zoneIds": [f"use-az{i}" for i in range(1, 7)], "state": "available"}
             if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-                return {"accountId": PLACEHOLDER_ACCOUNT_ID, "arn": f"arn:aws:iam::{PLACEHOLDER_ACCOUNT_ID}:user/render",
-                        "userId": "AIDARENDER", "id": PLACEHOLDER_ACCOUNT_ID}
+                return {
+                    "accountId": PLACEHOLDER_ACCOUNT_ID,
+                    "arn": f"arn:aws:iam::{PLACEHOLDER_ACCOUNT_ID}:user/render",
+                    "userId": "AIDARENDER",
+                    "id": PLACEHOLDER_ACCOUNT_ID,
+                }
             if args.token == "aws:index/getPartition:getPartition":
                 return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
             if args.token == "aws:index/getRegion:getRegion":
@@ -191,14 +214,18 @@ def _make_mocks(region: str, records: list[RecordedResource]):
             if args.token == "aws:eks/getAddonVersion:getAddonVersion":
                 # EKS's real default is looked up at preview; the render marks it as a placeholder.
                 addon = args.args.get("addonName")
-                return {"addonName": addon, "version": "v0.0.0-eksbuild.render", "id": addon,
-                        "kubernetesVersion": args.args.get("kubernetesVersion")}
+                return {
+                    "addonName": addon,
+                    "version": "v0.0.0-eksbuild.render",
+                    "id": addon,
+                    "kubernetesVersion": args.args.get("kubernetesVersion"),
+                }
             return {}
 
     _pending_parents: dict[tuple[str, str], str] = {}
 
     class ParentRecordingMonitor(MockMonitor):
-        def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        def RegisterResource(self, request):
             _pending_parents[(request.type, request.name)] = request.parent
             response = super().RegisterResource(request)
             for record in reversed(records):
@@ -237,8 +264,10 @@ def _render_in_context(stack: str, shown: str, raw_config: dict[str, Any]) -> Re
     records: list[RecordedResource] = []
     mocks, monitor = _make_mocks(region, records)
     pulumi.runtime.set_mocks(mocks, project="vllm-platform", stack=stack, preview=False, monitor=monitor)
-    flat = {f"vllm-platform:{key}": json.dumps(value) if not isinstance(value, str) else value
-            for key, value in raw_config.items()}
+    flat = {
+        f"vllm-platform:{key}": json.dumps(value) if not isinstance(value, str) else value
+        for key, value in raw_config.items()
+    }
     runtime_config.set_all_config(flat)
 
     result = RenderResult(stack=stack, stack_file=shown, resources=records)
@@ -282,8 +311,12 @@ def write_render(result: RenderResult, out_dir: Path) -> None:
         target.write_text(yaml.safe_dump(release, sort_keys=False))
     aws = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in result.aws_resources]
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "aws-resources.json").write_text(json.dumps(sorted(aws, key=lambda r: (r["type"], r["name"])), indent=2))
-    (out_dir / "stack-outputs.json").write_text(json.dumps(_redact_outputs(result.outputs), indent=2, default=str))
+    (out_dir / "aws-resources.json").write_text(
+        json.dumps(sorted(aws, key=lambda r: (r["type"], r["name"])), indent=2)
+    )
+    (out_dir / "stack-outputs.json").write_text(
+        json.dumps(_redact_outputs(result.outputs), indent=2, default=str)
+    )
 
 
 def _redact_outputs(outputs: dict[str, Any]) -> dict[str, Any]:

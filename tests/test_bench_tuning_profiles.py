@@ -108,8 +108,10 @@ def test_profile_on_a_group_of_another_gpu_is_reported(tmp_path: Path) -> None:
         "prod",
         lambda c: _model(c, "qwen2-5-7b-tp2").setdefault("vllm", {}).update(tuning_profile=PROFILE),
     )
-    config = load_stack("prod", stack_file=path)
-    problems = tuning_profile_problems(config)
+    # `validate` runs the check (infra/validation.py) and reports it with the key path and the fix.
+    with pytest.raises(ConfigError) as caught:
+        load_stack("prod", stack_file=path)
+    problems = [p for p in caught.value.problems if p.path[-1] == "tuning_profile"]
     assert len(problems) == 1
     assert problems[0].key_path() == "vllm-platform:models[2].vllm.tuning_profile"
     assert "L40S" in problems[0].message and "H200" in problems[0].message

@@ -69,7 +69,7 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     (
         "model_name_not_dns_safe",
         lambda c: c[MODELS][0].__setitem__("name", "Qwen_7B"),
-        "vllm-platform:models[0].name = \"Qwen_7B\"",
+        'vllm-platform:models[0].name = "Qwen_7B"',
         "must be a DNS label",
     ),
     (
@@ -81,7 +81,7 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     (
         "unknown_gpu_group",
         lambda c: c[MODELS][0].__setitem__("gpu_group", "h100"),
-        "vllm-platform:models[0].gpu_group = \"h100\"",
+        'vllm-platform:models[0].gpu_group = "h100"',
         "node_groups.gpu defines: l40s",
     ),
     (
@@ -104,7 +104,9 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ),
     (
         "autoscaling_min_above_max",
-        lambda c: c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "min_replicas": 3, "max_replicas": 2}),
+        lambda c: c[MODELS][0].__setitem__(
+            "autoscaling", {"enabled": True, "min_replicas": 3, "max_replicas": 2}
+        ),
         "vllm-platform:models[0].autoscaling.min_replicas = 3",
         "raise max_replicas or lower min_replicas",
     ),
@@ -117,7 +119,7 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     (
         "unknown_instance_type",
         lambda c: c[GROUPS]["gpu"]["l40s"].__setitem__("instance_types", ["g6e.2xlarg"]),
-        "vllm-platform:node_groups.gpu.l40s.instance_types[0] = \"g6e.2xlarg\"",
+        'vllm-platform:node_groups.gpu.l40s.instance_types[0] = "g6e.2xlarg"',
         "did you mean g6e.2xlarge",
     ),
     (
@@ -141,7 +143,7 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     (
         "malformed_s3_uri",
         lambda c: c[MODELS][0].__setitem__("source", {"s3_uri": "s3://bucket-only", "revision": "r1"}),
-        "vllm-platform:models[0].source.s3_uri = \"s3://bucket-only\"",
+        'vllm-platform:models[0].source.s3_uri = "s3://bucket-only"',
         "must look like s3://bucket/prefix/",
     ),
     (
@@ -159,13 +161,13 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     (
         "tuning_profile_measured_on_another_gpu",
         lambda c: c[MODELS][0]["vllm"].__setitem__("tuning_profile", "h200-throughput"),
-        "vllm-platform:models[0].vllm.tuning_profile = \"h200-throughput\"",
+        'vllm-platform:models[0].vllm.tuning_profile = "h200-throughput"',
         "choose a profile measured on L40S or set the vllm settings explicitly",
     ),
     (
         "keda_backend_without_the_keda_addon",
         lambda c: c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "backend": "keda"}),
-        "vllm-platform:models[0].autoscaling.backend = \"keda\"",
+        'vllm-platform:models[0].autoscaling.backend = "keda"',
         "set addons.keda: true",
     ),
 ]

@@ -47,7 +47,8 @@ def test_every_resource_below_the_top_has_a_parent(stack_render: RenderResult) -
     orphans = [
         f"{r.type}::{r.name}"
         for r in stack_render.resources
-        if r.type not in TOP_LEVEL_TYPES and r.parent_urn.endswith("pulumi:pulumi:Stack::vllm-platform-" + stack_render.stack)
+        if r.type not in TOP_LEVEL_TYPES
+        and r.parent_urn.endswith("pulumi:pulumi:Stack::vllm-platform-" + stack_render.stack)
     ]
     assert orphans == []
 
@@ -65,7 +66,9 @@ def test_kubernetes_objects_have_explicit_unique_names(stack_render: RenderResul
 def test_render_is_deterministic() -> None:
     first = render_stack("dev")
     second = render_stack("dev")
-    assert [(r.type, r.name, r.inputs) for r in first.resources] == [(r.type, r.name, r.inputs) for r in second.resources]
+    assert [(r.type, r.name, r.inputs) for r in first.resources] == [
+        (r.type, r.name, r.inputs) for r in second.resources
+    ]
 
 
 def test_write_render_groups_objects_by_namespace_and_writes_aws_json(tmp_path: Path) -> None:
@@ -87,7 +90,10 @@ def test_cli_render_writes_every_stack(tmp_path: Path, stack: str) -> None:
     out = tmp_path / stack
     completed = subprocess.run(
         [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     assert f"stack {stack}" in completed.stdout
@@ -97,13 +103,29 @@ def test_cli_render_writes_every_stack(tmp_path: Path, stack: str) -> None:
 
 def test_cli_invalid_config_exits_2_with_the_message_and_no_traceback(tmp_path: Path) -> None:
     broken = tmp_path / "Pulumi.broken.yaml"
-    text = (REPO_ROOT / "stacks" / "Pulumi.dev.yaml").read_text().replace("max_num_seqs: 64", "max_num_seqs: 0")
+    text = (
+        (REPO_ROOT / "stacks" / "Pulumi.dev.yaml").read_text().replace("max_num_seqs: 64", "max_num_seqs: 0")
+    )
     broken.write_text(text)
     for command in ("validate", "render"):
         completed = subprocess.run(
-            [sys.executable, "-m", "infra.cli", command, "broken", "--file", str(broken), "--out", str(tmp_path / "o")]
-            if command == "render" else [sys.executable, "-m", "infra.cli", command, "broken", "--file", str(broken)],
-            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "infra.cli",
+                command,
+                "broken",
+                "--file",
+                str(broken),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+            if command == "render"
+            else [sys.executable, "-m", "infra.cli", command, "broken", "--file", str(broken)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert completed.returncode == 2, completed
         assert "vllm-platform:models[0].vllm.max_num_seqs = 0" in completed.stderr
@@ -113,8 +135,19 @@ def test_cli_invalid_config_exits_2_with_the_message_and_no_traceback(tmp_path: 
 
 def test_cli_validate_accepts_a_file_outside_stacks() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "validate", "existing", "--file", str(TEST_STACKS_DIR / "Pulumi.existing.yaml")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "validate",
+            "existing",
+            "--file",
+            str(TEST_STACKS_DIR / "Pulumi.existing.yaml"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
     assert "cluster mode existing" in completed.stdout

@@ -36,7 +36,9 @@ def dns_label(max_length: int):
 def _check_labels(labels: dict[str, str]) -> dict[str, str]:
     for key, value in labels.items():
         if not _LABEL_KEY.match(key) or len(key) > 253:
-            raise ValueError(f"label key '{key}' is not a valid Kubernetes label key (e.g. 'team' or 'example.com/team')")
+            raise ValueError(
+                f"label key '{key}' is not a valid Kubernetes label key (e.g. 'team' or 'example.com/team')"
+            )
         if not _LABEL_VALUE.match(str(value)):
             raise ValueError(
                 f"label value '{value}' of '{key}' is not a valid Kubernetes label value "

@@ -42,7 +42,9 @@ class ClusterConfig(StrictModel):
     `public_access_cidrs`."""
     public_access_cidrs: list[str] = []
     control_plane_logging: list[ControlPlaneLogType] = ["api", "audit", "authenticator"]
-    admin_principal_arns: list[Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:iam::\d{12}:(role|user)/.+$")]] = []
+    admin_principal_arns: list[
+        Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:iam::\d{12}:(role|user)/.+$")]
+    ] = []
     """IAM roles/users granted cluster-admin through EKS access entries."""
     kubeconfig_path: str | None = None
     """`existing` mode: kubeconfig file to use (default: the ambient KUBECONFIG)."""
@@ -53,7 +55,9 @@ class ClusterConfig(StrictModel):
     @classmethod
     def _supported_version(cls, value: str) -> str:
         if value not in SUPPORTED_KUBERNETES_VERSIONS:
-            raise ValueError(f"must be one of {', '.join(SUPPORTED_KUBERNETES_VERSIONS)} (EKS standard support)")
+            raise ValueError(
+                f"must be one of {', '.join(SUPPORTED_KUBERNETES_VERSIONS)} (EKS standard support)"
+            )
         return value
 
     @model_validator(mode="after")
@@ -68,7 +72,9 @@ class ClusterConfig(StrictModel):
             try:
                 ipaddress.IPv4Network(cidr)
             except ValueError:
-                raise ConfigProblem("must be an IPv4 CIDR such as '203.0.113.0/24'", at=("public_access_cidrs", index))
+                raise ConfigProblem(
+                    "must be an IPv4 CIDR such as '203.0.113.0/24'", at=("public_access_cidrs", index)
+                ) from None
         if self.mode == "eks" and (self.kubeconfig_path or self.kubeconfig_context):
             raise ConfigProblem(
                 "kubeconfig settings apply only to mode 'existing'; in mode 'eks' the stack builds the "
@@ -137,14 +143,15 @@ class GpuNodeGroupConfig(StrictModel):
                 close = difflib.get_close_matches(name, known, n=3)
                 hint = f"did you mean {', '.join(close)}? " if close else ""
                 raise ConfigProblem(
-                    f"unknown GPU instance type: {hint}the catalogue (infra/catalogue/gpu_instances.yaml) knows "
-                    f"{', '.join(sorted({i.split('.')[0] for i in known}))} families",
+                    f"unknown GPU instance type: {hint}the catalogue (infra/catalogue/gpu_instances.yaml) "
+                    f"knows {', '.join(sorted({i.split('.')[0] for i in known}))} families",
                     at=("instance_types", index),
                 )
             gpu_models.add(instance.gpu.name)
         if len(gpu_models) > 1:
             raise ConfigProblem(
-                f"all instance types of one GPU group must carry the same GPU model (found {', '.join(sorted(gpu_models))}): "
+                "all instance types of one GPU group must carry the same GPU model "
+                f"(found {', '.join(sorted(gpu_models))}): "
                 "capacity plans and vLLM's compile cache are per GPU model; split them into separate groups",
                 at=("instance_types",),
             )
@@ -168,11 +175,15 @@ class GpuNodeGroupConfig(StrictModel):
 
 def check_size_order(min_size: int, desired_size: int, max_size: int) -> None:
     if min_size > max_size:
-        raise ConfigProblem(f"min_size {min_size} is larger than max_size {max_size}; raise max_size", at=("min_size",),
-                            value=min_size)
+        raise ConfigProblem(
+            f"min_size {min_size} is larger than max_size {max_size}; raise max_size",
+            at=("min_size",),
+            value=min_size,
+        )
     if not min_size <= desired_size <= max_size:
         raise ConfigProblem(
-            f"desired_size must lie between min_size {min_size} and max_size {max_size}", at=("desired_size",),
+            f"desired_size must lie between min_size {min_size} and max_size {max_size}",
+            at=("desired_size",),
             value=desired_size,
         )
 

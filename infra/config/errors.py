@@ -101,7 +101,9 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[str | int, ...]:
     # pydantic adds the name of a tagged-union member or a function validator to the location;
     # the user never typed those, so drop them.
     return tuple(
-        part for part in loc if isinstance(part, int) or not (str(part).startswith("function-") or part == "[key]")
+        part
+        for part in loc
+        if isinstance(part, int) or not (str(part).startswith("function-") or part == "[key]")
     )
 
 

@@ -35,13 +35,17 @@ def read_stack_file(path: Path) -> dict[str, Any]:
     """The `vllm-platform:*` values of a Pulumi stack file, keyed without the namespace."""
     shown = display_path(path)
     if not path.is_file():
-        raise ConfigError(shown, [Problem((), str(path), "stack file not found; stacks live in stacks/Pulumi.<stack>.yaml")])
+        raise ConfigError(
+            shown, [Problem((), str(path), "stack file not found; stacks live in stacks/Pulumi.<stack>.yaml")]
+        )
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise ConfigError(shown, [Problem((), None, f"not valid YAML: {error}")]) from None
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
-        raise ConfigError(shown, [Problem((), None, "a Pulumi stack file is a mapping with a 'config:' mapping")])
+        raise ConfigError(
+            shown, [Problem((), None, "a Pulumi stack file is a mapping with a 'config:' mapping")]
+        )
     return _project_values(document.get("config") or {})
 
 

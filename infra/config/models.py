@@ -36,7 +36,9 @@ class ModelSourceConfig(StrictModel):
                 value=self.s3_uri,
             )
         if self.s3_uri is not None and not _S3_URI.match(self.s3_uri):
-            raise ConfigProblem("must look like s3://bucket/prefix/ (a bucket and a non-empty prefix)", at=("s3_uri",))
+            raise ConfigProblem(
+                "must look like s3://bucket/prefix/ (a bucket and a non-empty prefix)", at=("s3_uri",)
+            )
         if self.huggingface_repo is not None and not _HF_REPO.match(self.huggingface_repo):
             raise ConfigProblem("must be a Hugging Face repo id like 'org/name'", at=("huggingface_repo",))
         if self.requires_hf_token and self.huggingface_repo is None:
@@ -135,19 +137,24 @@ class ArchitectureConfig(StrictModel):
         heads = shape["num_attention_heads"]
         kv_heads = shape.get("num_key_value_heads") or heads
         if heads % kv_heads:
-            raise ConfigProblem(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
-                                f"{kv_heads}", at=("num_key_value_heads",))
+            raise ConfigProblem(
+                f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
+                at=("num_key_value_heads",),
+            )
         if shape.get("kv_lora_rank") is not None:
             for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
                 if shape.get(key) is None:
-                    raise ConfigProblem(f"multi-head latent attention (kv_lora_rank) also needs {key}",
-                                        at=(key,))
+                    raise ConfigProblem(
+                        f"multi-head latent attention (kv_lora_rank) also needs {key}", at=(key,)
+                    )
         if shape.get("num_experts") is not None:
             per_token = shape.get("num_experts_per_token")
             if per_token is None or per_token > shape["num_experts"]:
                 raise ConfigProblem(
                     "a MoE model needs num_experts_per_token between 1 and num_experts "
-                    f"({shape['num_experts']})", at=("num_experts_per_token",), value=per_token,
+                    f"({shape['num_experts']})",
+                    at=("num_experts_per_token",),
+                    value=per_token,
                 )
         return self
 
@@ -161,8 +168,13 @@ class ArchitectureConfig(StrictModel):
         return values
 
 
-ARCHITECTURE_REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                              "vocab_size")
+ARCHITECTURE_REQUIRED_KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+)
 
 
 class CapacityPlanningConfig(StrictModel):
@@ -316,8 +328,9 @@ class VllmEngineConfig(StrictModel):
                     "(e.g. NCCL_DEBUG); other environment variables are not set through nccl_env"
                 )
             if isinstance(setting, bool) or not isinstance(setting, str | int):
-                raise ValueError(f"{name}: give the value as text or a whole number, e.g. '0' or '1', "
-                                 f"not {setting!r}")
+                raise ValueError(
+                    f"{name}: give the value as text or a whole number, e.g. '0' or '1', not {setting!r}"
+                )
             checked[name] = str(setting)
         return checked
 
@@ -348,13 +361,17 @@ class ResourcesConfig(StrictModel):
     @model_validator(mode="after")
     def _limits_cover_requests(self) -> ResourcesConfig:
         if self.memory_request_gib > self.memory_limit_gib:
-            raise ConfigProblem("memory_request_gib is larger than memory_limit_gib; raise the limit",
-                                at=("memory_request_gib",))
+            raise ConfigProblem(
+                "memory_request_gib is larger than memory_limit_gib; raise the limit",
+                at=("memory_request_gib",),
+            )
         if self.cpu_limit_cores is not None and self.cpu_request_cores > self.cpu_limit_cores:
             raise ConfigProblem("cpu_request_cores is larger than cpu_limit_cores", at=("cpu_request_cores",))
         if self.preload_memory_request_gib > self.preload_memory_limit_gib:
-            raise ConfigProblem("preload_memory_request_gib is larger than preload_memory_limit_gib; "
-                                "raise the limit", at=("preload_memory_request_gib",))
+            raise ConfigProblem(
+                "preload_memory_request_gib is larger than preload_memory_limit_gib; raise the limit",
+                at=("preload_memory_request_gib",),
+            )
         if self.shm_size_gib >= self.memory_limit_gib:
             raise ConfigProblem(
                 "a memory-backed /dev/shm counts against the memory limit; keep shm_size_gib well below "

@@ -56,7 +56,9 @@ class IngressConfig(StrictModel):
     scheme: Literal["internal", "internet-facing"] = "internal"
     domain: str | None = None
     """Models get `<model>.<domain>` unless they set ingress_host."""
-    certificate_arn: Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:acm:[a-z0-9-]+:\d{12}:certificate/.+$")] | None = None
+    certificate_arn: (
+        Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:acm:[a-z0-9-]+:\d{12}:certificate/.+$")] | None
+    ) = None
     """ACM certificate for TLS; when unset the AWS Load Balancer Controller discovers one by host."""
     idle_timeout_seconds: Annotated[int, Field(ge=60, le=4000)] = 3600
     """ALB idle timeout: long enough that an SSE stream waiting on a queued request is not cut."""
@@ -147,11 +149,13 @@ class TolerationConfig(StrictModel):
     @model_validator(mode="after")
     def _operator_matches_value(self) -> TolerationConfig:
         if self.operator == "Exists" and self.value:
-            raise ConfigProblem("operator Exists takes no value; remove value or use operator Equal",
-                                at=("value",))
+            raise ConfigProblem(
+                "operator Exists takes no value; remove value or use operator Equal", at=("value",)
+            )
         if self.operator == "Equal" and not self.key:
-            raise ConfigProblem("operator Equal needs a key (or use operator Exists)", at=("key",),
-                                value=self.key)
+            raise ConfigProblem(
+                "operator Equal needs a key (or use operator Exists)", at=("key",), value=self.key
+            )
         return self
 
 
@@ -342,15 +346,17 @@ class PlatformConfig(StrictModel):
             if too_small:
                 largest = max(i.gpus_per_node for i in group.gpu_instances)
                 raise ConfigProblem(
-                    f"one replica needs {model.gpus_per_replica} GPUs on one node, but {', '.join(too_small)} in "
-                    f"group '{model.gpu_group}' {'has' if len(too_small) == 1 else 'have'} fewer; use at most "
-                    f"{largest} GPUs per replica or an instance type with more GPUs per node",
+                    f"one replica needs {model.gpus_per_replica} GPUs on one node, but "
+                    f"{', '.join(too_small)} in group '{model.gpu_group}' "
+                    f"{'has' if len(too_small) == 1 else 'have'} fewer; use at most {largest} GPUs per "
+                    "replica or an instance type with more GPUs per node",
                     at=("models", index, "gpus_per_replica"),
                 )
             keda_missing = model.autoscaling.backend == "keda" and not self.addons.keda.enabled
             if model.autoscaling.enabled and keda_missing:
                 raise ConfigProblem(
-                    "autoscaling backend 'keda' needs the KEDA add-on; set addons.keda: true or use backend 'hpa'",
+                    "autoscaling backend 'keda' needs the KEDA add-on; set addons.keda: true or use "
+                    "backend 'hpa'",
                     at=("models", index, "autoscaling", "backend"),
                 )
         if self.cluster.mode == "existing" and self.storage.existing_efs_file_system_id is None:

@@ -1,7 +1,7 @@
 """Generates the README's config reference from the schema (field types, defaults, docstrings).
 
-    python -m infra.config.reference          # print the markdown
-    python -m infra.config.reference --write  # refresh the section of README.md between the markers
+python -m infra.config.reference          # print the markdown
+python -m infra.config.reference --write  # refresh the section of README.md between the markers
 """
 
 from __future__ import annotations
@@ -72,7 +72,11 @@ def _default(field: Any) -> str:
     value = field.default_factory() if field.default_factory is not None else field.default
     if isinstance(value, BaseModel):
         dumped = value.model_dump(mode="json")
-        return "see below" if isinstance(dumped, dict) and len(json.dumps(dumped)) > 60 else f"`{json.dumps(dumped)}`"
+        return (
+            "see below"
+            if isinstance(dumped, dict) and len(json.dumps(dumped)) > 60
+            else f"`{json.dumps(dumped)}`"
+        )
     if isinstance(value, list) and value and isinstance(value[0], BaseModel):
         return f"`{json.dumps([item.model_dump(mode='json') for item in value])}`"
     return f"`{json.dumps(value)}`"

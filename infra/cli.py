@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return EXIT_INVALID_CONFIG
+    except BrokenPipeError:
+        # `vllm-platform plan prod | head`: the reader left; that is not an error of ours.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -204,3 +204,34 @@ def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
 def test_missing_stack_file_is_a_config_error_not_a_traceback() -> None:
     with pytest.raises(ConfigError, match="stack file not found"):
         load_stack("does-not-exist")
+
+
+def _undocumented_keys() -> list[str]:
+    from infra.config.platform import PlatformConfig
+    from infra.config.reference import _nested_model
+
+    missing: list[str] = []
+    seen: set[type] = set()
+
+    def walk(model: type, prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            inner, suffix = _nested_model(field.annotation)
+            if not field.description and not (inner is not None and inner.__doc__):
+                missing.append(f"{prefix}{name}")
+            if inner is not None and inner not in seen:
+                seen.add(inner)
+                walk(inner, f"{prefix}{name}{suffix}.")
+
+    walk(PlatformConfig, "")
+    return missing
+
+
+def test_every_config_key_has_a_description_for_the_reference() -> None:
+    assert _undocumented_keys() == []
+
+
+def test_readme_config_reference_is_generated_from_the_current_schema() -> None:
+    from infra.config.reference import README, refreshed_readme
+
+    text = README.read_text()
+    assert text == refreshed_readme(text), "run: .venv/bin/python -m infra.config.reference --write"

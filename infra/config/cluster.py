@@ -26,22 +26,30 @@ def _check_vpc_cidr(value: str) -> str:
 
 
 class ClusterConfig(StrictModel):
+    """The Kubernetes cluster: created on EKS (mode `eks`) or an existing one."""
+
     mode: Literal["eks", "existing"] = "eks"
     """`eks`: create the VPC, EKS cluster and node groups. `existing`: deploy onto the cluster of a
     kubeconfig; no AWS resources are created."""
     name: Annotated[str, dns_label(40)] | None = None
     """Cluster name; defaults to `vllm-<stack>`."""
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")] = "us-west-2"
+    """AWS region of every resource (the stack file's `aws:region` is not read)."""
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    """EKS control-plane and node version; one of the supported versions in infra/versions.py."""
     vpc_cidr: Annotated[str, AfterValidator(_check_vpc_cidr)] = "10.0.0.0/16"
+    """VPC address block (/16 to /20); split into public and private subnets per AZ."""
     availability_zone_count: Annotated[int, Field(ge=2, le=4)] = 3
+    """AZs the VPC, node subnets and EFS mount targets span."""
     single_nat_gateway: bool = False
     """One NAT gateway for all AZs (cheaper, not zone-redundant): for dev stacks."""
     endpoint_public_access: bool = False
     """The API server is private by default; reach it through a VPN/bastion or set this and
     `public_access_cidrs`."""
     public_access_cidrs: list[str] = []
+    """CIDRs allowed to reach a public API endpoint (required when it is public)."""
     control_plane_logging: list[ControlPlaneLogType] = ["api", "audit", "authenticator"]
+    """EKS control-plane log types sent to CloudWatch."""
     admin_principal_arns: list[
         Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:iam::\d{12}:(role|user)/.+$")]
     ] = []
@@ -85,9 +93,14 @@ class ClusterConfig(StrictModel):
 
 
 class TaintConfig(StrictModel):
+    """A node taint."""
+
     key: Annotated[str, Field(min_length=1, max_length=253)]
+    """Taint key, e.g. `nvidia.com/gpu`."""
     value: Annotated[str, Field(max_length=63)] = ""
+    """Taint value; empty means a key-only taint (tolerated with `Exists`)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    """`NoSchedule`, `PreferNoSchedule` or `NoExecute`."""
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
@@ -97,19 +110,31 @@ DEFAULT_GPU_TAINT = TaintConfig(key="nvidia.com/gpu", value="true", effect="NoSc
 
 
 class LocalNvmeConfig(StrictModel):
+    """Instance-store NVMe for the node-local model copy."""
+
     enabled: bool = True
     """Assemble the instance-store NVMe disks (RAID0 when several) and mount them for the model cache."""
     mount_path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9/_.-]+$")] = "/mnt/nvme"
+    """Where the NVMe array is mounted; models live in `<mount_path>/vllm-models`."""
 
 
 class SystemNodeGroupConfig(StrictModel):
+    """The system node group."""
+
     instance_types: Annotated[list[str], Field(min_length=1)] = ["m7i.xlarge"]
+    """EC2 instance types, in order of preference."""
     capacity_type: Literal["on_demand", "spot"] = "on_demand"
+    """`on_demand` or `spot`."""
     min_size: Annotated[int, Field(ge=1)] = 2
+    """Fewest nodes."""
     desired_size: Annotated[int, Field(ge=1)] = 2
+    """Nodes at creation (later changes are the autoscaler's)."""
     max_size: Annotated[int, Field(ge=1)] = 4
+    """Most nodes."""
     disk_size_gib: Annotated[int, Field(ge=20)] = 50
+    """Root volume size in GiB."""
     labels: Labels = {}
+    """Extra Kubernetes labels on the nodes."""
 
     @model_validator(mode="after")
     def _sizes_ordered(self) -> SystemNodeGroupConfig:
@@ -119,16 +144,25 @@ class SystemNodeGroupConfig(StrictModel):
 
 class GpuNodeGroupConfig(StrictModel):
     instance_types: Annotated[list[str], Field(min_length=1)]
+    """GPU instance types from infra/catalogue/gpu_instances.yaml, all with the same GPU model."""
     capacity_type: Literal["on_demand", "spot"] = "on_demand"
+    """`on_demand` or `spot`."""
     min_size: Annotated[int, Field(ge=0)] = 0
+    """Fewest nodes (0 lets the group scale to zero)."""
     desired_size: Annotated[int, Field(ge=0)] = 1
+    """Nodes at creation (later changes are the Cluster Autoscaler's)."""
     max_size: Annotated[int, Field(ge=1)] = 2
+    """Most nodes; bounds how far model autoscaling can go."""
     disk_size_gib: Annotated[int, Field(ge=80)] = 200
     """Root volume: the vLLM image alone is 10–25 GB, plus containerd's unpacked layers."""
     taints: Annotated[list[TaintConfig], Field(min_length=1)] = [DEFAULT_GPU_TAINT]
+    """Node taints; every GPU workload tolerates exactly these. Default `nvidia.com/gpu=true:NoSchedule`."""
     labels: Labels = {}
+    """Extra Kubernetes labels (the stack adds `vllm-platform/gpu-group` and `vllm-platform/gpu-model`)."""
     local_nvme: LocalNvmeConfig = LocalNvmeConfig()
+    """Instance-store NVMe assembled and mounted for the node-local model copy."""
     ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
+    """EKS-optimised accelerated AMI (NVIDIA driver and container toolkit included)."""
 
     @model_validator(mode="after")
     def _instance_types_known_and_uniform(self) -> GpuNodeGroupConfig:
@@ -189,6 +223,9 @@ def check_size_order(min_size: int, desired_size: int, max_size: int) -> None:
 
 
 class NodeGroupsConfig(StrictModel):
+    """Managed node groups: one system group and the GPU groups models run on."""
+
     system: SystemNodeGroupConfig = SystemNodeGroupConfig()
+    """The system group for controllers, Prometheus and add-ons (no GPUs, no taint)."""
     gpu: Annotated[dict[Annotated[str, dns_label(30)], GpuNodeGroupConfig], Field(min_length=1)]
     """GPU node groups keyed by name; models refer to them by that name."""

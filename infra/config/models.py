@@ -71,8 +71,11 @@ class ArchitectureConfig(StrictModel):
     parameters_billion: Annotated[float, Field(gt=0)] | None = None
     """Declared parameter count; by default counted from the shape (docs/capacity.md)."""
     num_hidden_layers: Annotated[int, Field(gt=0)] | None = None
+    """Transformer layers (config.json `num_hidden_layers`)."""
     hidden_size: Annotated[int, Field(gt=0)] | None = None
+    """Model width (config.json `hidden_size`)."""
     num_attention_heads: Annotated[int, Field(gt=0)] | None = None
+    """Query heads; must divide by gpus_per_replica."""
     num_key_value_heads: Annotated[int, Field(gt=0)] | None = None
     """KV heads (grouped-query attention); defaults to num_attention_heads."""
     head_dim: Annotated[int, Field(gt=0)] | None = None
@@ -80,6 +83,7 @@ class ArchitectureConfig(StrictModel):
     intermediate_size: Annotated[int, Field(gt=0)] | None = None
     """MLP width of dense layers (for Mixtral-style MoE, of each expert)."""
     vocab_size: Annotated[int, Field(gt=0)] | None = None
+    """Vocabulary size (embeddings and LM head)."""
     max_position_embeddings: Annotated[int, Field(gt=0)] | None = None
     """The longest context the model supports; vllm.max_model_len may not exceed it."""
     sliding_window: Annotated[int, Field(gt=0)] | None = None
@@ -87,9 +91,11 @@ class ArchitectureConfig(StrictModel):
     qkv_bias: bool | None = None
     """Q/K/V projections carry biases (Qwen2 family)."""
     attention_output_bias: bool | None = None
+    """Whether the attention output projection has a bias."""
     num_experts: Annotated[int, Field(gt=0)] | None = None
     """Routed experts per MoE layer (config.json num_local_experts / n_routed_experts)."""
     num_experts_per_token: Annotated[int, Field(gt=0)] | None = None
+    """MoE: experts routed per token."""
     moe_intermediate_size: Annotated[int, Field(gt=0)] | None = None
     """Width of each routed expert; defaults to intermediate_size."""
     num_shared_experts: Annotated[int, Field(ge=0)] | None = None
@@ -99,9 +105,13 @@ class ArchitectureConfig(StrictModel):
     kv_lora_rank: Annotated[int, Field(gt=0)] | None = None
     """Multi-head latent attention (DeepSeek): the compressed KV width cached per token."""
     q_lora_rank: Annotated[int, Field(gt=0)] | None = None
+    """MLA: query low-rank dimension (DeepSeek-style attention)."""
     qk_rope_head_dim: Annotated[int, Field(gt=0)] | None = None
+    """MLA: rotary part of each query/key head."""
     qk_nope_head_dim: Annotated[int, Field(gt=0)] | None = None
+    """MLA: non-rotary part of each query/key head."""
     v_head_dim: Annotated[int, Field(gt=0)] | None = None
+    """MLA: value head dimension."""
     tie_word_embeddings: bool | None = None
     """The output projection shares the embedding matrix (not stored twice)."""
     weight_dtype: Literal["bfloat16", "float16", "float32", "fp8", "int8", "int4"] | None = None
@@ -214,7 +224,9 @@ class AutoscalingConfig(StrictModel):
     """`hpa`: autoscaling/v2 HPA on Pods metrics from the Prometheus Adapter. `keda`: a KEDA
     ScaledObject with Prometheus triggers on the same queries (needs addons.keda)."""
     min_replicas: Annotated[int, Field(ge=1)] = 1
+    """Fewest replicas the autoscaler keeps."""
     max_replicas: Annotated[int, Field(ge=1)] = 2
+    """Most replicas; sizes the namespace's GPU quota."""
     metrics: Annotated[list[AutoscalingMetricConfig], Field(min_length=1)] = Field(
         default_factory=_default_autoscaling_metrics
     )
@@ -223,12 +235,15 @@ class AutoscalingConfig(StrictModel):
     scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
     """Scale up on the first reading above target: a new replica takes minutes to load the model."""
     scale_up_pods_per_period: Annotated[int, Field(ge=1)] = 4
+    """Scale-up: most pods added per period."""
     scale_up_percent_per_period: Annotated[int, Field(ge=1, le=1000)] = 100
     """Per `scale_up_period_seconds`, add up to the larger of this many pods and this percentage."""
     scale_up_period_seconds: Annotated[int, Field(ge=15, le=1800)] = 60
+    """Scale-up policy period."""
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
     """Scale down only to the highest recommendation of the last 10 minutes (bursty traffic)."""
     scale_down_pods_per_period: Annotated[int, Field(ge=1)] = 1
+    """Scale-down: most pods removed per period (slow on purpose: a GPU pod takes minutes to come back)."""
     scale_down_period_seconds: Annotated[int, Field(ge=15, le=1800)] = 300
     """Remove at most `scale_down_pods_per_period` pods per this period."""
     keda_polling_interval_seconds: Annotated[int, Field(ge=5, le=300)] = 15
@@ -271,13 +286,19 @@ class VllmEngineConfig(StrictModel):
     max_num_batched_tokens: Annotated[int, Field(ge=16)] | None = None
     """Token budget per scheduler step (vLLM's default when unset)."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Weight/activation dtype (`--dtype`); `auto` follows the checkpoint."""
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    """KV-cache dtype (`--kv-cache-dtype`); `fp8` halves KV memory and reads."""
     quantization: str | None = None
+    """Quantisation method (`--quantization`), e.g. `fp8`, `awq`; unset follows the checkpoint."""
     enable_prefix_caching: bool = True
+    """Reuse KV blocks of shared prompt prefixes (`--enable-prefix-caching`)."""
     enable_chunked_prefill: bool | None = None
+    """Chunked prefill (`--enable-chunked-prefill`); unset keeps vLLM's default (on)."""
     enforce_eager: bool = False
     """Skip CUDA graphs/torch.compile: faster start, slower serving."""
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
+    """Container port of the OpenAI API, `/health` and `/metrics`."""
     extra_args: list[str] = []
     """Further `vllm serve` flags, checked against the pinned vLLM's own parser at validate time."""
     nccl_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_NCCL_ENV))
@@ -342,11 +363,16 @@ class VllmEngineConfig(StrictModel):
 
 
 class ResourcesConfig(StrictModel):
+    """Pod resources besides GPUs (GPUs always equal gpus_per_replica)."""
+
     cpu_request_cores: Annotated[float, Field(gt=0)] = 4
+    """CPU request of the vLLM container, in cores."""
     cpu_limit_cores: Annotated[float, Field(gt=0)] | None = None
     """No CPU limit by default: CFS throttling stalls tokenization and the scheduler loop."""
     memory_request_gib: Annotated[float, Field(gt=0)] = 32
+    """Memory request of the vLLM container, in GiB."""
     memory_limit_gib: Annotated[float, Field(gt=0)] = 64
+    """Memory limit of the vLLM container, in GiB (includes the memory-backed /dev/shm)."""
     shm_size_gib: Annotated[float, Field(gt=0)] = 8
     """Memory-backed /dev/shm on every vLLM pod (NCCL and the engine's IPC use it)."""
     scratch_size_gib: Annotated[float, Field(gt=0)] = 10
@@ -355,6 +381,7 @@ class ResourcesConfig(StrictModel):
     preload_cpu_request_cores: Annotated[float, Field(gt=0)] = 1
     """The model-cache init container (download, checksum, copy to NVMe); no CPU limit."""
     preload_memory_request_gib: Annotated[float, Field(gt=0)] = 2
+    """Memory request of the preload init container, in GiB."""
     preload_memory_limit_gib: Annotated[float, Field(gt=0)] = 4
     """Covers the preloader's in-flight download parts (16 parallel 64 MiB ranges by default)."""
 
@@ -399,15 +426,18 @@ class StartupConfig(StrictModel):
     safety_factor: Annotated[float, Field(ge=1, le=5)] = 1.5
     """Multiplies the sum of the phases: the startupProbe budget is this much longer than expected."""
     probe_period_seconds: Annotated[int, Field(ge=1, le=60)] = 10
+    """Period of the startupProbe; its failureThreshold covers the planned budget."""
 
 
 class HealthProbesConfig(StrictModel):
     """Readiness and liveness on vLLM's `/health`, which start once the startupProbe has passed."""
 
     readiness_period_seconds: Annotated[int, Field(ge=1, le=300)] = 10
+    """Period of the readiness probe on /health."""
     readiness_failure_threshold: Annotated[int, Field(ge=1, le=30)] = 3
     """Not ready after 3 failed checks (30 s): the Service and the load balancer stop sending to it."""
     liveness_period_seconds: Annotated[int, Field(ge=1, le=300)] = 15
+    """Period of the liveness probe on /health."""
     liveness_failure_threshold: Annotated[int, Field(ge=1, le=30)] = 4
     """Restarted after 4 failed checks (60 s): /health fails when the engine core died or hangs, and a
     busy engine still answers it, so this does not kill pods under load."""
@@ -416,6 +446,8 @@ class HealthProbesConfig(StrictModel):
 
 
 class DrainConfig(StrictModel):
+    """Graceful drain: the grace period is derived to exceed both together."""
+
     pre_stop_sleep_seconds: Annotated[int, Field(ge=0, le=300)] = 15
     """Time for load balancers to stop sending new requests before vLLM is told to stop."""
     shutdown_timeout_seconds: Annotated[int, Field(ge=0, le=3600)] = 120
@@ -432,6 +464,8 @@ class SecretRefConfig(StrictModel):
 
 
 class ModelConfig(StrictModel):
+    """One served model: its own namespace, vLLM Deployment, Service, PDB, autoscaler and ingress."""
+
     name: Annotated[str, dns_label(40)]
     """DNS-safe, unique; the model's namespace is `vllm-<name>`."""
     served_model_name: str | None = None
@@ -440,6 +474,7 @@ class ModelConfig(StrictModel):
     architecture: ArchitectureConfig
     """The model's shape: a preset or the numbers of its config.json (docs/capacity.md)."""
     gpu_group: str
+    """Name of the GPU node group (node_groups.gpu) the model runs on."""
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
     """GPUs of one pod = vLLM tensor-parallel size."""
     replicas: Annotated[int, Field(ge=0)] = 1
@@ -447,9 +482,11 @@ class ModelConfig(StrictModel):
     autoscaling: AutoscalingConfig = AutoscalingConfig()
     vllm: VllmEngineConfig = VllmEngineConfig()
     resources: ResourcesConfig = ResourcesConfig()
+    """CPU, memory and `/dev/shm` of the vLLM container and the preloader."""
     startup: StartupConfig = StartupConfig()
     capacity: CapacityPlanningConfig = CapacityPlanningConfig()
     drain: DrainConfig = DrainConfig()
+    """Graceful drain: preStop sleep and vLLM's shutdown timeout."""
     probes: HealthProbesConfig = HealthProbesConfig()
     read_only_root_filesystem: bool = True
     """vLLM container with a read-only root filesystem; everything it writes goes to HOME, /tmp,

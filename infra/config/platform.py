@@ -14,6 +14,8 @@ from infra.config.models import ModelConfig
 
 
 class StorageConfig(StrictModel):
+    """Model weights: the S3 bucket (source of record) and the shared EFS volume."""
+
     model_bucket_name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")] | None = None
     """S3 bucket for model weights (created in mode `eks`); defaults to `<cluster-name>-model-weights`."""
     efs_throughput_mode: Literal["elastic", "bursting"] = "elastic"
@@ -25,12 +27,17 @@ class StorageConfig(StrictModel):
 
 
 class SecretStoreConfig(StrictModel):
+    """The secret store the Secrets Store CSI driver reads."""
+
     provider: Literal["aws-secrets-manager", "vault", "kubernetes-secret"] = "aws-secrets-manager"
     """Where API keys and tokens live; `kubernetes-secret` is an explicit opt-in for clusters with
     neither Secrets Manager nor Vault."""
     vault_address: str | None = None
+    """Vault URL (provider `vault`)."""
     vault_role: str | None = None
+    """Vault Kubernetes-auth role the model pods log in with (provider `vault`)."""
     vault_kubernetes_mount_path: str = "kubernetes"
+    """Vault's Kubernetes auth mount path (provider `vault`)."""
 
     @model_validator(mode="after")
     def _vault_settings(self) -> SecretStoreConfig:
@@ -43,7 +50,10 @@ class SecretStoreConfig(StrictModel):
 
 
 class SecurityConfig(StrictModel):
+    """Secret store, network policies."""
+
     secret_store: SecretStoreConfig = SecretStoreConfig()
+    """Where API keys and tokens come from (Secrets Store CSI driver provider)."""
     network_policies: bool = True
     """Default-deny NetworkPolicy per model namespace with explicit allows."""
     ingress_controller_namespace: str = "kube-system"
@@ -51,9 +61,14 @@ class SecurityConfig(StrictModel):
 
 
 class IngressConfig(StrictModel):
+    """Public TLS ingress for the OpenAI API (only `/v1` is routed)."""
+
     enabled: bool = True
+    """Create one Ingress per model."""
     class_name: str = "alb"
+    """IngressClass; `alb` gets the AWS Load Balancer Controller annotations."""
     scheme: Literal["internal", "internet-facing"] = "internal"
+    """`internal` or `internet-facing` load balancer."""
     domain: str | None = None
     """Models get `<model>.<domain>` unless they set ingress_host."""
     certificate_arn: (
@@ -63,6 +78,7 @@ class IngressConfig(StrictModel):
     idle_timeout_seconds: Annotated[int, Field(ge=60, le=4000)] = 3600
     """ALB idle timeout: long enough that an SSE stream waiting on a queued request is not cut."""
     inbound_cidrs: list[str] = []
+    """CIDRs allowed to reach the load balancer (empty: the controller's default)."""
 
 
 _CHART_VERSION = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
@@ -143,6 +159,7 @@ class TolerationConfig(StrictModel):
     operator: Literal["Equal", "Exists"] = "Equal"
     """`Equal`: the taint's value must equal `value`. `Exists`: any value."""
     value: str = ""
+    """Toleration value (with operator `Equal`)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Empty: tolerates the key with every effect."""
 
@@ -227,6 +244,7 @@ class AwsLoadBalancerControllerConfig(AddonConfig):
     """AWS Load Balancer Controller (IRSA; cluster name, region and VPC from the AWS layer)."""
 
     replicas: Annotated[int, Field(ge=1, le=5)] = 2
+    """Controller replicas."""
 
 
 class MetricsServerConfig(AddonConfig):

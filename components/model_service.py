@@ -85,6 +85,25 @@ def compile_cache_dir(model: ModelConfig, gpu_type: str) -> str:
     return f"{SHARED_ROOT}/{COMPILE_CACHE_DIR}/{model.name}/{gpu_type}/{VLLM_VERSION}"
 
 
+def jit_cache_environment(model: ModelConfig, gpu_type: str) -> list[dict[str, str]]:
+    """FlashInfer's and Triton's JIT kernel caches beside the compile cache on the shared volume.
+
+    Measured on the lab H200 (vLLM 0.26.0, bench/serving/results/RESULTS.md "What limits start
+    time"): every start, cold or warm, sat 100-130 s silent after CUDA-graph capture, in the kernel
+    warm-up that runs the sampler, where FlashInfer (vLLM's top-k/top-p sampler) JIT-compiles into
+    $HOME/.cache/flashinfer; HOME is a fresh emptyDir in every pod. Both caches key entries by their
+    own version and the GPU architecture, and write under file locks (FlashInfer) or by atomic
+    rename (Triton), which hold on NFS (EFS). vLLM points Triton at its compile-cache folder once
+    torch.compile runs; TRITON_CACHE_DIR covers eager models and what compiles before that.
+    XDG_CACHE_HOME stays in HOME: outlines keeps an SQLite cache there, unsafe on shared NFS.
+    """
+    root = compile_cache_dir(model, gpu_type)
+    return [
+        {"name": "FLASHINFER_WORKSPACE_BASE", "value": f"{root}/jit/flashinfer"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{root}/jit/triton"},
+    ]
+
+
 def served_model_path(model: ModelConfig, local_nvme: bool) -> str:
     """What `model-cache preload` prints as its last line: the node-local copy when there is NVMe."""
     return f"{LOCAL_ROOT if local_nvme else SHARED_ROOT}/{model.name}/{model.source.revision}"
@@ -238,7 +257,9 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "HF_HUB_OFFLINE", "value": "1"},
         {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
         {"name": "VLLM_CACHE_ROOT", "value": compile_cache_dir(model, plan.gpu_model)},
-        # Everything else vLLM, Triton, FlashInfer and CUDA cache goes under HOME or TMPDIR.
+        # JIT kernels too, or every new replica spends ~2 minutes recompiling them.
+        *jit_cache_environment(model, plan.gpu_model),
+        # Everything else vLLM and CUDA cache goes under HOME or TMPDIR.
         *user_environment(HOME_DIR),
         {"name": "TMPDIR", "value": TMP_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},

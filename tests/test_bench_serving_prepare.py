@@ -159,6 +159,29 @@ def test_environment_drops_secrets_and_maps_pod_volumes() -> None:
     }
 
 
+def test_paths_inside_the_compile_cache_move_with_it_to_the_shared_lab_folder() -> None:
+    container = {
+        "env": [
+            {"name": "VLLM_CACHE_ROOT", "value": "/mnt/models/.vllm-cache/m/H200/0.32.0"},
+            {"name": "FLASHINFER_WORKSPACE_BASE", "value": "/mnt/models/.vllm-cache/m/H200/0.32.0/jit/fi"},
+            {"name": "OTHER_ON_THE_VOLUME", "value": "/mnt/models/.vllm-cache/m/H200/0.32.0-old"},
+        ],
+        "volumeMounts": [{"name": "models", "mountPath": "/mnt/models"}],
+    }
+    pod = {"volumes": [{"name": "models", "persistentVolumeClaim": {}}]}
+    env, changes = prepare.translate_environment(container, pod)
+    assert env["FLASHINFER_WORKSPACE_BASE"] == "{shared_cache}/jit/fi"
+    assert env["OTHER_ON_THE_VOLUME"] == "/mnt/models/.vllm-cache/m/H200/0.32.0-old", "a sibling, not inside"
+    assert "env FLASHINFER_WORKSPACE_BASE" in {change.what for change in changes}
+
+
+def test_the_stacks_jit_caches_are_in_the_lab_shared_cache_as_on_the_pod(plan: dict) -> None:
+    env = plan["lab"]["env"]
+    for name in ("FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"):
+        assert env[name].startswith(prepare.SHARED_CACHE + "/"), (name, env[name])
+    assert env["HOME"].startswith(prepare.SCRATCH + "/")
+
+
 def test_lab_flag_snapshot_is_of_the_lab_vllm() -> None:
     snapshot = json.loads(prepare.LAB_FLAGS_FILE.read_text())
     assert snapshot["vllm_version"] == LAB_GPU_VLLM_VERSION

@@ -319,6 +319,20 @@ def test_read_only_root_leaves_writable_home_tmp_and_caches(stack_render: Render
         assert not mounted[serving.SHARED_ROOT].get("readOnly"), "the compile cache is written there"
 
 
+def test_jit_kernel_caches_live_beside_the_compile_cache_not_in_the_fresh_home(
+    stack_render: RenderResult,
+) -> None:
+    # Lab H200, vLLM 0.26.0: 100-130 s of every start went to FlashInfer JIT in a fresh HOME.
+    for model in config_of(stack_render).models:
+        env = {e["name"]: e.get("value") for e in container(pod_spec(stack_render, model.name))["env"]}
+        cache_root = env["VLLM_CACHE_ROOT"]
+        jit_dirs = [env["FLASHINFER_WORKSPACE_BASE"], env["TRITON_CACHE_DIR"]]
+        assert all(path.startswith(cache_root + "/") for path in jit_dirs), (model.name, jit_dirs)
+        assert not any(path.startswith(env["HOME"]) for path in jit_dirs)
+        assert len(set(jit_dirs)) == 2
+        assert "XDG_CACHE_HOME" not in env, "outlines' SQLite cache must not move onto the NFS volume"
+
+
 def test_service_links_off_so_the_vllm_service_cannot_shadow_vllm_port(stack_render: RenderResult) -> None:
     # A Service named `vllm` would inject VLLM_PORT=tcp://...; vLLM reads VLLM_PORT as an integer.
     for model in config_of(stack_render).models:

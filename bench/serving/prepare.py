@@ -8,9 +8,9 @@ container of the H200 8B model's Deployment, and rewrites only what the lab forc
   (random weights: same shapes, memory and speed);
 - flags (or flag values) that the lab's vLLM 0.26.0 does not accept are removed, checked against
   its parser snapshot (data/vllm-0.26.0-server-flags.json); the stack deploys 0.32.0;
-- environment: secrets are dropped, paths on the pod's emptyDir volumes become fresh per-start
-  scratch folders (as a new pod has), and VLLM_CACHE_ROOT on the shared model volume becomes one
-  host folder kept between starts (as the shared volume is).
+- environment: secrets are dropped, paths on the pod's emptyDir volumes become a scratch folder
+  emptied before every start (as a new pod has), and VLLM_CACHE_ROOT on the shared model volume, with
+  the JIT caches inside it, becomes one host folder kept between starts (as the shared volume is).
 Every change is recorded in plan.json with its reason. The GPU phases re-check the arguments with
 vLLM 0.26.0's real parser before starting it (phases.py selftest).
 """
@@ -36,7 +36,7 @@ LAB_MODEL_DIR = "/tmp/m/llama8b"
 SHARED_CACHE = "{shared_cache}"
 """Placeholder the GPU phases replace by a host folder kept between server starts."""
 SCRATCH = "{scratch}"
-"""Placeholder the GPU phases replace by a fresh folder per server start."""
+"""Placeholder the GPU phases replace by a folder emptied before every server start."""
 
 # The benchmark's workload (issue 8): random 512-token prompts, 256 forced output tokens.
 WORKLOAD: dict[str, Any] = {
@@ -55,11 +55,9 @@ BASELINE = {"batch_sizes": [1, 8, 16, 64, 256], "input_len": 512, "output_len": 
 PROBE_UTILIZATION = 0.60
 """The capacity planner's second calibration point (KV-cache log lines at another utilisation)."""
 CAPACITY_PLAN = "bench/capacity/kv_cache_plan.json"
-CAPACITY_RUNS = {
-    "defaults": ["llama-3.1-8b-util-0.60"],
-    "baseline": ["qwen2.5-7b-util-0.90", "qwen2.5-7b-util-0.60"],
-}
-"""Runs of the capacity engineer's measure_kv_cache.py that ride along in the phases' spare time."""
+CAPACITY_RUNS: dict[str, list[str]] = {"defaults": [], "baseline": []}
+"""Runs of the capacity engineer's measure_kv_cache.py that ride along in the phases' spare time:
+none now, they were measured on the lab H200 on 2026-11-29 (commit 565d0b3)."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +198,9 @@ def translate_environment(
     )
     env: dict[str, str] = {}
     changes: list[Change] = []
+    cache_root = next(
+        (str(item["value"]) for item in container.get("env", []) if item["name"] == "VLLM_CACHE_ROOT"), None
+    )
     for item in container.get("env", []):
         name = item["name"]
         if "value" not in item:
@@ -227,6 +228,20 @@ def translate_environment(
                 )
             )
             continue
+        if cache_root is not None and value.startswith(cache_root + "/"):
+            lab_value = SHARED_CACHE + value[len(cache_root) :]
+            env[name] = lab_value
+            changes.append(
+                Change(
+                    f"env {name}",
+                    "replaced",
+                    value,
+                    lab_value,
+                    "inside the compile cache on the shared model volume (JIT kernel caches): kept "
+                    "between starts with it, so a second start finds them as a new replica does",
+                )
+            )
+            continue
         mount = next(
             ((path, volume) for path, volume in mounts if value == path or value.startswith(path + "/")), None
         )
@@ -239,8 +254,8 @@ def translate_environment(
                     "replaced",
                     value,
                     lab_value,
-                    f"on the pod's emptyDir '{mount[1]}': empty in every new pod, so a fresh "
-                    "folder per server start",
+                    f"on the pod's emptyDir '{mount[1]}': empty in every new pod, so a folder "
+                    "emptied before every server start",
                 )
             )
             continue

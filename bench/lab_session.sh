@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# The lab GPU session: stage vLLM 0.26.0, then run the serving benchmark (bench/serving) and the
-# capacity planner's KV-cache ground truth (bench/capacity) side by side, one lane per GPU.
+# The lab GPU session: stage vLLM 0.26.0, then run the GPU benchmarks side by side, one lane per GPU.
+# The plan of the next session (the 2026-11-29 session measured the stack phase and the capacity
+# runs; bench/NEXT_GPU_SESSION.md has the exact calls, carry lists and minutes):
 #
 # From the repository root on the GPU host (device tool `run`), one step per call:
-#   bash bench/lab_session.sh stage NN        # carry .gpu/pNN: copies the part into /tmp/parts
-#   bash bench/lab_session.sh install         # carry .gpu/p06 + .gpu/bin: install + model dirs
-#   bash bench/lab_session.sh A               # lane 0: serving `stack` phase; lane 1: KV probes
-#   bash bench/lab_session.sh B               # lane 0: serving `defaults`; lane 1: Transformers baseline
-# On a one-GPU host both lanes of a step run one after the other (LAB_LANES=serial).
+#   bash bench/lab_session.sh stage NN   # carry .gpu/pNN: copies the part into /tmp/parts
+#   bash bench/lab_session.sh install    # carry .gpu/p06 + .gpu/bin: install + model dirs
+#   bash bench/lab_session.sh A          # lane 0: serving `defaults` (levels 64 and 256 first);
+#                                        # lane 1: Transformers baseline (every batch that fits)
+#   bash bench/lab_session.sh B          # lane 0: serving `warmstart` (cold, then warm, with the
+#                                        # JIT caches in the shared cache); lane 1: tensor_parallel tp1
+#   bash bench/lab_session.sh C          # tensor_parallel tp2 on both GPUs
+# Each lane stops starting work after LANE_BUDGET_S (430 s) and is killed 40-55 s later: a step
+# ends within 8.5 minutes. On a one-GPU host the lanes run one after the other (LAB_LANES=serial)
+# and a step takes twice as long (NEXT_GPU_SESSION.md says what to run then).
 #
 # Each lane sees only its GPU (CUDA_VISIBLE_DEVICES, and an nvidia-smi that reports only that GPU,
-# because the scripts wait for "their" GPU to be free before each vLLM start). Everything a step
+# because the scripts wait for "their" GPU to be free before each vLLM start) and, where the host
+# has the CPUs, half of its physical cores (LAB_CPU_SPLIT=0: all): on 2026-11-29 the Transformers
+# baseline decoded at 84 ms a token while the other lane compiled vLLM on the same CPUs.
+# BENCH_OTHER_LANE tells each lane what runs beside it (recorded in its output). Everything a step
 # produced is packed into $OUT/<step>.tar.gz (the device tool returns at most 8 files).
 set -u
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 2
-step=${1:?usage: lab_session.sh stage NN | install | A | B}
+step=${1:?usage: lab_session.sh stage NN | install | A | B | C}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 # Never NVLink multicast on shared lab hosts (the device tool's KINDS.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -39,7 +48,7 @@ case "$step" in
     nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv
     python3 -c "import torch; print('cuda devices', torch.cuda.device_count(), torch.__version__)"
     exit 0 ;;
-  A|B) ;;
+  A|B|C) ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
 
@@ -47,59 +56,105 @@ export PYTHONPATH=/tmp/site
 real_smi=$(command -v nvidia-smi)
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 mode=${LAB_LANES:-$([ "$gpus" -ge 2 ] && echo parallel || echo serial)}
-# The serving phases may also run the capacity probes; lane 1 runs those here, so give the
-# serving phases a plan without them.
+# The serving phases' plan with two lab-only changes: no capacity runs (measured 2026-11-29), and
+# port 8100, so that the tensor-parallel run on the other GPU can have the stack's 8000.
 python3 - <<'EOF'
 import json
 plan = json.load(open("bench/serving/plan.json"))
 plan["capacity"]["runs"] = {name: [] for name in plan["capacity"]["runs"]}
+plan["lab"]["port"] = 8100
+for args in [plan["lab"]["serve_args"], plan["defaults"]["serve_args"], *(p["serve_args"] for p in plan["probes"])]:
+    args[args.index("--port") + 1] = "8100"
 json.dump(plan, open("/tmp/lab/serving-plan.json", "w"))
 EOF
+lane_budget=${LANE_BUDGET_S:-430}
 
-lane() {  # lane INDEX GPU COMMAND...: run COMMAND seeing only GPU, with its own work dirs
-  local index=$1 gpu=$2
-  shift 2
-  local dir=$lab/lane$index
+# CPU halves: the host's physical cores split in two, each with its hyperthreads; one per lane.
+cpu_halves=$(python3 - <<'EOF'
+import glob, os
+cores = {}
+for path in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/core_id"):
+    cpu = int(path.split("/")[5][3:])
+    if cpu in os.sched_getaffinity(0):
+        package = open(os.path.join(os.path.dirname(path), "physical_package_id")).read().strip()
+        cores.setdefault((int(package), int(open(path).read())), []).append(cpu)
+groups = [sorted(cores[key]) for key in sorted(cores)]
+half = len(groups) // 2
+if half >= 2:
+    print(" ".join(",".join(str(c) for g in part for c in g) for part in (groups[:half], groups[half:])))
+EOF
+)
+
+lane() {  # lane INDEX GPU OTHER COMMAND...: run COMMAND seeing only GPU, with its own work dirs
+  local index=$1 gpu=$2 other=$3
+  shift 3
+  local dir=$lab/lane$index cpus=""
   mkdir -p "$dir/bin" "$dir/out" "$dir/work"
   printf '#!/bin/sh\nexec %s -i %s "$@"\n' "$real_smi" "$gpu" > "$dir/bin/nvidia-smi"
   chmod +x "$dir/bin/nvidia-smi"
+  if [ "$mode" = parallel ] && [ "${LAB_CPU_SPLIT:-1}" != 0 ] && [ -n "$cpu_halves" ] \
+    && command -v taskset > /dev/null; then
+    cpus=$(echo "$cpu_halves" | cut -d' ' -f$((index + 1)))
+  fi
   (
     export PATH="$dir/bin:$PATH" CUDA_VISIBLE_DEVICES=$gpu OUT=$dir/out BENCH_WORK_DIR=$dir/work \
-      BENCH_SHARED_CACHE=$dir/vllm-cache VLLM_CACHE_ROOT=$dir/vllm-cache
+      BENCH_SHARED_CACHE=$dir/vllm-cache VLLM_CACHE_ROOT=$dir/vllm-cache BENCH_OTHER_LANE=$other
+    if [ -n "$cpus" ]; then taskset -cp "$cpus" "$BASHPID" > /dev/null && echo "lane $index: CPUs $cpus"; fi
     "$@"
   ) > "$dir/$step.log" 2>&1
   say "lane $index ($*) exited $?"
 }
 
-kv_probes() {
-  timeout -k 10 470 python3 bench/capacity/measure_kv_cache.py bench/capacity/kv_cache_plan.json \
-    --out "$OUT/kv_cache_observations.json" --log-dir "$BENCH_WORK_DIR/capacity-logs" "$@"
+solo() {  # solo NAME COMMAND...: COMMAND on every GPU and CPU, with its own work dirs
+  local dir=$lab/$1
+  shift
+  mkdir -p "$dir/out" "$dir/work"
+  ( export OUT=$dir/out BENCH_WORK_DIR=$dir/work; "$@" ) > "$dir/$step.log" 2>&1
+  say "$(basename "$dir") ($*) exited $?"
 }
 
 serving_phase() {  # serving_phase NAME BUDGET_S
-  timeout -k 10 $(($2 + 50)) python3 -m bench.serving.phases "$1" --out "$OUT" --budget-s "$2" \
+  timeout -k 10 $(($2 + 40)) python3 -m bench.serving.phases "$1" --out "$OUT" --budget-s "$2" \
     --plan /tmp/lab/serving-plan.json
 }
 
+tensor_parallel() {  # tensor_parallel BUDGET_S ARGS...: bench/tensor_parallel/run.py (own hard budget)
+  local budget=$1
+  shift
+  timeout -k 15 $((budget + 40)) python3 -m bench.tensor_parallel.run "$@" --out "$OUT" --budget-s "$budget"
+}
+
 second_gpu=$([ "$mode" = parallel ] && echo 1 || echo 0)
-say "step $step, $gpus GPU(s), lanes $mode"
-if [ "$step" = A ]; then
-  lane 0 0 serving_phase stack 400 &
-  [ "$mode" = serial ] && wait
-  lane 1 "$second_gpu" kv_probes --only llama-3.1-8b-util-0.60 --only qwen2.5-7b-util-0.90 \
-    --only qwen2.5-7b-util-0.60 --timeout-seconds 300 &
-else
-  lane 0 0 serving_phase defaults 330 &
-  [ "$mode" = serial ] && wait
-  lane 1 "$second_gpu" serving_phase baseline 300 &
-fi
+beside() { if [ "$mode" = parallel ]; then echo "$1"; fi; }  # what runs on the other GPU meanwhile
+say "step $step, $gpus GPU(s), lanes $mode, CPU halves: ${cpu_halves:-none}"
+case "$step" in
+  A)
+    lane 0 0 "$(beside 'Transformers baseline (bench.serving.phases baseline)')" \
+      serving_phase defaults "$lane_budget" &
+    [ "$mode" = serial ] && wait
+    lane 1 "$second_gpu" "$(beside 'vLLM defaults phase (bench.serving.phases defaults)')" \
+      serving_phase baseline "$lane_budget" & ;;
+  B)
+    lane 0 0 "$(beside 'tensor_parallel tp1: vLLM, Qwen2.5-7B shape, cold start then C=64')" \
+      serving_phase warmstart "$lane_budget" &
+    [ "$mode" = serial ] && wait
+    lane 1 "$second_gpu" "$(beside 'vLLM warmstart phase (bench.serving.phases warmstart)')" \
+      tensor_parallel "$lane_budget" --only tp1 --gpu "$second_gpu" & ;;
+  C)
+    if [ "$gpus" -lt 2 ]; then echo "step C needs two GPUs; this host has $gpus" >&2; exit 2; fi
+    solo tp2 tensor_parallel 480 --only tp2 & ;;
+esac
 while [ -n "$(jobs -r)" ]; do
   sleep 20
-  say "running: $(for l in "$lab"/lane*/"$step".log; do printf '%s: %s | ' "${l#$lab/}" "$(tail -n 1 "$l" | cut -c1-150)"; done)"
+  say "running: $(for l in "$lab"/lane*/"$step".log "$lab"/tp2/"$step".log; do
+    [ -f "$l" ] && printf '%s: %s | ' "${l#$lab/}" "$(tail -n 1 "$l" | cut -c1-150)"; done)"
 done
 wait
 say "packing"
 tar czf "$out/$step.tar.gz" -C "$lab" --exclude='*/vllm-cache' --exclude='*/bin' \
-  $(cd "$lab" && ls -d lane*/out lane*/"$step".log lane*/work/logs lane*/work/capacity-logs 2>/dev/null)
+  $(cd "$lab" && ls -d lane*/out lane*/"$step".log lane*/work/logs lane*/work/capacity-logs \
+    tp2/out tp2/"$step".log 2>/dev/null)
 ls -l "$out"
-for l in "$lab"/lane*/"$step".log; do echo "== $l"; tail -n 25 "$l"; done
+for l in "$lab"/lane*/"$step".log "$lab"/tp2/"$step".log; do
+  if [ -f "$l" ]; then echo "== $l"; tail -n 25 "$l"; fi
+done

@@ -115,9 +115,23 @@ def test_stack_phase_measures_cold_start_levels_and_warm_restart(tmp_path: Path,
     assert logs.count("===== stack-") == 2 and "GPU KV cache size" in logs
     assert all(not started.running for started in phase.servers)
     assert _no_registered_groups()
-    # The warm start found the shared cache folder; each start had its own fresh scratch HOME.
+    # The warm start found the shared cache folder; HOME was the pod's path, emptied for each start.
     assert (phases.WORK_DIR / "warm-start-done").exists()
-    assert (phases.WORK_DIR / "scratch" / "stack-stack-warm" / "home").is_dir()
+    assert (phases.pod_scratch() / "home").is_dir()
+    assert sorted(path.name for path in (phases.WORK_DIR / "scratch").iterdir()) == ["pod"]
+
+
+def test_every_start_gets_the_same_home_path_emptied_as_a_new_pod_has(lab: StandInLab) -> None:
+    # vLLM 0.26.0 hashes $HOME/.config/vllm into its compile-cache key: a new path would recompile.
+    first = lab.server_env("stack-cold")
+    left_behind = Path(first["HOME"]) / ".cache" / "flashinfer" / "kernel.so"
+    left_behind.parent.mkdir(parents=True)
+    left_behind.write_text("x")
+    second = lab.server_env("stack-warm")
+    assert second["HOME"] == first["HOME"] and second["TMPDIR"] == first["TMPDIR"]
+    assert Path(second["HOME"]).is_dir() and not left_behind.exists()
+    assert second["VLLM_CACHE_ROOT"] == str(phases.SHARED_CACHE_DIR)
+    assert second["FLASHINFER_WORKSPACE_BASE"].startswith(str(phases.SHARED_CACHE_DIR) + "/")
 
 
 def test_defaults_phase_runs_levels_then_kv_probes(tmp_path: Path, lab: StandInLab) -> None:
@@ -233,7 +247,7 @@ def test_capacity_runs_go_to_the_capacity_script_and_their_observations_come_bac
     )
     monkeypatch.setattr(phases, "CAPACITY_SCRIPT", script)
     phase = _phase("baseline", tmp_path, lab)
-    names = lab.plan["capacity"]["runs"]["baseline"]
+    names = ["qwen2.5-7b-util-0.90", "qwen2.5-7b-util-0.60"]
     phases.run_capacity(phase, lab, names, minimum_s=10)
     observations = json.loads((tmp_path / "out" / "kv_cache_observations.json").read_text())
     assert [o["name"] for o in observations["observations"]] == names
@@ -248,15 +262,100 @@ def test_capacity_runs_are_skipped_when_the_phase_lacks_time(tmp_path: Path, lab
     assert not (tmp_path / "out" / "kv_cache_observations.json").exists()
 
 
-def test_defaults_phase_first_does_a_warm_restart_the_stack_phase_had_no_time_for(
+def test_defaults_phase_runs_its_levels_before_a_warm_restart_the_stack_phase_had_no_time_for(
     tmp_path: Path, lab: StandInLab
 ) -> None:
     phases.SHARED_CACHE_DIR.mkdir(parents=True)  # the stack phase's cold start filled it
-    assert not (phases.WORK_DIR / "warm-start-done").exists()
+    (phases.WORK_DIR / "stack-cold-done").write_text("205")
     phase = _phase("defaults", tmp_path, lab)
     phases.phase_defaults(phase, lab)
     phase.finish("completed")
     result = json.loads((tmp_path / "out" / "defaults.json").read_text())
+    assert set(result["levels"]) == {"1", "4"}
     assert 0 < result["warm_start_s"] < 60
-    assert list(result["starts"])[:2] == ["stack-warm", "defaults"]
+    assert list(result["starts"])[:2] == ["defaults", "stack-warm"]
     assert (phases.WORK_DIR / "warm-start-done").exists()
+
+
+def test_defaults_phase_makes_no_warm_restart_without_the_stack_phases_cold_start(
+    tmp_path: Path, lab: StandInLab
+) -> None:
+    phases.SHARED_CACHE_DIR.mkdir(parents=True)  # filled by other starts, not the stack's compile
+    phase = _phase("defaults", tmp_path, lab)
+    phases.phase_defaults(phase, lab)
+    phase.finish("completed")
+    result = json.loads((tmp_path / "out" / "defaults.json").read_text())
+    assert "stack-warm" not in result["starts"] and "warm_start_s" not in result
+
+
+def test_no_start_is_begun_without_the_time_a_vllm_start_takes(
+    tmp_path: Path, lab: StandInLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (phases.WORK_DIR).mkdir(parents=True, exist_ok=True)
+    (phases.WORK_DIR / "stack-cold-done").write_text("205")
+    phase = _phase("defaults", tmp_path, lab, budget_s=120)
+    monkeypatch.setattr(phases, "EXPECTED_START_S", {"health": 119.0, "kv": 119.0})
+    phases.phase_defaults(phase, lab)
+    phase.finish("completed")
+    result = json.loads((tmp_path / "out" / "defaults.json").read_text())
+    assert set(result["levels"]) == {"1", "4"}, "the comparison itself still runs"
+    assert list(result["starts"]) == ["defaults"]
+    assert any(step["step"].startswith("warm restart skipped") for step in result["steps"])
+    assert all("skipped" in probe for probe in result["kv_probes"].values())
+
+
+def test_warmstart_phase_measures_a_cold_then_a_warm_start_with_requests_after_each(
+    tmp_path: Path, lab: StandInLab
+) -> None:
+    stale = phases.SHARED_CACHE_DIR / "torch_compile_cache" / "old"
+    stale.mkdir(parents=True)
+    phase = _phase("warmstart", tmp_path, lab)
+    phases.phase_warmstart(phase, lab)
+    phase.finish("completed")
+    result = json.loads((tmp_path / "out" / "warmstart.json").read_text())
+    assert not stale.exists(), "the cold start began on an empty shared cache"
+    assert list(result["starts"]) == ["stack-cold", "stack-warm"]
+    assert 0 < result["cold_start_s"] < 60 and 0 < result["warm_start_s"] < 60
+    for name in ("stack-cold", "stack-warm"):
+        assert result["first_requests"][name]["completed"] == phases.WARMUP["num_prompts"]
+        assert name in result["shared_cache_after"] and name in result["pod_folders_after"]
+    assert result["env"]["FLASHINFER_WORKSPACE_BASE"].startswith("{shared_cache}/")
+    assert (phases.WORK_DIR / "warm-start-done").exists()
+    assert _no_registered_groups()
+
+
+def test_folder_inventory_counts_files_and_bytes_per_folder(tmp_path: Path) -> None:
+    (tmp_path / "jit" / "flashinfer" / "90a").mkdir(parents=True)
+    (tmp_path / "jit" / "flashinfer" / "90a" / "sampling.so").write_bytes(b"x" * 1000)
+    (tmp_path / "jit" / "flashinfer" / "90a" / "sampling.o").write_bytes(b"x" * 24)
+    (tmp_path / "top.json").write_text("{}")
+    inventory = phases.folder_inventory(tmp_path, depth=2)
+    assert inventory == {".": {"files": 1, "bytes": 2}, "jit/flashinfer": {"files": 2, "bytes": 1024}}
+    assert phases.folder_inventory(tmp_path / "absent") == {}
+
+
+def test_an_empty_capacity_list_runs_nothing(
+    tmp_path: Path, lab: StandInLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # measure_kv_cache.py runs every planned run when it gets no --only (2026-11-29: all of them ran).
+    called = tmp_path / "called"
+    script = tmp_path / "measure_kv_cache.py"
+    script.write_text(f"open({str(called)!r}, 'w').write('ran')\n")
+    monkeypatch.setattr(phases, "CAPACITY_SCRIPT", script)
+    phase = _phase("baseline", tmp_path, lab)
+    phases.run_capacity(phase, lab, [], minimum_s=10)
+    assert not called.exists()
+    assert phase.result["capacity_runs"] == {"not_run": "none requested"}
+
+
+def test_transformers_gets_the_phase_budget_when_no_capacity_runs_follow(
+    tmp_path: Path, lab: StandInLab
+) -> None:
+    lab.plan["capacity"]["runs"]["baseline"] = []
+    phase = _phase("baseline", tmp_path, lab, budget_s=400)
+    phases.phase_baseline(phase, lab)
+    started = next(step["step"] for step in phase.result["steps"] if step["step"].startswith("Transformers"))
+    budget = float(started.split("budget ")[1].split(" s")[0])
+    assert budget >= 370, started
+    assert phase.result["capacity_runs"] == {"not_run": "none requested"}
+    assert phase.result["host"]["cpu"]["host_cpus"] == os.cpu_count()

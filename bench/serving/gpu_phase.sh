@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One GPU phase of the serving benchmark, from the repository root on the GPU host:
 #
-#   bash bench/serving/gpu_phase.sh selftest|stack|defaults|baseline [--dry-run-cpu]
-#   bash bench/serving/gpu_phase.sh all            # selftest + the three phases (~25 min), then analyze
+#   bash bench/serving/gpu_phase.sh selftest|stack|defaults|baseline|warmstart [--dry-run-cpu]
+#   bash bench/serving/gpu_phase.sh all            # selftest + the four phases (~32 min), then analyze
 #
 # Needs vLLM 0.26.0 importable (PYTHONPATH=/tmp/site), the model directories (/tmp/m/llama8b), and
 # writes into $OUT (default $BENCH_WORK_DIR/out, i.e. /tmp/bench-serving/out). Each phase stops starting new work after its
@@ -18,8 +18,8 @@ cd "$repo" || exit 2
 phase=${1:-}
 shift || true
 case "$phase" in
-  selftest|stack|defaults|baseline|all) ;;
-  *) echo "usage: bash bench/serving/gpu_phase.sh selftest|stack|defaults|baseline|all [--dry-run-cpu]" >&2; exit 2 ;;
+  selftest|stack|defaults|baseline|warmstart|all) ;;
+  *) echo "usage: bash bench/serving/gpu_phase.sh selftest|stack|defaults|baseline|warmstart|all [--dry-run-cpu]" >&2; exit 2 ;;
 esac
 
 dry_run=""
@@ -71,7 +71,7 @@ run_phase() {
 
 if [ "$phase" = all ]; then
   status=0
-  for name in selftest stack defaults baseline; do
+  for name in selftest stack defaults baseline warmstart; do
     if [ "$name" = selftest ]; then run_phase "$name" 150 || exit 1; else run_phase "$name" "$budget" || status=1; fi
   done
   "$python" -m bench.serving.analyze --raw "$out" --results "$out/results" || status=1

@@ -1,12 +1,15 @@
 """The GPU phases of the serving benchmark; run through gpu_phase.sh (bench/serving/README.md).
 
-    python3 -m bench.serving.phases {selftest|stack|defaults|baseline} --out DIR [--budget-s S]
+    python3 -m bench.serving.phases {selftest|stack|defaults|baseline|warmstart} --out DIR [--budget-s S]
     python3 -m bench.serving.phases stack --out DIR --dry-run-cpu       # rehearsal on the CPU vLLM
 
-stack     the stack's own arguments (plan.json): cold start to /health, load levels, warm restart
-defaults  vLLM's defaults at the comparison levels, then KV-cache probes at another utilisation
-baseline  Transformers `generate` on static batches, then the capacity engineer's KV probes
-selftest  imports, the real parser on every argument list, the load generator and log parser
+stack      the stack's own arguments (plan.json): cold start to /health, load levels, warm restart
+defaults   vLLM's defaults at the comparison levels, then (time permitting) a warm restart the stack
+           phase had no time for and KV-cache probes at another utilisation
+baseline   Transformers `generate` on static batches, then the capacity engineer's runs, if any
+warmstart  the stack's arguments twice: an empty shared cache (cold), then a new pod's empty HOME
+           and TMPDIR with the shared cache kept (warm); a few requests after each start
+selftest   imports, the real parser on every argument list, the load generator and log parser
 
 Each phase writes `<phase>.json` into the output folder after every step (a timeout still leaves
 the data so far), `<phase>-requests.json` with every request's timings, and `<phase>-logs.txt`
@@ -36,6 +39,7 @@ from bench.serving.server import (
     GpuSampler,
     ServerFailedError,
     VllmServer,
+    cpu_facts,
     gpu_memory_mib,
     kill_registered,
     nvidia_smi,
@@ -50,6 +54,10 @@ under BENCH_WORK_DIR for CPU rehearsals."""
 CAPACITY_SCRIPT = REPO_ROOT / "bench" / "capacity" / "measure_kv_cache.py"
 LOG_BYTES_PER_SERVER = 1_500_000
 WARMUP = {"concurrency": 8, "num_prompts": 16, "output_len": 16}
+EXPECTED_START_S = {"health": 220.0, "kv": 110.0}
+"""How long a vLLM start takes, so that a phase does not begin one it cannot finish. Lab H200,
+vLLM 0.26.0, 2026-11-29 (bench/serving/raw): /health after 196-207 s, cold or warm (a JIT gap of
+100-130 s that the shared JIT caches should remove); the KV-cache lines after 60-97 s."""
 
 # CPU rehearsal (--dry-run-cpu): the same phase logic against the real vLLM 0.32.0 CPU build and
 # the e2e harness's tiny Llama, with a workload a 2-core machine finishes in minutes.
@@ -134,8 +142,15 @@ class Lab:
         return [self.python, "-m", "vllm.entrypoints.cli.main", "serve", *args]
 
     def server_env(self, start_name: str) -> dict[str, str]:
-        """The pod's environment (plan.json) with per-start scratch folders and the shared cache."""
-        scratch = WORK_DIR / "scratch" / start_name
+        """The pod's environment (plan.json) with an emptied scratch folder and the shared cache.
+
+        The scratch folder has the same path at every start, emptied before it, as every pod has
+        the same HOME (/home/vllm) on a fresh emptyDir: vLLM 0.26.0 hashes VLLM_CONFIG_ROOT
+        ($HOME/.config/vllm) into its torch.compile cache key, so a HOME path that differed per start
+        made the 2026-11-29 warm restart recompile (26.8 s) where a new pod would not.
+        """
+        del start_name  # every start is a new pod with the same paths
+        scratch = pod_scratch()
         shutil.rmtree(scratch, ignore_errors=True)
         env = dict(os.environ)
         for name, value in self.plan["lab"]["env"].items():
@@ -153,6 +168,11 @@ class Lab:
         from bench.serving.hf_baseline import tokenizer_id_range
 
         return tokenizer_id_range(Path(self.model_dir))
+
+
+def pod_scratch() -> Path:
+    """The emptyDir folders of the pod (HOME, TMPDIR): one path, emptied before every start."""
+    return WORK_DIR / "scratch" / "pod"
 
 
 class Phase:
@@ -185,7 +205,9 @@ class Phase:
         )
 
     def step(self, description: str) -> None:
-        self.result["steps"].append({"at_s": round(time.time() - self.began, 1), "step": description})
+        self.result["steps"].append(
+            {"at_s": round(time.time() - self.began, 1), "step": description, "load_1m": _load_1m()}
+        )
         self.say(description)
         self.save()
 
@@ -272,9 +294,17 @@ def _write_json(path: Path, data: Any, indent: int | None = 1) -> None:
     temporary.replace(path)
 
 
+def _load_1m() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 1)
+    except OSError:
+        return None
+
+
 def host_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {
         "python": platform.python_version(),
+        "cpu": cpu_facts(),
     }
     rows = nvidia_smi("--query-gpu=name,memory.total,driver_version")
     if rows:
@@ -327,25 +357,34 @@ def check_arguments_with_real_parser(lab: Lab, argument_lists: dict[str, list[st
     return json.loads(marker[-1].removeprefix("PARSER_CHECK="))
 
 
-def run_levels(phase: Phase, lab: Lab, levels: list[int], sampler: GpuSampler) -> None:
-    workload = lab.workload
-    target = loadgen.Target("127.0.0.1", int(lab.plan["lab"]["port"]), lab.plan["lab"]["served_model_name"])
-    token_range = lab.token_id_range()
-    summaries = phase.result.setdefault("levels", {})
+def _target(lab: Lab) -> loadgen.Target:
+    return loadgen.Target("127.0.0.1", int(lab.plan["lab"]["port"]), lab.plan["lab"]["served_model_name"])
+
+
+def warm_up(phase: Phase, lab: Lab) -> dict[str, Any]:
+    """A few short requests; their TTFT also shows any kernel compiled lazily on the first request."""
     phase.say(f"warm-up: {WARMUP}")
     warm = loadgen.run_level(
-        target,
+        _target(lab),
         concurrency=WARMUP["concurrency"],
         num_prompts=WARMUP["num_prompts"],
-        input_len=workload["input_len"],
+        input_len=lab.workload["input_len"],
         output_len=WARMUP["output_len"],
-        token_id_range=token_range,
+        token_id_range=lab.token_id_range(),
         time_cap_s=30,
         request_timeout_s=120,
     )
-    phase.result["warmup"] = warm["summary"]
     if warm["summary"]["completed"] == 0:
         raise ServerFailedError(f"warm-up requests all failed: {warm['summary']['errors']}")
+    return warm["summary"]
+
+
+def run_levels(phase: Phase, lab: Lab, levels: list[int], sampler: GpuSampler) -> None:
+    workload = lab.workload
+    target = _target(lab)
+    token_range = lab.token_id_range()
+    summaries = phase.result.setdefault("levels", {})
+    phase.result["warmup"] = warm_up(phase, lab)
     for concurrency in levels:
         cap = float(workload["level_time_cap_s"])
         needed = cap + 20  # the cap, then the requests still in flight
@@ -382,6 +421,13 @@ def run_levels(phase: Phase, lab: Lab, levels: list[int], sampler: GpuSampler) -
             phase.step(f"C={concurrency}: every request failed: {summary['errors']}")
 
 
+def clear_shared_cache() -> None:
+    """Empty the shared cache and forget the starts that filled it."""
+    shutil.rmtree(SHARED_CACHE_DIR, ignore_errors=True)
+    for marker in ("stack-cold-done", "warm-start-done"):
+        (WORK_DIR / marker).unlink(missing_ok=True)
+
+
 def phase_stack(phase: Phase, lab: Lab) -> None:
     args = lab.plan["lab"]["serve_args"]
     phase.result["serve_args"] = args
@@ -390,13 +436,14 @@ def phase_stack(phase: Phase, lab: Lab) -> None:
     phase.step(f"real parser: {phase.result['parser_check']}")
     if phase.result["parser_check"].get("stack") != "accepted":
         raise ServerFailedError("the installed vLLM rejects the stack's arguments; see parser_check")
-    shutil.rmtree(SHARED_CACHE_DIR, ignore_errors=True)  # a cold start: as the first pod of a new revision
+    clear_shared_cache()  # a cold start: as the first pod of a new revision
     phase.step(f"cleared the shared compile cache {SHARED_CACHE_DIR} for a cold start")
     with GpuSampler() as sampler:
         server, cold = phase.start_server(
             "stack-cold", args, until="health", timeout_s=lab.health_timeout_cold_s
         )
         phase.result["cold_start_s"] = cold["ready_s"]
+        (WORK_DIR / "stack-cold-done").write_text(str(cold["ready_s"]))
         phase.result["kv_cache"] = {
             key: cold["facts"].get(key)
             for key in (
@@ -418,8 +465,11 @@ def phase_stack(phase: Phase, lab: Lab) -> None:
 
 def warm_restart(phase: Phase, lab: Lab, args: list[str]) -> None:
     """Second start with the shared compile cache kept and fresh per-pod folders: a new replica."""
-    if phase.remaining() < 100:
-        phase.step("warm restart skipped: under 100 s left (the defaults phase runs it first)")
+    if phase.remaining() < EXPECTED_START_S["health"]:
+        phase.step(
+            f"warm restart skipped: {phase.remaining():.0f} s left, a start takes up to"
+            f" {EXPECTED_START_S['health']:.0f} s"
+        )
         return
     try:
         server, warm = phase.start_server(
@@ -433,6 +483,60 @@ def warm_restart(phase: Phase, lab: Lab, args: list[str]) -> None:
     phase.result["warm_start_s"] = warm["ready_s"]
     (WORK_DIR / "warm-start-done").write_text(str(warm["ready_s"]))
     phase.stop_server(server)
+
+
+def folder_inventory(root: Path, depth: int = 3) -> dict[str, dict[str, int]]:
+    """Files and bytes under each folder of `root` down to `depth` levels: what a start left there."""
+    inventory: dict[str, dict[str, int]] = {}
+    if not root.is_dir():
+        return inventory
+    for path in root.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        parts = path.relative_to(root).parts[:-1][:depth]
+        key = "/".join(parts) or "."
+        entry = inventory.setdefault(key, {"files": 0, "bytes": 0})
+        entry["files"] += 1
+        with contextlib.suppress(OSError):
+            entry["bytes"] += path.stat().st_size
+    return dict(sorted(inventory.items()))
+
+
+def phase_warmstart(phase: Phase, lab: Lab) -> None:
+    """A new replica's start: the stack's arguments on an empty shared cache (cold), then again with
+    the shared cache kept and the pod's HOME and TMPDIR emptied (warm), as the serving unit deploys
+    it (VLLM_CACHE_ROOT with the JIT caches inside it on the shared volume)."""
+    args = lab.plan["lab"]["serve_args"]
+    phase.result["serve_args"] = args
+    phase.result["env"] = lab.plan["lab"]["env"]
+    phase.result["parser_check"] = check_arguments_with_real_parser(lab, {"stack": args})
+    phase.step(f"real parser: {phase.result['parser_check']}")
+    if phase.result["parser_check"].get("stack") != "accepted":
+        raise ServerFailedError("the installed vLLM rejects the stack's arguments; see parser_check")
+    clear_shared_cache()
+    phase.step(f"cleared the shared cache {SHARED_CACHE_DIR}: the first pod of a new revision")
+    for name, key, timeout_s in (
+        ("stack-cold", "cold_start_s", lab.health_timeout_cold_s),
+        ("stack-warm", "warm_start_s", lab.health_timeout_warm_s),
+    ):
+        if phase.remaining() < EXPECTED_START_S["health"]:
+            phase.result.setdefault("skipped_starts", []).append(name)
+            phase.step(f"{name}: skipped, {phase.remaining():.0f} s left")
+            continue
+        server, start = phase.start_server(name, args, until="health", timeout_s=timeout_s)
+        phase.result[key] = start["ready_s"]
+        if name == "stack-cold":
+            (WORK_DIR / "stack-cold-done").write_text(str(start["ready_s"]))
+        try:
+            phase.result.setdefault("first_requests", {})[name] = warm_up(phase, lab)
+        finally:
+            phase.stop_server(server)
+        # What this start wrote: into the shared cache (kept) and into the pod's HOME/TMPDIR (lost).
+        phase.result.setdefault("shared_cache_after", {})[name] = folder_inventory(SHARED_CACHE_DIR)
+        phase.result.setdefault("pod_folders_after", {})[name] = folder_inventory(pod_scratch())
+        phase.save()
+    if "warm_start_s" in phase.result:
+        (WORK_DIR / "warm-start-done").write_text(str(phase.result["warm_start_s"]))
 
 
 def ordered_levels(workload: dict[str, Any]) -> list[int]:
@@ -450,12 +554,8 @@ def phase_defaults(phase: Phase, lab: Lab) -> None:
     phase.step(f"real parser: {phase.result['parser_check']}")
     if phase.result["parser_check"].get("defaults") != "accepted":
         raise ServerFailedError("the installed vLLM rejects the defaults arguments; see parser_check")
-    if not (WORK_DIR / "warm-start-done").exists() and SHARED_CACHE_DIR.exists():
-        phase.step("the stack phase had no time for its warm restart: running it first")
-        try:
-            warm_restart(phase, lab, lab.plan["lab"]["serve_args"])
-        except ServerFailedError as error:  # the defaults comparison still matters more
-            phase.result["warm_restart_error"] = str(error)[:3000]
+    # The comparison first: on 2026-11-29 a deferred warm restart ran first, took 207 s, and left
+    # the defaults server 80 s to start (it needs ~200 s), so no level ran.
     with GpuSampler() as sampler:
         server, start = phase.start_server(
             "defaults", args, until="health", timeout_s=lab.health_timeout_cold_s
@@ -475,6 +575,14 @@ def phase_defaults(phase: Phase, lab: Lab) -> None:
             run_levels(phase, lab, ordered_levels(lab.workload), sampler)
         finally:
             phase.stop_server(server)
+    # Only after the stack phase's cold start on this host filled the shared cache with the stack's
+    # compile; otherwise a "warm" restart would be a cold one.
+    if (WORK_DIR / "stack-cold-done").exists() and not (WORK_DIR / "warm-start-done").exists():
+        phase.step("the stack phase had no time for its warm restart: running it now, if time allows")
+        try:
+            warm_restart(phase, lab, lab.plan["lab"]["serve_args"])
+        except ServerFailedError as error:
+            phase.result["warm_restart_error"] = str(error)[:3000]
     # Calibration points for the capacity planner, cheapest first: the stack's arguments at another
     # utilisation reuse the stack phase's compile cache (utilisation is not part of its key).
     stack_probes = [probe for probe in lab.plan["probes"] if probe["name"].startswith("stack-")]
@@ -490,6 +598,9 @@ def run_capacity(phase: Phase, lab: Lab, names: list[str], minimum_s: float) -> 
     copied into the output folder after each call.
     """
     results = phase.result.setdefault("capacity_runs", {})
+    if not names:  # the script runs every planned run when given no --only: an empty list means none
+        results["not_run"] = "none requested"
+        return
     if lab.dry_run_cpu or not CAPACITY_SCRIPT.exists():
         results["not_run"] = "CPU rehearsal" if lab.dry_run_cpu else f"{CAPACITY_SCRIPT} is absent"
         return
@@ -532,7 +643,7 @@ def run_probes(phase: Phase, lab: Lab, probes: list[dict[str, Any]]) -> None:
     """Start, wait for the KV-cache lines, stop: the capacity planner's calibration points."""
     results = phase.result.setdefault("kv_probes", {})
     for probe in probes:
-        if phase.remaining() < 100:
+        if phase.remaining() < EXPECTED_START_S["kv"]:
             results[probe["name"]] = {"skipped": f"{phase.remaining():.0f} s left"}
             phase.step(f"probe {probe['name']}: skipped for time")
             continue
@@ -568,9 +679,11 @@ def phase_baseline(phase: Phase, lab: Lab) -> None:
     baseline = lab.baseline
     if not lab.dry_run_cpu:
         phase.result["gpu_free"] = wait_gpu_free(timeout_s=90)
-    # Transformers first (~2 min on an H200), then the capacity runs in what is left: Qwen at 0.90
-    # compiles (~3 min), at 0.60 it reuses the compile cache (~1 min).
-    capacity_reserve = 240 if CAPACITY_SCRIPT.exists() and not lab.dry_run_cpu else 0
+    # Transformers first, then the capacity runs (if any) in what is left: Qwen at 0.90 compiles
+    # (~3 min), at 0.60 it reuses the compile cache (~1 min). On 2026-11-29 the reserve was taken
+    # with no runs requested and left Transformers 90 s.
+    capacity_names = lab.plan["capacity"]["runs"]["baseline"]
+    capacity_reserve = 240 if capacity_names and CAPACITY_SCRIPT.exists() and not lab.dry_run_cpu else 0
     budget = max(90.0, phase.remaining() - capacity_reserve - 20)
     out = phase.out_dir / "baseline-transformers.json"
     command = [
@@ -607,7 +720,7 @@ def phase_baseline(phase: Phase, lab: Lab) -> None:
         phase.result["transformers"] = json.loads(out.read_text())
         out.unlink()  # folded into baseline.json: fewer files to carry back
     phase.step(f"Transformers baseline finished: {status}")
-    run_capacity(phase, lab, lab.plan["capacity"]["runs"]["baseline"], minimum_s=120)
+    run_capacity(phase, lab, capacity_names, minimum_s=120)
 
 
 def run_group(command: list[str], *, env: dict[str, str], timeout_s: float, log: Path) -> str:
@@ -717,7 +830,12 @@ def phase_selftest(phase: Phase, lab: Lab) -> bool:
     return ok
 
 
-PHASES = {"stack": phase_stack, "defaults": phase_defaults, "baseline": phase_baseline}
+PHASES = {
+    "stack": phase_stack,
+    "defaults": phase_defaults,
+    "baseline": phase_baseline,
+    "warmstart": phase_warmstart,
+}
 
 
 def main() -> int:

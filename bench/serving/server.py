@@ -245,6 +245,27 @@ def port_in_use(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
+def cpu_facts() -> dict[str, Any]:
+    """What else competes for the CPUs: vLLM's start and Transformers' eager decode are CPU-bound.
+
+    The load average is the whole host's; BENCH_OTHER_LANE is what bench/lab_session.sh runs beside
+    this process on the other GPU at the same time (absent when nothing does)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = None
+    try:
+        load = [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        load = None
+    return {
+        "host_cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "load_average_1_5_15m": load,
+        "other_lane": os.environ.get("BENCH_OTHER_LANE") or None,
+    }
+
+
 def nvidia_smi(query: str) -> list[list[str]] | None:
     """Rows of `nvidia-smi --query-...`; None where there is no nvidia-smi (CPU dry runs)."""
     if shutil.which("nvidia-smi") is None:

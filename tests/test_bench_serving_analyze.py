@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -185,9 +187,193 @@ def test_missing_phases_are_reported_as_not_measured(raw: Path) -> None:
     assert results["comparisons"]["vllm_vs_transformers"]["ratio"] is None
     markdown = analyze.render_markdown(results, None)
     assert "not measured" in markdown
-    assert results["phase_status"] == {"stack": "completed", "defaults": "not run", "baseline": "not run"}
+    assert results["phase_status"] == {
+        "stack": "completed",
+        "defaults": "not run",
+        "baseline": "not run",
+        "warmstart": "not run",
+    }
 
 
 def test_no_phase_output_at_all_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"stack\.json"):
         analyze.analyze(tmp_path)
+
+
+def test_a_rerun_of_a_phase_adds_what_it_measured_and_both_runs_are_reported(raw: Path) -> None:
+    defaults = json.loads((raw / "defaults.json").read_text())
+    failed = {
+        **defaults,
+        "status": "failed",
+        "error": "ServerFailedError: no health within 80 s",
+        "levels": {},
+    }
+    failed["started_at"] = "2026-11-29T15:00:00+0000"
+    (raw / "defaults.json").write_text(json.dumps(failed))
+    (raw / "defaults-rerun.json").write_text(json.dumps(defaults))
+    results = analyze.analyze(raw)
+    assert results["comparisons"]["tuned_vs_default"]["throughput_gain_pct"] == pytest.approx(
+        (14000 / 12000 - 1) * 100
+    )
+    assert results["phase_status"]["defaults"] == "defaults.json: failed; defaults-rerun.json: completed"
+    assert "defaults" in results["phase_errors"] and "defaults-rerun" not in results["phase_errors"]
+
+
+def test_request_timings_file_is_not_taken_for_a_run_of_the_phase(raw: Path) -> None:
+    (raw / "defaults-requests.json").write_text(json.dumps({"64": [{"ttft_s": 0.1}]}))
+    assert [run["file"] for run in analyze.analyze(raw)["phase_runs"] if run["phase"] == "defaults"] == [
+        "defaults.json"
+    ]
+
+
+def test_the_warmstart_phase_gives_the_newest_start_times(raw: Path) -> None:
+    warmstart = {
+        "phase": "warmstart",
+        "status": "completed",
+        "started_at": "2026-11-30T10:00:00+0000",
+        "cold_start_s": 150.0,
+        "warm_start_s": 48.0,
+    }
+    (raw / "warmstart.json").write_text(json.dumps(warmstart))
+    starts = analyze.analyze(raw)["comparisons"]["start_times"]
+    assert (starts["warm_start_s"], starts["warm_source"], starts["warm_met"]) == (48.0, "warmstart", True)
+    assert (starts["cold_start_s"], starts["cold_source"]) == (150.0, "warmstart")
+
+
+def test_no_ratio_against_a_different_transformers_batch_is_reported(raw: Path) -> None:
+    baseline = json.loads((raw / "baseline.json").read_text())
+    del baseline["transformers"]["levels"]["64"]
+    baseline["transformers"]["oom_at_batch"] = None
+    (raw / "baseline.json").write_text(json.dumps(baseline))
+    results = analyze.analyze(raw)
+    comparison = results["comparisons"]["vllm_vs_transformers"]
+    assert comparison["ratio"] is None and comparison["met"] is None
+    assert not any("ratio" in key for key in comparison if key != "ratio" and key != "target_ratio")
+    markdown = analyze.render_markdown(results, None)
+    assert "best batch" not in markdown and "×." not in markdown
+
+
+def test_not_measured_gives_each_reason_from_the_raw_files(raw: Path) -> None:
+    baseline = json.loads((raw / "baseline.json").read_text())
+    transformers = baseline["transformers"]
+    transformers["levels"] = {"1": {**transformers["levels"]["1"], "duration_s": 20.0}}
+    transformers["skipped_for_time"] = [
+        {"batch": 8, "estimated_s": 160.0, "remaining_s": 50.0},
+        {"batch": 64, "estimated_s": 1280.0, "remaining_s": 50.0},
+    ]
+    transformers["oom_at_batch"] = None
+    baseline["budget_s"] = 300.0
+    baseline["steps"] = [{"at_s": 0.1, "step": "Transformers baseline, budget 90 s: python3 -m ..."}]
+    baseline["capacity_runs"] = {"": "timed out after 248 s"}
+    (raw / "baseline.json").write_text(json.dumps(baseline))
+    defaults = json.loads((raw / "defaults.json").read_text())
+    defaults.update(budget_s=330.0, status="failed", levels={})
+    defaults["starts"] = {
+        "stack-warm": {"name": "stack-warm", "launched_at": 1.0, "ready_s": 207.0},
+        "defaults": {
+            "name": "defaults",
+            "launched_at": 210.0,
+            "ready_s": None,
+            "error": "no health within 80 s",
+        },
+    }
+    (raw / "defaults.json").write_text(json.dumps(defaults))
+
+    reasons = analyze.analyze(raw)["not_measured"]
+    transformers_64 = next(reason for reason in reasons if reason.startswith("Transformers at batch 64"))
+    assert "got 90 s of the phase's 300 s" in transformers_64
+    assert "every planned run: the name list was empty" in transformers_64
+    assert "estimated 1,280 s with 50 s left" in transformers_64
+    defaults_256 = next(reason for reason in reasons if reason.startswith("vLLM defaults at 256"))
+    assert "stack-warm first, 207 s to /health" in defaults_256 and "no health within 80 s" in defaults_256
+    skipped = next(reason for reason in reasons if reason.startswith("Transformers batches skipped"))
+    assert "scaled linearly with the batch size" in skipped
+
+
+def _log_line(process: str, stamp: str, text: str) -> str:
+    return f"({process} pid=1) INFO 11-29 {stamp} [x.py:1] {text}"
+
+
+def _server_log(key: str, compile_s: float, gap_end: str) -> list[str]:
+    return [
+        _log_line("APIServer", "10:00:20", "non-default args: {}"),
+        _log_line("EngineCore", "10:00:40", "Initializing a V1 LLM engine (v0.26.0) with config: ..."),
+        _log_line("EngineCore", "10:00:45", "Model loading took 15.04 GiB and 2.8 seconds"),
+        _log_line("EngineCore", "10:00:45", "Using FlashInfer for top-p & top-k sampling."),
+        _log_line(
+            "EngineCore", "10:00:50", f"Using cache directory: /c/torch_compile_cache/{key}/rank_0_0/backbone"
+        ),
+        _log_line("EngineCore", "10:01:15", f"torch.compile took {compile_s} s in total"),
+        _log_line("EngineCore", "10:01:18", "GPU KV cache size: 1,782,288 tokens"),
+        _log_line("EngineCore", "10:01:24", "Graph capturing finished in 5 secs, took 0.58 GiB"),
+        _log_line("EngineCore", gap_end, "init engine (profile, create kv cache, warmup model) took 130.0 s"),
+    ]
+
+
+def test_start_timeline_splits_each_start_into_stages_from_the_log_stamps(raw: Path) -> None:
+    launched = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC).timestamp()
+    stack = json.loads((raw / "stack.json").read_text())
+    stack["starts"] = {
+        "stack-cold": {
+            "name": "stack-cold",
+            "launched_at": launched,
+            "ready_s": 208.0,
+            "facts": {"torch_compile_s": 25.0, "model_load_s": 2.8, "graph_capture_s": 5.0},
+        }
+    }
+    (raw / "stack.json").write_text(json.dumps(stack))
+    with gzip.open(raw / "stack-logs.txt.gz", "wt") as log:
+        log.write(
+            "===== stack-cold: python -m vllm ... serve\n"
+            + "\n".join(_server_log("abc123", 25.0, "10:03:26"))
+        )
+
+    results = analyze.analyze(raw)
+    (timeline,) = results["start_timelines"]
+    assert timeline["segments_s"] == {
+        "imports": 20.0,
+        "engine_process": 20.0,
+        "model_load": 5.0,
+        "torch_compile": 30.0,
+        "kv_cache": 3.0,
+        "graph_capture": 6.0,
+        "after_capture": 122.0,
+        "api_ready": 2.0,
+    }
+    assert timeline["compile_cache_key"] == "abc123" and timeline["flashinfer_sampler"] is True
+    findings = results["start_findings"]
+    assert findings["after_capture_s"]["max"] == 122.0
+    assert findings["start_without_it_s"] == {"min": 86.0, "max": 86.0}
+    markdown = analyze.render_markdown(results, None)
+    assert "## What limits start time" in markdown and "| stack.json | stack-cold |" in markdown
+
+
+def test_a_warm_restart_under_another_compile_key_is_reported_as_recompiled(raw: Path) -> None:
+    day = datetime(2026, 11, 29, tzinfo=UTC).timestamp()
+    stack = json.loads((raw / "stack.json").read_text())
+    stack["starts"] = {
+        "stack-cold": {
+            "name": "stack-cold",
+            "launched_at": day + 36000,
+            "ready_s": 208.0,
+            "facts": {"torch_compile_s": 25.0},
+        },
+        "stack-warm": {
+            "name": "stack-warm",
+            "launched_at": day + 36000 + 3600,
+            "ready_s": 208.0,
+            "facts": {"torch_compile_s": 26.0},
+        },
+    }
+    (raw / "stack.json").write_text(json.dumps(stack))
+    warm_log = [line.replace(" 10:0", " 11:0") for line in _server_log("def456", 26.0, "10:03:26")]
+    (raw / "stack-logs.txt").write_text(
+        "===== stack-cold: serve\n"
+        + "\n".join(_server_log("abc123", 25.0, "10:03:26"))
+        + "\n===== stack-warm: serve\n"
+        + "\n".join(warm_log)
+        + "\n"
+    )
+    findings = analyze.analyze(raw)["start_findings"]
+    (case,) = findings["warm_start_recompiled"]
+    assert (case["cold_key"], case["warm_key"]) == ("abc123", "def456")

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from bench.serving.vllm_log import kv_cache_ready, parse_line, parse_log
+from datetime import UTC, datetime, timedelta
+
+from bench.serving.vllm_log import (
+    compile_cache_key,
+    kv_cache_ready,
+    line_time,
+    milestone_times,
+    parse_line,
+    parse_log,
+)
 
 # Spelled as vLLM 0.26.0/0.32.0 log them (format strings in bench/serving/vllm_log.py's docstring),
 # with the process prefixes the V1 engine adds.
@@ -50,8 +59,10 @@ def test_kv_cache_not_ready_until_tokens_and_concurrency_are_logged() -> None:
 
 
 def test_vllm_0_32_logs_size_and_concurrency_in_one_line() -> None:
-    line = (CORE + "[kv_cache_utils.py:2327] GPU KV cache size: 3,500,576 tokens, Maximum concurrency for "
-            "16,384 tokens per request: 213.66x")
+    line = (
+        CORE + "[kv_cache_utils.py:2327] GPU KV cache size: 3,500,576 tokens, Maximum concurrency for "
+        "16,384 tokens per request: 213.66x"
+    )
     facts = parse_log([CORE + "[gpu_worker.py:760] Available KV cache memory: 106.83 GiB", line])
     assert facts["kv_cache_tokens"] == 3_500_576 and facts["max_concurrency"] == 213.66
     assert kv_cache_ready(facts)
@@ -72,3 +83,32 @@ def test_small_numbers_without_separators() -> None:
     facts = parse_line("INFO [kv_cache_utils.py:2179] Maximum concurrency for 512 tokens per request: 3.50x")
     assert facts == {"max_concurrency_context_tokens": 512, "max_concurrency": 3.5}
     assert parse_line("INFO GPU KV cache size: 880 tokens") == {"kv_cache_tokens": 880}
+
+
+def test_milestones_carry_the_logs_own_stamps_in_the_runs_time_zone() -> None:
+    times = milestone_times(GPU_LOG, year=2026, utc_offset=timedelta(hours=1))
+    at = datetime(2026, 11, 29, 9, 0, 1, tzinfo=UTC).timestamp()  # 10:00:01 at UTC+1
+    assert times["first_log_line"] == at
+    assert times["model_loaded"] - at == 68  # 10:01:09
+    assert set(times) == {
+        "first_log_line",
+        "model_loaded",
+        "torch_compile_done",
+        "kv_cache_allocated",
+        "graphs_captured",
+        "engine_ready",
+    }, "no 'Initializing a V1 LLM engine' line in this log"
+    assert (
+        line_time(
+            "(APIServer pid=4012) INFO:     Application startup complete.", year=2026, utc_offset=timedelta(0)
+        )
+        is None
+    )
+
+
+def test_compile_cache_key_is_the_folder_vllm_names() -> None:
+    line = (
+        CORE + "[backends.py:1094] Using cache directory: /c/torch_compile_cache/3e7f0439bf/rank_0_0/backbone"
+    )
+    assert compile_cache_key([GPU_LOG[0], line]) == "3e7f0439bf"
+    assert compile_cache_key(GPU_LOG) is None

@@ -2,18 +2,28 @@
 
     python -m bench.serving.analyze [--raw bench/serving/raw] [--results bench/serving/results]
 
-Reads `stack.json`, `defaults.json` and `baseline.json` (as gpu_phase.sh wrote them into $OUT) from
-the raw folder. Whatever a phase did not measure is reported as not measured, never guessed. The
-targets come from issue 8 and the source design document's claims (SOURCE_CLAIMS below).
+Reads the phase files (as gpu_phase.sh wrote them into $OUT) from the raw folder: `stack.json`,
+`defaults.json`, `baseline.json`, `warmstart.json`, and re-runs of a phase under any name that starts
+with the phase's (`defaults-rerun.json`: every `<phase>*.json` whose "phase" is that phase); a later
+run's measurements win, an earlier run's stay where the later one measured nothing. The server logs
+(`*-logs.txt`, `*-logs.txt.gz`) give each start's timeline. Whatever a phase did not measure is
+reported as not measured, with the reason the raw files give, never guessed. The targets come from
+issue 8 and the source design document's claims (SOURCE_CLAIMS below).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import re
+import statistics
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from bench.serving.vllm_log import compile_cache_key, milestone_times
 
 HERE = Path(__file__).resolve().parent
 RAW_DIR = HERE / "raw"
@@ -40,9 +50,95 @@ SERIES_LABELS = {
 }
 
 
-def _load(raw: Path, name: str) -> dict[str, Any] | None:
-    path = raw / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+PHASES = ("stack", "defaults", "baseline", "warmstart")
+LEVEL_NEEDS_S = 60
+"""A load level's time cap (40 s) and the requests in flight after it: phases.run_levels' rule."""
+
+
+def load_attempts(raw: Path, name: str) -> list[dict[str, Any]]:
+    """Every run of phase `name` in `raw`, oldest first, each with its file name under "file"."""
+    attempts = []
+    for path in sorted(raw.glob(f"{name}*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("phase") == name:
+            attempts.append({**data, "file": path.name})
+    return sorted(attempts, key=lambda data: data.get("started_at") or "")
+
+
+def merge_attempts(attempts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One phase from its runs: what a later run measured wins, what only an earlier one measured stays."""
+    if not attempts:
+        return None
+    merged: dict[str, Any] = {}
+    for data in attempts:
+        merged.update({key: value for key, value in data.items() if value not in (None, {}, [])})
+    levels: dict[str, Any] = {}
+    for data in attempts:
+        for key, summary in (data.get("levels") or {}).items():
+            if summary.get("completed") or key not in levels:
+                levels[key] = summary
+    merged["levels"] = levels
+    measured = {int(key) for key, summary in levels.items() if summary.get("completed")}
+    skipped = {int(c) for data in attempts for c in data.get("skipped_levels", [])}
+    merged["skipped_levels"] = sorted(skipped - measured)
+    runs = [data["transformers"] for data in attempts if data.get("transformers")]
+    if runs:
+        merged["transformers"] = merge_transformers(runs)
+    merged["status"] = (
+        attempts[0].get("status", "unknown")
+        if len(attempts) == 1
+        else "; ".join(f"{data['file']}: {data.get('status', 'unknown')}" for data in attempts)
+    )
+    return merged
+
+
+def describe_estimate(run: dict[str, Any]) -> str | None:
+    """How a Transformers run estimated the batches it skipped: its own words, or what its numbers show."""
+    if run.get("estimate"):
+        return str(run["estimate"].get("method"))
+    measured = [level for level in run.get("levels", {}).values() if level.get("duration_s")]
+    skipped = run.get("skipped_for_time") or []
+    if not measured or not skipped:
+        return None
+    base = measured[-1]
+    linear = all(
+        abs(entry["estimated_s"] - base["duration_s"] * entry["batch"] / base["batch"])
+        <= 0.05 * entry["estimated_s"]
+        for entry in skipped
+    )
+    if linear:
+        return (
+            f"batch {base['batch']}'s duration ({base['duration_s']:.1f} s) scaled linearly with the batch"
+            " size, though a decode step costs about the same at every batch size here (hf_baseline.py now"
+            " probes each batch instead)"
+        )
+    return None
+
+
+def merge_transformers(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    merged = dict(runs[-1])
+    levels: dict[str, Any] = {}
+    for run in runs:
+        for key, level in run.get("levels", {}).items():
+            if not level.get("oom") or key not in levels:
+                levels[key] = level
+    merged["levels"] = levels
+    served = [int(key) for key, level in levels.items() if not level.get("oom")]
+    merged["largest_batch_served"] = max(served, default=None)
+    merged["oom_at_batch"] = min(
+        (run["oom_at_batch"] for run in runs if run.get("oom_at_batch")), default=None
+    )
+    skipped: dict[int, dict[str, Any]] = {}
+    for run in runs:
+        method = describe_estimate(run)
+        for entry in run.get("skipped_for_time") or []:
+            if entry["batch"] not in served:
+                skipped[entry["batch"]] = {**entry, "estimate_method": method}
+    merged["skipped_for_time"] = [skipped[batch] for batch in sorted(skipped)]
+    return merged
 
 
 def vllm_series(phase: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -125,7 +221,10 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def comparisons(
-    series: dict[str, dict[str, Any] | None], stack: dict[str, Any] | None, defaults: dict[str, Any] | None
+    series: dict[str, dict[str, Any] | None],
+    stack: dict[str, Any] | None,
+    defaults: dict[str, Any] | None,
+    warmstart: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     tuned, default, baseline = series["vllm_tuned"], series["vllm_default"], series["transformers"]
     result: dict[str, Any] = {}
@@ -142,9 +241,7 @@ def comparisons(
         "target_ratio": VLLM_VS_TRANSFORMERS_TARGET,
         "ratio": ratio,
         "met": None if ratio is None else ratio >= VLLM_VS_TRANSFORMERS_TARGET,
-        "ratio_vs_best_transformers_batch": _ratio(
-            tuned_64 and tuned_64["output_tok_s"], best_baseline and best_baseline["output_tok_s"]
-        ),
+        # Not a ratio against it: vLLM at 64 over Transformers at another batch is not the target.
         "best_transformers_batch": best_baseline and best_baseline["concurrency"],
     }
 
@@ -171,14 +268,30 @@ def comparisons(
         },
     }
 
-    warm = (stack or {}).get("warm_start_s") or (defaults or {}).get("warm_start_s")
+    # The newest measurement of each: the warmstart phase (shared JIT caches) over the stack phase's.
+    warm_source, warm = next(
+        (
+            (name, phase["warm_start_s"])
+            for name, phase in (("warmstart", warmstart), ("stack", stack), ("defaults", defaults))
+            if phase and phase.get("warm_start_s") is not None
+        ),
+        (None, None),
+    )
+    cold_source, cold = next(
+        (
+            (name, phase["cold_start_s"])
+            for name, phase in (("warmstart", warmstart), ("stack", stack))
+            if phase and phase.get("cold_start_s") is not None
+        ),
+        (None, None),
+    )
     result["start_times"] = {
-        "cold_start_s": (stack or {}).get("cold_start_s"),
+        "cold_start_s": cold,
+        "cold_source": cold_source,
         "warm_start_s": warm,
+        "warm_source": warm_source,
         "target_s": WARM_START_TARGET_S,
-        "cold_met": None
-        if (stack or {}).get("cold_start_s") is None
-        else stack["cold_start_s"] <= WARM_START_TARGET_S,
+        "cold_met": None if cold is None else cold <= WARM_START_TARGET_S,
         "warm_met": None if warm is None else warm <= WARM_START_TARGET_S,
         "defaults_start_s": (defaults or {}).get("start_s"),
     }
@@ -212,23 +325,419 @@ def comparisons(
     return result
 
 
+FLASHINFER_SAMPLER_LINE = "Using FlashInfer for top-p & top-k sampling"
+_SECTION = re.compile(r"===== ([\w.-]+): [^\n]*\n")
+
+START_SEGMENTS: tuple[tuple[str, str, str, str], ...] = (
+    ("imports", "launch", "first_log_line", "process start: imports, arguments, model config (API server)"),
+    ("engine_process", "first_log_line", "engine_core_started", "engine-core process start"),
+    ("model_load", "engine_core_started", "model_loaded", "device set-up and model load"),
+    ("torch_compile", "model_loaded", "torch_compile_done", "torch.compile (or loading it from the cache)"),
+    ("kv_cache", "torch_compile_done", "kv_cache_allocated", "memory profiling, KV-cache allocation"),
+    ("graph_capture", "kv_cache_allocated", "graphs_captured", "kernel warm-up, CUDA-graph capture"),
+    ("after_capture", "graphs_captured", "engine_ready", "after capture, engine not yet ready: no log line"),
+    ("api_ready", "engine_ready", "health", "engine ready to /health"),
+)
+"""Consecutive stages of a vLLM start, each between two moments (vllm_log.START_MILESTONES, the launch,
+the first /health answer)."""
+
+
+def read_log_sections(raw: Path) -> list[tuple[str, list[str]]]:
+    """(server name, log lines) of every server log in the phases' `*-logs.txt[.gz]` files."""
+    sections: list[tuple[str, list[str]]] = []
+    for path in sorted(raw.glob("*-logs.txt*")):
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", errors="replace") as handle:
+                text = handle.read()
+        else:
+            text = path.read_text(errors="replace")
+        parts = _SECTION.split(text)
+        sections += [(parts[index], parts[index + 1].splitlines()) for index in range(1, len(parts) - 1, 2)]
+    return sections
+
+
+def start_timeline(
+    start: dict[str, Any], started_at: str | None, sections: list[tuple[str, list[str]]]
+) -> dict[str, Any]:
+    """A start's stages in seconds, from its launch time, its log's own stamps and its /health time."""
+    launched = float(start["launched_at"])
+    moments: dict[str, float] = {"launch": launched}
+    lines: list[str] | None = None
+    if started_at:
+        begun = datetime.strptime(started_at, "%Y-%m-%dT%H:%M:%S%z")
+        offset = begun.utcoffset()
+        assert offset is not None
+        candidates = []
+        for name, section in sections:
+            if name != start["name"]:
+                continue
+            times = milestone_times(section, year=begun.year, utc_offset=offset)
+            delay = times.get("first_log_line", -1.0) - launched
+            if -2 <= delay <= 300:  # this start's log, not another start of the same name
+                candidates.append((delay, times, section))
+        if candidates:
+            _, times, lines = min(candidates, key=lambda item: item[0])
+            moments.update(times)
+    if start.get("ready_s") is not None:
+        moments["health"] = launched + float(start["ready_s"])
+    segments = {
+        key: round(moments[end] - moments[begin], 1)
+        for key, begin, end, _ in START_SEGMENTS
+        if begin in moments and end in moments
+    }
+    facts = start.get("facts") or {}
+    return {
+        "start": start["name"],
+        "ready_s": start.get("ready_s"),
+        "error": start.get("error"),
+        "log_found": lines is not None,
+        "segments_s": segments,
+        "torch_compile_s": facts.get("torch_compile_s"),
+        "model_load_s": facts.get("model_load_s"),
+        "graph_capture_s": facts.get("graph_capture_s"),
+        "compile_cache_key": compile_cache_key(lines) if lines else None,
+        "flashinfer_sampler": any(FLASHINFER_SAMPLER_LINE in line for line in lines or []),
+    }
+
+
+def start_timelines(attempts: dict[str, list[dict[str, Any]]], raw: Path) -> list[dict[str, Any]]:
+    """Every start of every phase run, in launch order, with the file it is recorded in."""
+    sections = read_log_sections(raw)
+    found = []
+    for phase in PHASES:
+        for data in attempts[phase]:
+            for start in (data.get("starts") or {}).values():
+                if start.get("launched_at") is None:
+                    continue
+                found.append(
+                    (
+                        start["launched_at"],
+                        {"file": data["file"], **start_timeline(start, data.get("started_at"), sections)},
+                    )
+                )
+    return [timeline for _, timeline in sorted(found, key=lambda item: item[0])]
+
+
+def start_findings(timelines: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the timelines show: the silent gap after capture, what is left without it, recompiles."""
+    complete = [t for t in timelines if t["ready_s"] is not None and "after_capture" in t["segments_s"]]
+    findings: dict[str, Any] = {}
+    if complete:
+        gaps = [t["segments_s"]["after_capture"] for t in complete]
+        without = [t["ready_s"] - t["segments_s"]["after_capture"] for t in complete]
+        findings["after_capture_s"] = {"min": min(gaps), "max": max(gaps), "median": statistics.median(gaps)}
+        findings["share_of_start_pct"] = {
+            "min": round(min(g / t["ready_s"] * 100 for g, t in zip(gaps, complete, strict=True)), 1),
+            "max": round(max(g / t["ready_s"] * 100 for g, t in zip(gaps, complete, strict=True)), 1),
+        }
+        findings["start_without_it_s"] = {"min": round(min(without), 1), "max": round(max(without), 1)}
+        process = [
+            t["segments_s"]["imports"] + t["segments_s"]["engine_process"]
+            for t in complete
+            if "imports" in t["segments_s"] and "engine_process" in t["segments_s"]
+        ]
+        if process:
+            findings["process_start_s"] = {"min": min(process), "max": max(process)}
+    # A warm start should reuse the torch.compile of the cold start before it: the same cache key.
+    recompiled = []
+    last_cold: dict[str, Any] | None = None
+    for timeline in timelines:
+        if timeline["start"] == "stack-cold":
+            last_cold = timeline
+        elif (
+            timeline["start"] == "stack-warm"
+            and last_cold
+            and timeline["compile_cache_key"] not in (None, last_cold["compile_cache_key"])
+        ):
+            recompiled.append(
+                {
+                    "cold": last_cold["file"],
+                    "warm": timeline["file"],
+                    "cold_key": last_cold["compile_cache_key"],
+                    "warm_key": timeline["compile_cache_key"],
+                    "cold_torch_compile_s": last_cold["torch_compile_s"],
+                    "warm_torch_compile_s": timeline["torch_compile_s"],
+                }
+            )
+    findings["warm_start_recompiled"] = recompiled
+    reuse = []
+    first_by_key: dict[str, dict[str, Any]] = {}
+    for timeline in timelines:
+        key = timeline["compile_cache_key"]
+        if not key or timeline["torch_compile_s"] is None:
+            continue
+        if key not in first_by_key:
+            first_by_key[key] = timeline
+        elif timeline["torch_compile_s"] < 0.5 * first_by_key[key]["torch_compile_s"]:
+            first = first_by_key[key]
+            reuse.append(
+                {
+                    "key": key,
+                    "first_file": first["file"],
+                    "first_s": first["torch_compile_s"],
+                    "reused_file": timeline["file"],
+                    "reused_s": timeline["torch_compile_s"],
+                }
+            )
+    findings["compile_reuse"] = reuse
+    findings["flashinfer_sampler_starts"] = sum(1 for t in timelines if t.get("flashinfer_sampler"))
+    return findings
+
+
+def _budget_from_steps(data: dict[str, Any], pattern: str) -> float | None:
+    for step in data.get("steps", []):
+        match = re.search(pattern, step["step"])
+        if match:
+            return float(match[1])
+    return None
+
+
+def not_measured(
+    series: dict[str, dict[str, Any] | None],
+    comps: dict[str, Any],
+    attempts: dict[str, list[dict[str, Any]]],
+) -> list[str]:
+    """Why each target this run could not judge went unjudged, in the raw files' own numbers."""
+    reasons: list[str] = []
+    if comps["vllm_vs_transformers"]["ratio"] is None:
+        at = COMPARISON_CONCURRENCY
+        if _level(series["vllm_tuned"], at) is None:
+            reasons.append(
+                f"vLLM with the stack's arguments at {at} concurrent requests: "
+                + _vllm_missing(attempts["stack"], at)
+            )
+        if _level(series["transformers"], at) is None:
+            reasons.append(f"Transformers at batch {at}: " + _transformers_missing(attempts["baseline"], at))
+    if comps["tuned_vs_default"]["throughput_gain_pct"] is None:
+        at = TUNING_CONCURRENCY
+        if _level(series["vllm_tuned"], at) is None:
+            reasons.append(
+                f"vLLM with the stack's arguments at {at}: " + _vllm_missing(attempts["stack"], at)
+            )
+        if _level(series["vllm_default"], at) is None:
+            reasons.append(f"vLLM defaults at {at}: " + _vllm_missing(attempts["defaults"], at))
+    if comps["start_times"]["warm_start_s"] is None:
+        reasons.append("warm start: no phase run reached /health a second time with the shared cache kept")
+    transformers = series["transformers"] or {}
+    measured = {level["concurrency"] for level in transformers.get("levels", []) if level.get("completed")}
+    others = [entry for entry in transformers.get("skipped_for_time", []) if entry["batch"] not in measured]
+    if others:
+        reasons.append(
+            "Transformers batches skipped for time: "
+            + ", ".join(
+                f"{e['batch']} (estimated {e['estimated_s']:,.0f} s, {e['remaining_s']:.0f} s left)"
+                for e in others
+            )
+            + (f"; the estimate: {others[0]['estimate_method']}" if others[0].get("estimate_method") else "")
+            + "."
+        )
+    probes = [
+        (data["file"], name, probe["skipped"])
+        for data in attempts["defaults"]
+        for name, probe in (data.get("kv_probes") or {}).items()
+        if probe.get("skipped")
+    ]
+    if probes:
+        reasons.append(
+            "KV-cache probes skipped for time: "
+            + ", ".join(f"{name} ({file}, {left})" for file, name, left in probes)
+            + "."
+        )
+    return reasons
+
+
+def _vllm_missing(runs: list[dict[str, Any]], concurrency: int) -> str:
+    if not runs:
+        return "the phase did not run."
+    said = []
+    for data in runs:
+        starts = data.get("starts") or {}
+        order = list(starts)
+        main = next((name for name in ("defaults", "stack-cold") if name in starts), None)
+        earlier = [
+            f"{name} first, {starts[name]['ready_s']:.0f} s to /health"
+            for name in (order[: order.index(main)] if main else [])
+            if starts[name].get("ready_s")
+        ]
+        before = "".join(f"; {entry}" for entry in earlier)
+        where = f"{data['file']} (phase budget {_fmt(data.get('budget_s'), 0, ' s')}{before})"
+        record = starts.get(main) if main else None
+        left = _budget_from_steps(data, rf"C={concurrency}: skipped, (\d+) s left")
+        if record is None:
+            said.append(f"{where}: no server start ({data.get('error') or data.get('status')})")
+        elif record.get("ready_s") is None:
+            said.append(f"{where}: the server did not reach /health, {record.get('error')}")
+        elif left is not None:
+            said.append(
+                f"{where}: /health after {record['ready_s']:.0f} s, then {left:.0f} s of the budget were"
+                f" left and a level needs {LEVEL_NEEDS_S} s, so the levels were skipped"
+            )
+        else:
+            said.append(f"{where}: not measured ({data.get('error') or data.get('status')})")
+    return "; ".join(said) + "."
+
+
+def _transformers_missing(runs: list[dict[str, Any]], batch: int) -> str:
+    if not runs:
+        return "the phase did not run."
+    said = []
+    for data in runs:
+        run = data.get("transformers") or {}
+        given = _budget_from_steps(data, r"Transformers baseline, budget (\d+) s")
+        where = data["file"]
+        if given is not None and data.get("budget_s") is not None:
+            where += f": Transformers got {given:.0f} s of the phase's {data['budget_s']:.0f} s"
+        for names, status in (data.get("capacity_runs") or {}).items():
+            if names not in ("not_run", "skipped"):
+                runs_text = names or "every planned run: the name list was empty"
+                where += f"; the rest went to the capacity runs ({runs_text}), {status}"
+        entry = next((e for e in run.get("skipped_for_time") or [] if e["batch"] == batch), None)
+        if run.get("oom_at_batch") and run["oom_at_batch"] <= batch:
+            said.append(f"{where}; out of GPU memory at batch {run['oom_at_batch']}")
+        elif entry:
+            said.append(
+                f"{where}; batch {batch} skipped for time, estimated {entry['estimated_s']:,.0f} s with"
+                f" {entry['remaining_s']:.0f} s left"
+            )
+        else:
+            said.append(f"{where}; not reached ({data.get('transformers_exit') or data.get('status')})")
+    return "; ".join(said) + "."
+
+
+def mark_concurrent_runs(runs: list[dict[str, Any]]) -> None:
+    """Give each phase run the files of the runs whose time overlapped it (the other lane's GPU)."""
+
+    def window(run: dict[str, Any]) -> tuple[float, float] | None:
+        if not run.get("started_at") or run.get("elapsed_s") is None:
+            return None
+        begun = datetime.strptime(run["started_at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        return begun, begun + float(run["elapsed_s"])
+
+    for run in runs:
+        mine = window(run)
+        run["concurrent_with"] = [
+            other["file"]
+            for other in runs
+            if other is not run
+            and mine is not None
+            and (theirs := window(other)) is not None
+            and theirs[0] < mine[1]
+            and mine[0] < theirs[1]
+        ]
+
+
+def _cpu_text(cpu: dict[str, Any]) -> str:
+    load = cpu.get("load_average_1_5_15m")
+    return (
+        f"{cpu.get('usable_cpus')} of {cpu.get('host_cpus')} usable, load average"
+        f" {load[0] if load else 'n/a'} (1 min)"
+        + (f", beside it: {cpu['other_lane']}" if cpu.get("other_lane") else "")
+    )
+
+
+def start_time_section(results: dict[str, Any]) -> list[str]:
+    """The measured stages of every start, then what they show (all computed from the raw files)."""
+    timelines = results.get("start_timelines") or []
+    if not timelines:
+        return []
+    lines = [
+        "",
+        "## What limits start time",
+        "",
+        "Every vLLM start of the run, in stages between its launch, vLLM's own log stamps (whole seconds)"
+        " and the first `/health` answer (seconds; vLLM's own figures for model load, torch.compile and"
+        " graph capture in brackets):",
+        "",
+        "| run | start | " + " | ".join(label for _, _, _, label in START_SEGMENTS) + " | to /health |",
+        "| --- | --- |" + " ---: |" * (len(START_SEGMENTS) + 1),
+    ]
+    own = {
+        "model_load": "model_load_s",
+        "torch_compile": "torch_compile_s",
+        "graph_capture": "graph_capture_s",
+    }
+    for timeline in timelines:
+        cells = []
+        for key, *_ in START_SEGMENTS:
+            value = timeline["segments_s"].get(key)
+            text = "–" if value is None else f"{value:.0f}"
+            if key in own and timeline.get(own[key]) is not None and value is not None:
+                text += f" ({timeline[own[key]]:.1f})"
+            cells.append(text)
+        total = (
+            _fmt(timeline["ready_s"], 0) if timeline["ready_s"] is not None else (timeline["error"] or "–")
+        )
+        lines.append(f"| {timeline['file']} | {timeline['start']} | " + " | ".join(cells) + f" | {total} |")
+    findings = results.get("start_findings") or {}
+    lines.append("")
+    gap = findings.get("after_capture_s")
+    if gap:
+        named = findings.get("flashinfer_sampler_starts", 0)
+        share = findings["share_of_start_pct"]
+        sampler = (
+            f"{named} of {len(timelines)} logs name FlashInfer as the top-p/top-k sampler, and "
+            if named
+            else ""
+        )
+        lines.append(
+            f"- After CUDA-graph capture every start that reached `/health` spent"
+            f" {gap['min']:.0f}-{gap['max']:.0f} s ({share['min']:.0f}-{share['max']:.0f} % of its start)"
+            " without a log line before the engine was ready. That is vLLM's kernel warm-up, which runs the"
+            f" sampler; {sampler}FlashInfer JIT-compiles its kernels on first use into"
+            " `$HOME/.cache/flashinfer`, a fresh emptyDir in every pod. The serving unit now keeps"
+            " FlashInfer's and Triton's JIT caches beside `VLLM_CACHE_ROOT` on the shared volume; the"
+            " `warmstart` phase measures a new replica with them."
+        )
+    without = findings.get("start_without_it_s")
+    process = findings.get("process_start_s")
+    if without:
+        lines.append(
+            f"- Without that gap these starts would have taken {without['min']:.0f}-{without['max']:.0f} s"
+            + (
+                f"; the process start alone (imports, argument parsing, the engine-core process) took"
+                f" {process['min']:.0f}-{process['max']:.0f} s of it, so a 60 s start also needs that shorter"
+                if process
+                else ""
+            )
+            + "."
+        )
+    for reuse in findings.get("compile_reuse", []):
+        lines.append(
+            f"- torch.compile of one configuration (cache key `{reuse['key']}`): {reuse['first_s']:.1f} s"
+            f" in {reuse['first_file']}, {reuse['reused_s']:.1f} s loading it from the cache in"
+            f" {reuse['reused_file']}."
+        )
+    for case in findings.get("warm_start_recompiled", []):
+        lines.append(
+            f"- The warm restart ({case['warm']}) did not reuse the cold start's compile ({case['cold']}):"
+            f" cache key `{case['warm_key']}` instead of `{case['cold_key']}`, torch.compile"
+            f" {case['warm_torch_compile_s']} s again (cold: {case['cold_torch_compile_s']} s). The two"
+            " starts had different HOME paths (the phases now give every start the same, emptied HOME as"
+            " every pod has), and vLLM 0.26.0 puts `$HOME/.config/vllm` into the key."
+        )
+    return lines
+
+
 def analyze(raw: Path) -> dict[str, Any]:
-    stack, defaults, baseline = _load(raw, "stack"), _load(raw, "defaults"), _load(raw, "baseline")
-    if stack is None and defaults is None and baseline is None:
+    attempts = {name: load_attempts(raw, name) for name in PHASES}
+    stack, defaults, baseline, warmstart = (merge_attempts(attempts[name]) for name in PHASES)
+    if stack is None and defaults is None and baseline is None and warmstart is None:
         raise FileNotFoundError(f"no phase output (stack.json, defaults.json, baseline.json) in {raw}")
     series = {
         "vllm_tuned": vllm_series(stack),
         "vllm_default": vllm_series(defaults),
         "transformers": transformers_series(baseline),
     }
-    any_phase = next(phase for phase in (stack, defaults, baseline) if phase is not None)
+    phases = (stack, defaults, baseline, warmstart)
+    any_phase = next(phase for phase in phases if phase is not None)
     software = dict(any_phase.get("software") or {})
     transformers_env = ((baseline or {}).get("transformers") or {}).get("environment") or {}
     plan = any_phase.get("plan") or {}
     results = {
         "generated_by": "bench/serving/analyze.py",
         "measured_on": min(
-            (phase.get("started_at") for phase in (stack, defaults, baseline) if phase), default=None
+            (data["started_at"] for runs in attempts.values() for data in runs if data.get("started_at")),
+            default=None,
         ),
         "environment": {
             "gpu": (any_phase.get("host") or {}).get("gpu"),
@@ -240,7 +749,7 @@ def analyze(raw: Path) -> dict[str, Any]:
             "torch": software.get("torch") or transformers_env.get("torch"),
             "transformers": software.get("transformers") or transformers_env.get("transformers"),
             "attention_in_transformers": transformers_env.get("attn_implementation"),
-            "dry_run_cpu": any(phase.get("dry_run_cpu") for phase in (stack, defaults, baseline) if phase),
+            "dry_run_cpu": any(phase.get("dry_run_cpu") for phase in phases if phase),
         },
         "stack": {
             "file_stack": plan.get("stack"),
@@ -251,22 +760,40 @@ def analyze(raw: Path) -> dict[str, Any]:
             "defaults_serve_args": (defaults or {}).get("serve_args"),
         },
         "series": series,
-        "comparisons": comparisons(series, stack, defaults),
+        "comparisons": comparisons(series, stack, defaults, warmstart),
         "kv_cache": {
             "stack": (stack or {}).get("kv_cache"),
             "defaults": (defaults or {}).get("kv_cache"),
             "probes": (defaults or {}).get("kv_probes"),
         },
         "phase_status": {
-            name: (phase or {}).get("status", "not run")
-            for name, phase in (("stack", stack), ("defaults", defaults), ("baseline", baseline))
+            name: (phase or {}).get("status", "not run") for name, phase in zip(PHASES, phases, strict=True)
         },
         "phase_errors": {
-            name: phase["error"]
-            for name, phase in (("stack", stack), ("defaults", defaults), ("baseline", baseline))
-            if phase and phase.get("error")
+            data["file"].removesuffix(".json"): data["error"]
+            for runs in attempts.values()
+            for data in runs
+            if data.get("error")
         },
+        "phase_runs": [
+            {
+                "file": data["file"],
+                "phase": name,
+                "started_at": data.get("started_at"),
+                "budget_s": data.get("budget_s"),
+                "elapsed_s": data.get("elapsed_s"),
+                "status": data.get("status"),
+                "cpu": (data.get("host") or {}).get("cpu"),
+            }
+            for name in PHASES
+            for data in attempts[name]
+        ],
     }
+    mark_concurrent_runs(results["phase_runs"])
+    timelines = start_timelines(attempts, raw)
+    results["start_timelines"] = timelines
+    results["start_findings"] = start_findings(timelines)
+    results["not_measured"] = not_measured(series, results["comparisons"], attempts)
     return results
 
 
@@ -337,8 +864,14 @@ def render_markdown(results: dict[str, Any], plot_name: str | None) -> str:
         f"| cold start to `/health` (empty compile cache) | (≤ {st['target_s']:.0f} s: no compile) |"
         f" {_fmt(st['cold_start_s'], 0, ' s')} | {_verdict(st['cold_met'])} |",
         "",
-        f"vLLM at {vt['concurrency']} over Transformers' best batch ({vt['best_transformers_batch']}):"
-        f" {_fmt(vt['ratio_vs_best_transformers_batch'], 1, '×')}.",
+        f"Start times are the newest measured: warm from the {st.get('warm_source') or 'no'} phase, cold"
+        f' from the {st.get("cold_source") or "no"} phase (see "What limits start time").',
+        "",
+        "## Not measured in this run, and why",
+        "",
+    ]
+    lines += [f"- {reason}" for reason in results.get("not_measured", [])] or ["- Every target was measured."]
+    lines += [
         "",
         "### Against the source document's claims",
         "",
@@ -389,8 +922,14 @@ def render_markdown(results: dict[str, Any], plot_name: str | None) -> str:
     baseline = results["series"].get("transformers") or {}
     if baseline.get("oom_at"):
         lines.append(f"Transformers ran out of GPU memory at batch {baseline['oom_at']}.")
-    if baseline.get("skipped_for_time"):
-        lines.append(f"Transformers batches skipped for time: {baseline['skipped_for_time']}.")
+    for run in results.get("phase_runs", []):
+        if run["phase"] == "baseline" and run.get("concurrent_with"):
+            lines.append(
+                f"{run['file']} ran while {', '.join(run['concurrent_with'])} ran on the other GPU of the"
+                " same host: Transformers' eager decode launches each kernel from Python and slows down when"
+                " another process takes the CPUs (vLLM compiles while it starts)."
+                + (f" CPUs at its start: {_cpu_text(run['cpu'])}." if run.get("cpu") else "")
+            )
     lines += [
         "",
         "Transformers serves static batches: TTFT is one batched prefill with every request already present"
@@ -403,7 +942,15 @@ def render_markdown(results: dict[str, Any], plot_name: str | None) -> str:
         f"- Cold start (empty compile cache, as the first pod of a new revision):"
         f" {_fmt(st['cold_start_s'], 0, ' s')}.",
         f"- Warm start (the shared compile cache kept, fresh HOME and TMPDIR as a new pod has):"
-        f" {_fmt(st['warm_start_s'], 0, ' s')}.",
+        f" {_fmt(st['warm_start_s'], 0, ' s')}"
+        + (
+            ' (it compiled again: see the last point of "What limits start time").'
+            if any(
+                case["warm"].startswith(st.get("warm_source") or "-")
+                for case in (results.get("start_findings") or {}).get("warm_start_recompiled", [])
+            )
+            else "."
+        ),
         f"- vLLM defaults start (its own compile): {_fmt(st['defaults_start_s'], 0, ' s')}.",
     ]
     for name, kv in (
@@ -426,6 +973,7 @@ def render_markdown(results: dict[str, Any], plot_name: str | None) -> str:
             lines.append(
                 f"- KV probe {name}: {probe.get('skipped') or probe.get('error', 'no result')[:200]}."
             )
+    lines += start_time_section(results)
     lines += ["", "## What ran", ""]
     if results["stack"].get("serve_args"):
         lines += [

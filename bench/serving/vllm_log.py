@@ -11,12 +11,17 @@ The formats are vLLM's own log calls (read in both sources, 2026-11-29):
   "torch.compile took %.2f s in total", v1/engine/core.py "init engine (profile, create kv cache,
   warmup model) took %.2f s".
 Each line may carry a process prefix such as "(EngineCore pid=12) ".
+
+Start-up timeline: vLLM's own log lines carry "LEVEL MM-DD HH:MM:SS" in the host's local time (no
+year, one-second resolution); `milestone_times` turns the first line of each start-up stage into
+epoch seconds, given the year and UTC offset of the run (a phase file's `started_at`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 _NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
@@ -95,3 +100,51 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
 
 def kv_cache_ready(facts: dict[str, Any]) -> bool:
     return all(key in facts for key in KV_READY_KEYS)
+
+
+_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
+
+START_MILESTONES: tuple[tuple[str, re.Pattern[str] | None], ...] = (
+    ("first_log_line", None),  # the API server has imported vLLM and parsed its arguments
+    ("engine_core_started", re.compile(r"Initializing a V1 LLM engine")),
+    ("model_loaded", PATTERNS["model_load"]),
+    ("torch_compile_done", PATTERNS["torch_compile_s"]),
+    ("kv_cache_allocated", PATTERNS["kv_cache_tokens"]),
+    ("graphs_captured", PATTERNS["graph_capture"]),
+    ("engine_ready", PATTERNS["init_engine_s"]),
+)
+"""The stages of a vLLM start, in the order a start passes them: the first line matching each."""
+
+_COMPILE_CACHE_KEY = re.compile(r"torch_compile_cache/([0-9a-f]+)/")
+
+
+def line_time(line: str, *, year: int, utc_offset: timedelta) -> float | None:
+    """Epoch seconds of a vLLM log line's own stamp; None for lines without one."""
+    match = _STAMP.search(line)
+    if match is None:
+        return None
+    month, day, hour, minute, second = (int(part) for part in match.groups())
+    local = datetime(year, month, day, hour, minute, second, tzinfo=timezone(utc_offset))
+    return local.timestamp()
+
+
+def milestone_times(lines: Iterable[str], *, year: int, utc_offset: timedelta) -> dict[str, float]:
+    """Epoch seconds at which a start first reached each of START_MILESTONES (those it reached)."""
+    times: dict[str, float] = {}
+    for line in lines:
+        stamp = line_time(line, year=year, utc_offset=utc_offset)
+        if stamp is None:
+            continue
+        for key, pattern in START_MILESTONES:
+            if key not in times and (pattern is None or pattern.search(line)):
+                times[key] = stamp
+    return times
+
+
+def compile_cache_key(lines: Iterable[str]) -> str | None:
+    """The torch.compile cache folder's key a start used (the same key: the compile is reused)."""
+    for line in lines:
+        match = _COMPILE_CACHE_KEY.search(line)
+        if match:
+            return match[1]
+    return None

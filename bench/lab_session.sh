@@ -12,8 +12,8 @@
 #                                        # JIT caches in the shared cache); lane 1: tensor_parallel tp1
 #   bash bench/lab_session.sh C          # tensor_parallel tp2 on both GPUs
 # Each lane stops starting work after LANE_BUDGET_S (430 s) and is killed 40-55 s later: a step
-# ends within 8.5 minutes. On a one-GPU host the lanes run one after the other (LAB_LANES=serial)
-# and a step takes twice as long (NEXT_GPU_SESSION.md says what to run then).
+# ends within 8.5 minutes. On a one-GPU host the lanes run one after the other (LAB_LANES=serial),
+# which does not fit one call: run one lane per call there with LAB_LANE=0 or 1 (NEXT_GPU_SESSION.md).
 #
 # Each lane sees only its GPU (CUDA_VISIBLE_DEVICES, and an nvidia-smi that reports only that GPU,
 # because the scripts wait for "their" GPU to be free before each vLLM start) and, where the host
@@ -88,12 +88,13 @@ EOF
 lane() {  # lane INDEX GPU OTHER COMMAND...: run COMMAND seeing only GPU, with its own work dirs
   local index=$1 gpu=$2 other=$3
   shift 3
+  if [ -n "${LAB_LANE:-}" ] && [ "$LAB_LANE" != "$index" ]; then say "lane $index: not run (LAB_LANE=$LAB_LANE)"; return 0; fi
   local dir=$lab/lane$index cpus=""
   mkdir -p "$dir/bin" "$dir/out" "$dir/work"
   printf '#!/bin/sh\nexec %s -i %s "$@"\n' "$real_smi" "$gpu" > "$dir/bin/nvidia-smi"
   chmod +x "$dir/bin/nvidia-smi"
-  if [ "$mode" = parallel ] && [ "${LAB_CPU_SPLIT:-1}" != 0 ] && [ -n "$cpu_halves" ] \
-    && command -v taskset > /dev/null; then
+  if [ "$mode" = parallel ] && [ -z "${LAB_LANE:-}" ] && [ "${LAB_CPU_SPLIT:-1}" != 0 ] \
+    && [ -n "$cpu_halves" ] && command -v taskset > /dev/null; then
     cpus=$(echo "$cpu_halves" | cut -d' ' -f$((index + 1)))
   fi
   (
@@ -125,7 +126,7 @@ tensor_parallel() {  # tensor_parallel BUDGET_S ARGS...: bench/tensor_parallel/r
 }
 
 second_gpu=$([ "$mode" = parallel ] && echo 1 || echo 0)
-beside() { if [ "$mode" = parallel ]; then echo "$1"; fi; }  # what runs on the other GPU meanwhile
+beside() { if [ "$mode" = parallel ] && [ -z "${LAB_LANE:-}" ]; then echo "$1"; fi; }  # on the other GPU meanwhile
 say "step $step, $gpus GPU(s), lanes $mode, CPU halves: ${cpu_halves:-none}"
 case "$step" in
   A)

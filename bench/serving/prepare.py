@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
-from infra.vllm_flags import ServerFlags, ServerOption, _ArgumentChecker, load_server_flags
+from infra.vllm_flags import ServerFlags, check_server_arguments, load_server_flags, read_server_flags
 
 HERE = Path(__file__).resolve().parent
 PLAN_FILE = HERE / "plan.json"
@@ -79,19 +79,8 @@ class Change:
 
 
 def load_lab_flags(path: Path = LAB_FLAGS_FILE) -> ServerFlags:
-    data = json.loads(path.read_text())
-    options = {
-        name: ServerOption(
-            dest=spec["dest"],
-            action=spec["action"],
-            takes_value=spec["takes_value"],
-            nargs=spec["nargs"],
-            choices=tuple(spec["choices"]) if spec["choices"] is not None else None,
-            deprecated=spec["deprecated"],
-        )
-        for name, spec in data["options"].items()
-    }
-    return ServerFlags(vllm_version=data["vllm_version"], options=options, allow_abbrev=data["allow_abbrev"])
+    """The lab vLLM's (0.26.0) parser, snapshotted like the pinned one (infra/vllm_flags.py)."""
+    return read_server_flags(path)
 
 
 def split_flags(args: list[str], flags: ServerFlags) -> tuple[str, list[list[str]]]:
@@ -171,7 +160,7 @@ def translate_arguments(
             "random weights of the real shapes: same memory and speed, nothing to download",
         )
     )
-    problems = _ArgumentChecker(lab_flags, kept).check()
+    problems = check_server_arguments(kept, flags=lab_flags)
     if problems:
         raise ValueError(
             f"the translated arguments still fail vLLM {lab_flags.vllm_version}'s parser: {problems}"
@@ -339,7 +328,7 @@ def build_plan(stack: str = STACK, model: str = MODEL, result: Any = None) -> di
         },
     ]
     for probe in probes:
-        if _ArgumentChecker(lab_flags, probe["serve_args"]).check():
+        if check_server_arguments(probe["serve_args"], flags=lab_flags):
             raise ValueError(f"probe {probe['name']} arguments fail vLLM {lab_flags.vllm_version}'s parser")
     return {
         "generated_by": "bench/serving/prepare.py",

@@ -1,8 +1,9 @@
 """One real vLLM 0.32.0 (CPU build) server for the whole session, serving a tiny random Llama.
 
-It is started the way the stack starts vLLM: the model as the first argument, the served model
-name clients use, prefix caching and a drain timeout, and the API key only in the environment as
-`VLLM_API_KEY` (in production it comes from the model's Kubernetes secret, never from argv).
+It is started with the arguments the stack renders for the dev stack's model (its Deployment's
+`vllm serve` arguments, from the real program under mocks), changed only where a CPU and a tiny
+model need it (see `server_arguments`), and with the API key only in the environment as
+`VLLM_API_KEY`, as the pod gets it from the model's Kubernetes secret, never from argv.
 
 The vLLM venv is required: without it every test here fails and says how to create it.
 """
@@ -29,28 +30,52 @@ from tests.support.vllm_server import (
     wait_until_healthy,
 )
 
-SERVED_MODEL_NAME = "tiny"
 API_KEY = f"e2e-{secrets.token_hex(8)}"
 # About 80 s on an idle 2-core machine (most of it torch.compile), 165 s on a busy one.
 STARTUP_TIMEOUT_SECONDS = 300
+RENDERED_STACK = "dev"
+# The tiny model has 4096 positions; the rendered 8192 is for the real model on a GPU.
+CPU_MAX_MODEL_LEN = "512"
+
+
+def rendered_server_arguments(stack: str = RENDERED_STACK) -> list[str]:
+    """The `vllm serve` arguments of the first model's Deployment in `stack`, as rendered."""
+    from tests.conftest import rendered
+
+    for deployment in rendered(stack).find("Deployment"):
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "vllm":
+                assert container["command"] == ["vllm", "serve"], container["command"]
+                return list(container["args"])
+    raise AssertionError(f"no vLLM Deployment rendered for stack {stack}")
+
+
+def _option_value(args: list[str], option: str) -> str:
+    return args[args.index(option) + 1]
 
 
 def server_arguments(model_dir: Path) -> list[str]:
-    """Everything after `vllm serve` except --host/--port, which the helper picks."""
-    return [
-        str(model_dir),
-        "--served-model-name",
-        SERVED_MODEL_NAME,
-        "--max-model-len",
-        "512",
-        "--max-num-seqs",
-        "8",
-        "--load-format",
-        "dummy",
-        "--enable-prefix-caching",
-        "--shutdown-timeout",
-        "5",
-    ]
+    """The rendered arguments with only what a CPU run of a tiny model needs changed: the weights
+    (the tiny model, dummy weights), the context length (the tiny model's), and no --host/--port
+    (the helper picks a free port on loopback). Everything else is exactly what the pod runs."""
+    rendered_args = rendered_server_arguments()
+    args = [str(model_dir)]
+    index = 1
+    while index < len(rendered_args):
+        token = rendered_args[index]
+        if token in ("--host", "--port"):
+            index += 2
+            continue
+        if token == "--max-model-len":
+            args += [token, CPU_MAX_MODEL_LEN]
+            index += 2
+            continue
+        args.append(token)
+        index += 1
+    return [*args, "--load-format", "dummy"]
+
+
+SERVED_MODEL_NAME = _option_value(rendered_server_arguments(), "--served-model-name")
 
 
 @pytest.fixture(scope="session")

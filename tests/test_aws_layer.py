@@ -398,6 +398,7 @@ def test_gpu_groups_carry_exactly_the_configured_taints_and_labels(stack: str) -
             "vllm-platform/gpu-group": name,
             "nvidia.com/gpu.present": "true",
             "vllm-platform/gpu-model": group.gpu_model.name,
+            "k8s.amazonaws.com/accelerator": f"nvidia-{group.gpu_model.name.lower()}",
         }
         assert inputs["instanceTypes"] == group.instance_types
         assert inputs["amiType"] == group.ami_type
@@ -527,6 +528,7 @@ def test_platform_labels_win_over_config_labels_of_the_same_key() -> None:
         "team": "ml",
         "nvidia.com/gpu.present": "true",
         "vllm-platform/gpu-model": "H100",
+        "k8s.amazonaws.com/accelerator": "nvidia-h100",
     }
 
 

@@ -20,6 +20,10 @@ from infra.aws.policies import service_trust_policy, to_json
 from infra.config.cluster import GpuNodeGroupConfig, NodeGroupsConfig, SystemNodeGroupConfig, TaintConfig
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+# Cluster Autoscaler's AWS provider recognises GPU nodes by this label: without it, a node that is up
+# but whose device plugin has not registered GPUs yet looks unneeded, and pending GPU pods can make it
+# add a second node (cluster-autoscaler FAQ, "GPU nodes").
+GPU_ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 """The NVIDIA device plugin's and DCGM exporter's charts schedule onto nodes with this label; set at
 node creation so they need not wait for GPU feature discovery."""
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -67,6 +71,7 @@ def gpu_node_labels(group_name: str, group: GpuNodeGroupConfig) -> dict[str, str
         GPU_GROUP_LABEL: group_name,
         GPU_PRESENT_LABEL: "true",
         GPU_MODEL_LABEL: group.gpu_model.name,
+        GPU_ACCELERATOR_LABEL: f"nvidia-{group.gpu_model.name.lower()}",
     }
 
 

@@ -428,6 +428,20 @@ def clear_shared_cache() -> None:
         (WORK_DIR / marker).unlink(missing_ok=True)
 
 
+KV_CACHE_FACTS = (
+    "available_kv_cache_gib",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "max_concurrency_context_tokens",
+    "kv_cache_log_lines",
+)
+
+
+def kv_cache_facts(start: dict[str, Any]) -> dict[str, Any]:
+    """What a server start logged about its KV cache (None where it logged nothing)."""
+    return {key: start["facts"].get(key) for key in KV_CACHE_FACTS}
+
+
 def phase_stack(phase: Phase, lab: Lab) -> None:
     args = lab.plan["lab"]["serve_args"]
     phase.result["serve_args"] = args
@@ -444,16 +458,7 @@ def phase_stack(phase: Phase, lab: Lab) -> None:
         )
         phase.result["cold_start_s"] = cold["ready_s"]
         (WORK_DIR / "stack-cold-done").write_text(str(cold["ready_s"]))
-        phase.result["kv_cache"] = {
-            key: cold["facts"].get(key)
-            for key in (
-                "available_kv_cache_gib",
-                "kv_cache_tokens",
-                "max_concurrency",
-                "max_concurrency_context_tokens",
-                "kv_cache_log_lines",
-            )
-        }
+        phase.result["kv_cache"] = kv_cache_facts(cold)
         try:
             # Levels before the warm restart: the defaults phase repeats a restart that found no time.
             run_levels(phase, lab, ordered_levels(lab.workload), sampler)
@@ -561,16 +566,7 @@ def phase_defaults(phase: Phase, lab: Lab) -> None:
             "defaults", args, until="health", timeout_s=lab.health_timeout_cold_s
         )
         phase.result["start_s"] = start["ready_s"]
-        phase.result["kv_cache"] = {
-            key: start["facts"].get(key)
-            for key in (
-                "available_kv_cache_gib",
-                "kv_cache_tokens",
-                "max_concurrency",
-                "max_concurrency_context_tokens",
-                "kv_cache_log_lines",
-            )
-        }
+        phase.result["kv_cache"] = kv_cache_facts(start)
         try:
             run_levels(phase, lab, ordered_levels(lab.workload), sampler)
         finally:
@@ -660,17 +656,8 @@ def run_probes(phase: Phase, lab: Lab, probes: list[dict[str, Any]]) -> None:
         results[probe["name"]] = {
             "serve_args": probe["serve_args"],
             "ready_s": start["ready_s"],
-            **{
-                key: start["facts"].get(key)
-                for key in (
-                    "available_kv_cache_gib",
-                    "kv_cache_tokens",
-                    "max_concurrency",
-                    "max_concurrency_context_tokens",
-                    "model_load_gib",
-                    "kv_cache_log_lines",
-                )
-            },
+            **kv_cache_facts(start),
+            "model_load_gib": start["facts"].get("model_load_gib"),
         }
         phase.stop_server(server, grace_s=5)  # mid-start: nothing to drain
 

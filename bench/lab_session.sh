@@ -143,7 +143,7 @@ case "$step" in
       tensor_parallel "$lane_budget" --only tp1 --gpu "$second_gpu" & ;;
   C)
     if [ "$gpus" -lt 2 ]; then echo "step C needs two GPUs; this host has $gpus" >&2; exit 2; fi
-    solo tp2 tensor_parallel 480 --only tp2 & ;;
+    solo tp2 tensor_parallel "${TP2_BUDGET_S:-480}" --only tp2 & ;;  # TP2_BUDGET_S: less when device time is short
 esac
 while [ -n "$(jobs -r)" ]; do
   sleep 20

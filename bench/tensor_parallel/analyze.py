@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,57 @@ def _better(new: dict[str, Any], old: dict[str, Any]) -> bool:
     if new_done != old_done:
         return new_done
     return str(new["host"].get("started_at")) >= str(old["host"].get("started_at"))
+
+
+_LAB_MILESTONE = re.compile(r"\+\s*[\d.]+s\] (?P<variant>[\w-]+): (?P<name>\w+) = \S+ at (?P<at>[\d.]+) s$")
+_LAB_STALL_STEP = re.compile(r"(?P<variant>[\w-]+): .*(stall|no health)", re.IGNORECASE)
+
+
+def failed_attempts(raw_dir: Path) -> list[dict[str, Any]]:
+    """Every start in the raw files that did not complete, oldest first, with what it reached.
+
+    Milestones come from the record (`milestones_s`) or, for runs whose record kept none, from the
+    lab log beside the file (`<stem>-lab.log`: run.py's progress lines, "tp2: torch_compile_s = 21.47
+    at 116.2 s"). The error is cut to its first line and the lines that name the failure
+    (`what():`, `Exception raised from`), not the whole traceback.
+    """
+    attempts = []
+    for path in sorted(raw_dir.glob("*.json")):
+        document = json.loads(path.read_text())
+        for name, record in (document.get("runs") or {}).items():
+            if record.get("status") == "completed":
+                continue
+            milestones = dict(record.get("milestones_s") or {})
+            lab_log = path.with_name(f"{path.stem}-lab.log")
+            if not milestones and lab_log.exists():
+                for line in lab_log.read_text(errors="replace").splitlines():
+                    match = _LAB_MILESTONE.search(line.strip())
+                    if match and match["variant"] == name:
+                        milestones.setdefault(match["name"], float(match["at"]))
+            error = str(record.get("error") or "")
+            error_lines = error.splitlines()
+            named = [
+                line.strip().removesuffix(" (most recent call first):")
+                for line in error_lines[1:]
+                if line.strip().startswith(("what():", "Exception raised from"))
+            ]
+            attempts.append(
+                {
+                    "file": path.name,
+                    "variant": name,
+                    "started_at": document.get("started_at"),
+                    "status": record.get("status"),
+                    "budget_s": document.get("budget_s"),
+                    "error": error_lines[0] if error_lines else None,
+                    "error_detail": named,
+                    "milestones_s": milestones,
+                    "stall": record.get("stall"),
+                    "env_runner": record.get("env_runner"),
+                    "command": record.get("command"),
+                    "raised_at_exit": "Py_FinalizeEx" in error,
+                }
+            )
+    return sorted(attempts, key=lambda attempt: str(attempt["started_at"]))
 
 
 # --- predictions -----------------------------------------------------------------------------------
@@ -295,6 +347,51 @@ def _row(label: str, tp2: str, tp1: str) -> str:
     return f"| {label} | {tp2} | {tp1} |"
 
 
+def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict[str, float]]) -> list[str]:
+    """Each start that did not reach /health: how far it got, then the silence, and how it ended."""
+    if not failed:
+        return []
+    lines = [
+        "",
+        "## Starts that did not reach /health",
+        "",
+        "| file | variant | reached (s after launch) | then | ended |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for attempt in failed:
+        milestones = attempt["milestones_s"]
+        reached = ", ".join(
+            f"{name} {at:.0f}" for name, at in sorted(milestones.items(), key=lambda kv: kv[1])
+        )
+        last = max(milestones.values(), default=None)
+        stall = attempt.get("stall") or {}
+        if stall:
+            waited, after = stall.get("waited_s", "?"), stall.get("after_milestone")
+            then = f"stalled: no KV-cache line {waited} s after {after}"
+        elif last is not None:
+            then = "no further milestone until the health timeout"
+        else:
+            then = "–"
+        ended = "; ".join([attempt["error"] or attempt["status"] or "?", *attempt["error_detail"]])
+        lines.append(f"| {attempt['file']} | {attempt['variant']} | {reached or '–'} | {then} | {ended} |")
+    if any(attempt["raised_at_exit"] for attempt in failed):
+        lines += [
+            "",
+            "The CUDA error in the last column was raised while the server's processes exited"
+            " (`Py_FinalizeEx` in its traceback), after the runner stopped them at the timeout: it"
+            " shows the state they were left in, not what stopped them logging.",
+        ]
+    for name, milestones in completed.items():
+        if "torch_compile_s" in milestones and "kv_cache_tokens" in milestones:
+            lines += [
+                "",
+                f"For comparison, {name} logged its KV-cache size "
+                f"{milestones['kv_cache_tokens'] - milestones['torch_compile_s']:.0f} s after torch.compile"
+                f" ended ({milestones['torch_compile_s']:.0f} s → {milestones['kv_cache_tokens']:.0f} s).",
+            ]
+    return lines
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     comparison = results["comparison"]
     v = comparison["variants"]
@@ -418,9 +515,16 @@ def render_markdown(results: dict[str, Any]) -> str:
         if observed is None:
             lines.append(f"- {name}: not measured (no raw file has it).")
         elif observed.get("status") != "completed" or observed.get("error"):
-            lines.append(f"- {name}: {observed.get('status')}; {observed.get('error') or ''}".rstrip("; "))
+            headline = str(observed.get("error") or "").splitlines()[:1]
+            lines.append(
+                f"- {name}: {observed.get('status')}; {headline[0] if headline else ''}".rstrip("; ")
+                + ' ("Starts that did not reach /health" below).'
+            )
         if entry.get("measured_current_plan") is False:
             lines.append(f"- {name}: measured with other arguments than the current plan.json (re-run it).")
+    lines += render_failed_starts(
+        results.get("failed_starts") or [], results.get("completed_milestones_s") or {}
+    )
     own2, own1 = tp2["predicted_own_group"], tp1["predicted_own_group"]
 
     def own(key: str, digits: int = 1) -> tuple[str, str]:
@@ -474,6 +578,12 @@ def analyze(
         "predictions": predicted,
         "comparison": compare(runs, predicted, plan),
         "capacity_observations": capacity_observations(runs, plan),
+        "failed_starts": failed_attempts(raw_dir),
+        "completed_milestones_s": {
+            name: run.get("milestones_s") or {}
+            for name, run in runs.items()
+            if run.get("status") == "completed"
+        },
     }
 
 

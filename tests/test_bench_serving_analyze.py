@@ -416,3 +416,31 @@ def test_a_warm_start_the_warmstart_phase_skipped_is_named_with_its_reason(raw: 
     assert any("skipped, 180 s left" in reason for reason in results["not_measured"])
     # The stack phase's own warm start (52 s, same compile) still judges the target.
     assert results["comparisons"]["start_times"]["warm_met"] is True
+
+
+def test_a_flat_transformers_decode_step_is_named_as_launch_bound(raw: Path) -> None:
+    # 2026-11-29 lab: 77-84 ms per step from batch 1 to 256.
+    baseline = json.loads((raw / "baseline.json").read_text())
+    baseline["transformers"]["levels"] = {
+        str(batch): {**baseline["transformers"]["levels"]["1"], "batch": batch, "tpot_ms": tpot}
+        for batch, tpot in ((1, 76.8), (8, 83.8), (64, 82.4), (256, 82.0))
+    }
+    baseline["transformers"]["oom_at_batch"] = None
+    (raw / "baseline.json").write_text(json.dumps(baseline))
+    results = analyze.analyze(raw)
+    step = analyze.transformers_step_time(results["series"]["transformers"])
+    assert step is not None
+    assert (step["min_ms"], step["max_ms"], step["smallest_batch"], step["largest_batch"]) == (
+        76.8,
+        83.8,
+        1,
+        256,
+    )
+    assert "decode step took 77-84 ms at every batch from 1 to 256" in analyze.render_markdown(results, None)
+
+
+def test_a_decode_step_that_grows_with_the_batch_is_not_called_launch_bound(raw: Path) -> None:
+    # The fixture's baseline: 30 ms at batch 1, 90 ms at 64 (and an OOM at 256).
+    results = analyze.analyze(raw)
+    assert analyze.transformers_step_time(results["series"]["transformers"]) is None
+    assert "decode step took" not in analyze.render_markdown(results, None)

@@ -207,6 +207,28 @@ def transformers_series(phase: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+STEP_FLAT_PCT = 15.0
+"""Decode steps within this spread from the smallest batch to the largest count as flat (launch-bound)."""
+
+
+def transformers_step_time(series: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Transformers' time per decode step across batches, when it hardly moves with the batch size."""
+    levels = [level for level in (series or {}).get("levels", []) if level.get("completed")]
+    if len(levels) < 3:
+        return None
+    steps = [level["tpot_mean_ms"] for level in levels]
+    spread = (max(steps) / min(steps) - 1) * 100
+    if spread > STEP_FLAT_PCT or levels[-1]["concurrency"] < 8 * levels[0]["concurrency"]:
+        return None
+    return {
+        "min_ms": min(steps),
+        "max_ms": max(steps),
+        "spread_pct": spread,
+        "smallest_batch": levels[0]["concurrency"],
+        "largest_batch": levels[-1]["concurrency"],
+    }
+
+
 def _level(series: dict[str, Any] | None, concurrency: int) -> dict[str, Any] | None:
     if series is None:
         return None
@@ -956,6 +978,16 @@ def render_markdown(results: dict[str, Any], plot_name: str | None) -> str:
     baseline = results["series"].get("transformers") or {}
     if baseline.get("oom_at"):
         lines.append(f"Transformers ran out of GPU memory at batch {baseline['oom_at']}.")
+    step = transformers_step_time(baseline)
+    if step:
+        lines.append(
+            f"Transformers' decode step took {step['min_ms']:.0f}-{step['max_ms']:.0f} ms at every batch from"
+            f" {step['smallest_batch']} to {step['largest_batch']} ({step['spread_pct']:.0f} % apart):"
+            " the step is set by the host launching each layer's kernels from Python, not by the GPU's"
+            " work, which grows with the batch. Its throughput therefore grows almost in proportion to"
+            " the batch, and the ratio to vLLM at one concurrency depends on this host's CPU as much as"
+            " on the GPU."
+        )
     for run in results.get("phase_runs", []):
         if run["phase"] == "baseline" and run.get("concurrent_with"):
             lines.append(
@@ -1134,6 +1166,7 @@ def main() -> None:
         f"wrote {args.results}: vLLM/Transformers at 64 = {_fmt(comp['vllm_vs_transformers']['ratio'], 2)}, "
         f"tuned vs default at 256 = {_fmt(comp['tuned_vs_default']['throughput_gain_pct'], 1, ' %')}, "
         f"warm start {_fmt(comp['start_times']['warm_start_s'], 0, ' s')}"
+        f"{' (compiled again: not judged)' if comp['start_times'].get('warm_recompiled') else ''}"
     )
 
 

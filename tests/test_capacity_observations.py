@@ -25,6 +25,7 @@ from tests.conftest import REPO_ROOT
 
 OBSERVATIONS = REPO_ROOT / "tests" / "data" / "kv_cache_observations.json"
 LAB_PLAN = REPO_ROOT / "bench" / "capacity" / "kv_cache_plan.json"
+TP_RESULTS = REPO_ROOT / "bench" / "tensor_parallel" / "results" / "results.json"
 TOLERANCE = 0.03
 
 
@@ -115,7 +116,12 @@ def test_the_lab_run_covers_two_shapes_at_two_utilizations_and_the_prod_settings
     """The ground truth is there (never an empty file that would make the checks below vacuous)."""
     measured = {o.name for o in _document().observations if o.outcome == "ok"}
     planned = {run["name"] for run in json.loads(LAB_PLAN.read_text())["runs"]}
-    assert measured == planned
+    # Plus the tensor-parallel check's completed starts, copied from its results (same log lines).
+    tensor_parallel = json.loads(TP_RESULTS.read_text())["capacity_observations"]
+    assert measured == planned | {run["name"] for run in tensor_parallel if run["outcome"] == "ok"}
+    copied = {o.name: o for o in _document().observations if o.name.startswith("tensor-parallel-")}
+    for run in tensor_parallel:
+        assert copied[run["name"]].kv_cache_tokens == run["kv_cache_tokens"], "re-copy results.json"
 
 
 @pytest.mark.parametrize("observation", _measured())

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.serving.prepare import load_lab_flags
 from bench.serving.vllm_log import parse_log
 from bench.tensor_parallel import analyze, prepare, run
 from components.vllm_arguments import DISTRIBUTED_EXECUTOR_BACKEND, reserved_flag_problems
@@ -271,7 +272,7 @@ def test_plan_tp2_is_the_rendered_deployment_and_tp1_differs_only_in_parallelism
 def test_lab_commands_serve_the_qwen_shape_and_record_every_change(tp_plan: dict[str, Any]) -> None:
     for variant in tp_plan["variants"].values():
         args = variant["serve_args"]
-        assert args[0] == prepare.LAB_MODEL_DIR and args[-2:] == ["--load-format", "dummy"]
+        assert args[0] == prepare.LAB_MODEL_DIR and _value(args, "--load-format") == "dummy"
         removed = {c["what"] for c in variant["changes"] if c["action"] == "removed"}
         for token in variant["rendered"]["args"][1:]:
             if token.startswith("--"):
@@ -284,6 +285,46 @@ def test_lab_environment_keeps_nvlink_multicast_off_in_both_variants(tp_plan: di
         for name, value in prepare.LAB_SAFETY_ENV.items():
             assert variant["env"][name] == value
     assert tp_plan["variants"]["tp2"]["env"]["NCCL_IB_DISABLE"] == DEFAULT_NCCL_ENV["NCCL_IB_DISABLE"]
+
+
+def test_tp_starts_log_nccls_transport_choice_as_a_recorded_lab_change(tp_plan: dict[str, Any]) -> None:
+    for name, variant in tp_plan["variants"].items():
+        debug = [c for c in variant["changes"] if c["what"] == "env NCCL_DEBUG"]
+        if variant["tensor_parallel_size"] > 1:
+            assert variant["env"]["NCCL_DEBUG"] == "INFO", name
+            assert debug == [
+                {
+                    "what": "env NCCL_DEBUG",
+                    "action": "replaced",
+                    "from": DEFAULT_NCCL_ENV["NCCL_DEBUG"],
+                    "to": "INFO",
+                    "why": prepare.LAB_DIAGNOSTIC_WHY,
+                }
+            ]
+        else:
+            assert "NCCL_DEBUG" not in variant["env"] and debug == [], name
+    # The rendered (stack) side is untouched: the stack keeps WARN.
+    assert tp_plan["variants"]["tp2"]["rendered"]["nccl_env"]["NCCL_DEBUG"] == "WARN"
+
+
+def test_tp2_nccl_is_tp2_plus_exactly_the_two_diagnosis_changes(tp_plan: dict[str, Any]) -> None:
+    tp2, diagnosis = tp_plan["variants"]["tp2"], tp_plan["variants"]["tp2-nccl"]
+    assert diagnosis["serve_args"] == [*tp2["serve_args"], "--disable-custom-all-reduce"]
+    assert diagnosis["env"] == {**tp2["env"], "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
+    assert diagnosis["changes"][: len(tp2["changes"])] == tp2["changes"]
+    added = diagnosis["changes"][len(tp2["changes"]) :]
+    assert [(c["what"], c["action"], c["to"]) for c in added] == [
+        ("--disable-custom-all-reduce", "added", "(switch)"),
+        ("env VLLM_ALLREDUCE_USE_SYMM_MEM", "added", "0"),
+    ]
+    assert all(c["why"].startswith("lab diagnosis, not the stack's configuration") for c in added)
+    assert "not the stack's configuration" in diagnosis["lab_diagnosis"]
+    # Same GPUs, port and rendered source as tp2; the lab vLLM's parser accepts the flag.
+    for key in ("tensor_parallel_size", "rendered", "port", "served_model_name"):
+        assert diagnosis[key] == tp2[key], key
+    assert check_server_arguments(diagnosis["serve_args"], flags=load_lab_flags()) == []
+    # The stack's own variants do not carry the diagnosis.
+    assert "--disable-custom-all-reduce" not in tp2["serve_args"] + tp_plan["variants"]["tp1"]["serve_args"]
 
 
 # --- bench/tensor_parallel: runner ---------------------------------------------------------------------
@@ -333,7 +374,7 @@ def test_runner_measures_both_variants_against_the_stand_in_server(tmp_path: Pat
         assert len(record["load_requests"]) == run.SMALL_WORKLOAD["num_prompts"]
         for key, value in prepare.LAB_SAFETY_ENV.items():
             assert record["env_runner"][key] == value
-    assert result["runs"]["tp2"]["env_from_plan"]["NCCL_DEBUG"] == DEFAULT_NCCL_ENV["NCCL_DEBUG"]
+    assert result["runs"]["tp2"]["env_from_plan"]["NCCL_DEBUG"] == prepare.LAB_DIAGNOSTIC_ENV_TP["NCCL_DEBUG"]
     assert "NCCL_DEBUG" not in result["runs"]["tp1"]["env_from_plan"]
     assert "--tensor-parallel-size" in result["runs"]["tp2"]["command"]
     assert _registered_groups(tmp_path) == []  # every server's process group was stopped

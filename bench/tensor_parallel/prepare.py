@@ -11,8 +11,12 @@
 Both are made runnable on the lab's vLLM 0.26.0 by bench/serving/prepare.py's translation (the
 weightless Qwen2.5-7B-shaped directory with `--load-format dummy`, flags 0.26.0 lacks, emptyDir paths
 as fresh folders, the compile cache as a host folder), and the lab host's NVLink-multicast-off
-variables are added. Every change is recorded in plan.json with its reason; a test fails while
-plan.json is stale, so the GPU run always measures what the stack renders.
+variables are added; TP>1 starts log NCCL's transport choice (NCCL_DEBUG=INFO, lab only).
+- tp2-nccl: a lab diagnosis, not the stack's configuration: tp2 plus `--disable-custom-all-reduce`
+  and VLLM_ALLREDUCE_USE_SYMM_MEM=0 (all-reduce through NCCL only), because the stack's tp2 stalled
+  on the lab host on 2026-11-29 (NCCL_DIAGNOSIS_CHANGES says why each).
+Every change is recorded in plan.json with its reason; a test fails while plan.json is stale, so the
+GPU run always measures what the stack renders.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from bench.serving.prepare import (
     translate_environment,
 )
 from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
-from infra.vllm_flags import load_server_flags
+from infra.vllm_flags import check_server_arguments, load_server_flags
 
 HERE = Path(__file__).resolve().parent
 PLAN_FILE = HERE / "plan.json"
@@ -50,6 +54,38 @@ LAB_SAFETY_ENV: dict[str, str] = {
 }
 """NVLink multicast stays off on the shared lab host in NCCL, PyTorch and NVSHMEM: a program that uses
 it can take the host's GPUs out of service (the lab's rules). Set for both variants."""
+
+LAB_DIAGNOSTIC_ENV_TP: dict[str, str] = {"NCCL_DEBUG": "INFO"}
+"""Lab-only, for TP>1 starts: NCCL logs its communicator setup and each channel's transport
+(`via P2P/CUMEM`, `via SHM`, NVLS), so the log of a start that stalls in its first all-reduce says
+what NCCL chose. The stack keeps WARN (docs/tensor-parallel.md); this changes logging only."""
+LAB_DIAGNOSTIC_WHY = (
+    "lab diagnosis for TP>1 starts: NCCL logs its setup and the transport of each channel, so a start "
+    "that stalls in its first all-reduce shows what NCCL chose (the stack keeps WARN; logging only)"
+)
+
+NCCL_DIAGNOSIS = "tp2-nccl"
+NCCL_DIAGNOSIS_OF = "tp2"
+NCCL_DIAGNOSIS_PURPOSE = (
+    "lab diagnosis, not the stack's configuration: the stack's tp2 with all-reduce through NCCL only. "
+    "On 2026-11-29 the stack's TP=2 start on the lab's 2x H200 (NV18) stalled twice between the end "
+    "of torch.compile and the KV-cache size, i.e. in the memory-profiling forward pass, the first one "
+    "with all-reduces; TP=1 logged its KV cache 3 s after torch.compile. If this variant starts, the "
+    "stall is in vLLM's own all-reduce paths on this host, not in NCCL or the stack's settings"
+)
+NCCL_DIAGNOSIS_FLAG = "--disable-custom-all-reduce"
+NCCL_DIAGNOSIS_FLAG_WHY = (
+    "lab diagnosis, not the stack's configuration: vLLM's custom all-reduce (a CUDA-IPC kernel that "
+    "spins on flags in peer memory) is off, so every all-reduce goes through NCCL; that kernel is known "
+    "to spin forever on some hosts, while NCCL all-reduce was seen working on this machine kind"
+)
+NCCL_DIAGNOSIS_ENV = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
+NCCL_DIAGNOSIS_ENV_WHY = (
+    "lab diagnosis, not the stack's configuration: vLLM 0.26.0 (envs.py, default 1) builds a "
+    "SymmMemCommunicator for the TP group; with NVLink multicast off it disables itself but keeps its "
+    "torch symmetric-memory allocation, and both stalled starts crashed in that allocation's destructor "
+    "(CUDASymmetricMemory.cu:51, illegal memory access); 0 skips it"
+)
 
 # The issue's workload: C = 64 streams of 512 prompt + 256 forced output tokens, 128 requests
 # (two waves), the same shape as the serving benchmark's C=64 level (bench/serving/prepare.py).
@@ -136,10 +172,25 @@ def lab_variant(pod_spec: dict[str, Any], container: dict[str, Any], source: str
             )
         )
         env[name] = value
+    tensor_parallel_size = int(_flag_value(rendered, "--tensor-parallel-size"))
+    if tensor_parallel_size > 1:
+        for name, value in LAB_DIAGNOSTIC_ENV_TP.items():
+            if env.get(name) == value:
+                continue
+            env_changes.append(
+                Change(
+                    f"env {name}",
+                    "replaced" if name in env else "added",
+                    env.get(name),
+                    value,
+                    LAB_DIAGNOSTIC_WHY,
+                )
+            )
+            env[name] = value
     shm = next(v for v in pod_spec["volumes"] if v["name"] == "dshm")
     resources = container["resources"]
     return {
-        "tensor_parallel_size": int(_flag_value(rendered, "--tensor-parallel-size")),
+        "tensor_parallel_size": tensor_parallel_size,
         "source": source,
         "rendered": {
             "args": rendered,
@@ -158,12 +209,39 @@ def lab_variant(pod_spec: dict[str, Any], container: dict[str, Any], source: str
     }
 
 
+def nccl_diagnosis_variant(base: dict[str, Any]) -> dict[str, Any]:
+    """tp2-nccl: the tp2 variant (the stack's command and environment, as run in the lab) plus exactly
+    `--disable-custom-all-reduce` and VLLM_ALLREDUCE_USE_SYMM_MEM=0, each recorded as a change."""
+    variant = json.loads(json.dumps(base))
+    lab_flags = load_lab_flags()
+    serve_args = [*variant["serve_args"], NCCL_DIAGNOSIS_FLAG]
+    problems = check_server_arguments(serve_args, flags=lab_flags)
+    if problems:
+        raise ValueError(
+            f"{NCCL_DIAGNOSIS}'s arguments fail vLLM {lab_flags.vllm_version}'s parser: {problems}"
+        )
+    changes = [Change(NCCL_DIAGNOSIS_FLAG, "added", None, "(switch)", NCCL_DIAGNOSIS_FLAG_WHY)]
+    for name, value in NCCL_DIAGNOSIS_ENV.items():
+        if name in variant["env"]:
+            raise ValueError(
+                f"{NCCL_DIAGNOSIS_OF} already sets {name}; the diagnosis must replace it explicitly"
+            )
+        variant["env"][name] = value
+        changes.append(Change(f"env {name}", "added", None, value, NCCL_DIAGNOSIS_ENV_WHY))
+    variant["serve_args"] = serve_args
+    variant["source"] = f"the {NCCL_DIAGNOSIS_OF} variant with the two changes of a lab diagnosis"
+    variant["lab_diagnosis"] = NCCL_DIAGNOSIS_PURPOSE
+    variant["changes"] += [change.as_json() for change in changes]
+    return variant
+
+
 def build_plan(result: Any = None) -> dict[str, Any]:
     """The plan; `result` is the prod stack's RenderResult when already rendered."""
     from infra.render import render_stack
 
     result = result if result is not None else render_stack(STACK)
     variants = {name: lab_variant(*found) for name, found in rendered_containers(result).items()}
+    variants[NCCL_DIAGNOSIS] = nccl_diagnosis_variant(variants[NCCL_DIAGNOSIS_OF])
     return {
         "generated_by": "bench/tensor_parallel/prepare.py",
         "stack": STACK,
@@ -175,6 +253,7 @@ def build_plan(result: Any = None) -> dict[str, Any]:
         "lab_model_dir": LAB_MODEL_DIR,
         "lab_model_setup": LAB_MODEL_SETUP,
         "lab_safety_env": LAB_SAFETY_ENV,
+        "lab_diagnostic_env_tp": LAB_DIAGNOSTIC_ENV_TP,
         "workload": WORKLOAD,
         "variants": variants,
     }

@@ -396,6 +396,241 @@ def test_runner_budget_stops_the_server_and_keeps_what_was_measured(tmp_path: Pa
     assert _registered_groups(tmp_path) == []
 
 
+STAND_IN = """
+import argparse, os, signal, subprocess, sys, time
+
+cli = argparse.ArgumentParser()
+cli.add_argument("--fake-port", type=int, required=True)
+cli.add_argument("--behaviour", required=True)
+cli.add_argument("--gap-s", type=float, default=0.0)
+cli.add_argument("--pid-file", required=True)
+options, _ = cli.parse_known_args()
+stamp = "INFO 11-29 18:26:51 [x.py:1]"
+say = lambda text: print(f"(Worker_TP0 pid={os.getpid()}) {stamp} {text}", flush=True)
+say("Model loading took 7.16 GiB memory and 1.9 seconds")
+say("torch.compile took 21.47 s in total")
+if options.behaviour == "stall":  # a worker that never finishes its profiling run, and its child
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    open(options.pid_file, "w").write(str(child.pid))
+    time.sleep(300)
+elif options.behaviour == "post-capture-gap":  # KV cache, capture, then silence, then serving
+    open(options.pid_file, "w").write(str(os.getpid()))
+    say("Available KV cache memory: 110.18 GiB")
+    say("GPU KV cache size: 2,063,088 tokens")
+    say("Maximum concurrency for 8,192 tokens per request: 251.84x")
+    say("Graph capturing finished in 5 secs, took 0.54 GiB")
+    time.sleep(options.gap_s)
+    sys.argv = [sys.argv[0], "--fake-port", str(options.fake_port), "--startup-s", "0"]
+    from bench.serving.fake_server import main
+    main()
+elif options.behaviour == "exit-ignoring-term":  # the start fails; a child outlives SIGTERM
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time\\n"
+            "signal.signal(signal.SIGTERM, lambda *_: print('child: SIGTERM ignored', flush=True))\\n"
+            "time.sleep(300)",
+        ]
+    )
+    open(options.pid_file, "w").write(str(child.pid))
+    time.sleep(1)
+    print("RuntimeError: stand-in start failure", flush=True)
+    sys.exit(1)
+"""
+
+
+def _stand_in_cli(
+    tmp_path: Path, behaviour: str, *args: str, gap_s: float = 0.0, py_spy: str | None = None
+) -> tuple[int, str, dict[str, Any], int]:
+    """run.py --fake-server --only tp2 against STAND_IN; (exit code, output, tp.json, the pid it wrote)."""
+    (tmp_path / "stand_in_tp.py").write_text(STAND_IN)
+    plan = json.loads(prepare.PLAN_FILE.read_text())
+    pid_file = tmp_path / "stand-in.pid"
+    plan["variants"]["tp2"]["serve_args"] += [
+        "--behaviour",
+        behaviour,
+        "--gap-s",
+        str(gap_s),
+        "--pid-file",
+        str(pid_file),
+    ]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    env = dict(
+        os.environ,
+        TP_WORK_DIR=str(tmp_path / "work"),
+        BENCH_WORK_DIR=str(tmp_path / "bench-work"),
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO_ROOT}",
+        TP_FAKE_SERVER="stand_in_tp",
+        TP_PY_SPY=py_spy or str(tmp_path / "no-py-spy-here"),
+    )
+    command = [sys.executable, "-m", "bench.tensor_parallel.run", "--fake-server", "--only", "tp2"]
+    command += ["--out", str(tmp_path / "out"), "--plan", str(plan_file), *args]
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = json.loads((tmp_path / "out" / run.RESULT_FILE).read_text())
+    pid = int(pid_file.read_text()) if pid_file.exists() else -1
+    return done.returncode, done.stdout + done.stderr, result, pid
+
+
+def _alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def test_stall_after_compile_is_declared_with_py_spy_dumps_of_every_process(tmp_path: Path) -> None:
+    fake_py_spy = tmp_path / "py-spy"
+    fake_py_spy.write_text('#!/bin/sh\necho "Thread 1 (idle): MainThread (fake py-spy $*)"\n')
+    fake_py_spy.chmod(0o755)
+    code, output, result, child = _stand_in_cli(
+        tmp_path, "stall", "--budget-s", "90", "--stall-limit-s", "2", py_spy=str(fake_py_spy)
+    )
+    assert code == 1, output
+    record = result["runs"]["tp2"]
+    assert record["status"] == "stalled", record
+    assert record["error"].startswith("StallError: tp2: stalled: no KV-cache size")
+    assert "after torch_compile_s" in record["error"] and "tp-tp2-stall.txt" in record["error"]
+    stall = record["stall"]
+    assert stall["after_milestone"] == "torch_compile_s" and stall["limit_s"] == 2
+    assert 2 <= stall["waited_s"] < 10
+    assert stall["milestone_at_s"] == record["milestones_s"]["torch_compile_s"]
+    assert "kv_cache_tokens" not in record["milestones_s"]
+    assert stall["dump_file"] == "tp-tp2-stall.txt"
+    assert stall["py_spy"] == "found" and stall["py_spy_path"] == str(fake_py_spy)
+    pids = {p["pid"] for p in stall["processes"]}
+    assert child in pids and len(pids) == 2  # the stand-in and its child: the whole process group
+    assert stall["py_spy_dumps"] == {str(pid): "ok" for pid in pids}
+    dump = (tmp_path / "out" / "tp-tp2-stall.txt").read_text()
+    for pid in pids:
+        assert f"(fake py-spy dump --pid {pid})" in dump
+    assert "$ df -h /dev/shm" in dump and "nvidia-smi" in dump
+    assert "torch.compile took 21.47 s in total" in dump  # the log tail
+    # Declared long before the 60 s health timeout of the stand-in mode; the group was stopped.
+    assert record["steps"][-1]["at_s"] < 30
+    log = (tmp_path / "out" / "tp-tp2-log.txt").read_text()
+    assert "torch.compile took" in log
+    assert not _alive(child) and _registered_groups(tmp_path) == []
+
+
+def test_stall_record_says_when_py_spy_is_absent(tmp_path: Path) -> None:
+    code, output, result, _ = _stand_in_cli(tmp_path, "stall", "--budget-s", "90", "--stall-limit-s", "1")
+    assert code == 1, output
+    stall = result["runs"]["tp2"]["stall"]
+    assert stall["py_spy"] == "absent" and stall["py_spy_dumps"] == {}
+    assert stall["py_spy_path"] == f"not found in {tmp_path / 'no-py-spy-here'}"
+    assert "py-spy: absent" in (tmp_path / "out" / stall["dump_file"]).read_text()
+    assert "(py-spy absent)" in result["runs"]["tp2"]["error"]
+
+
+def test_silent_gap_after_graph_capture_is_not_a_stall(tmp_path: Path) -> None:
+    # KV cache logged, then 4 s of silence (vLLM 0.26's kernel warm-up) with a 1 s stall limit.
+    code, output, result, _ = _stand_in_cli(
+        tmp_path, "post-capture-gap", "--budget-s", "90", "--stall-limit-s", "1", gap_s=4
+    )
+    assert code == 0, output
+    record = result["runs"]["tp2"]
+    assert record["status"] == "completed" and "stall" not in record
+    assert record["time_to_health_s"] > 4
+    assert record["milestones_s"]["graph_capture_s"] <= record["time_to_health_s"] - 3
+    assert record["kv_cache"]["kv_cache_tokens"] == 2_063_088
+
+
+def test_failed_start_keeps_its_log_and_the_health_wait_leaves_room_for_the_stop(tmp_path: Path) -> None:
+    # No stall check: the start never gets healthy; the wait must end before the budget does.
+    budget = run.STOP_RESERVE_S + 12
+    code, output, result, child = _stand_in_cli(
+        tmp_path, "stall", "--budget-s", str(budget), "--stall-limit-s", "0"
+    )
+    assert code == 1, output
+    assert result["status"] == "failed"  # not "stopped: budget": the stop and the save fitted
+    record = result["runs"]["tp2"]
+    assert record["status"] == "failed" and "no health within" in record["error"]
+    assert record["milestones_s"]["torch_compile_s"] > 0 and "stall" not in record
+    assert record["steps"][-1]["step"].startswith("stopped tp2")
+    assert "torch.compile took" in (tmp_path / "out" / "tp-tp2-log.txt").read_text()
+    assert not _alive(child) and _registered_groups(tmp_path) == []
+
+
+def test_budget_running_out_during_the_stop_still_saves_the_log_and_kills_the_group(tmp_path: Path) -> None:
+    # The start fails at once; a child ignores SIGTERM, so the 30 s stop outlasts the 8 s budget.
+    code, output, result, child = _stand_in_cli(tmp_path, "exit-ignoring-term", "--budget-s", "8")
+    assert code == 124, output
+    assert result["status"].startswith("stopped: budget")
+    record = result["runs"]["tp2"]
+    assert record["status"] == "failed" and "exited with code 1" in record["error"]
+    log = (tmp_path / "out" / "tp-tp2-log.txt").read_text()
+    assert "RuntimeError: stand-in start failure" in log
+    assert "child: SIGTERM ignored" in log  # saved again after the stop that finish() completed
+    assert not _alive(child) and _registered_groups(tmp_path) == []
+
+
+def test_stop_saves_the_log_before_stopping_and_keeps_an_interrupted_server(tmp_path: Path) -> None:
+    plan = json.loads(prepare.PLAN_FILE.read_text())
+    runner = run.Runner(
+        plan,
+        tmp_path,
+        60,
+        run.Mode("fake", sys.executable),
+        gpu=0,
+        keep_compile_cache=False,
+        vllm_debug=False,
+    )
+    log_path = tmp_path / "server.log"
+    log_path.write_text("line before the stop\n")
+    saved = tmp_path / "tp-tp2-log.txt"
+
+    class Server:
+        name, command = "tp2", ["vllm", "serve"]
+        calls: list[float] = []
+
+        def __init__(self) -> None:
+            self.log_path = log_path
+
+        def stop(self, grace_s: float) -> float:
+            self.calls.append(grace_s)
+            assert saved.read_text() == f"$ vllm serve\n{log_path.read_text()}"  # saved before the stop
+            if len(self.calls) == 1:
+                log_path.write_text("line before the stop\nline of the shutdown\n")
+                raise run.BudgetExhaustedError("budget of 60 s exhausted")
+            return 1.0
+
+    server = Server()
+    runner.server = server  # type: ignore[assignment]
+    with pytest.raises(run.BudgetExhaustedError):
+        runner.stop_server()
+    assert runner.server is server  # finish() stops it again
+    assert saved.read_text().endswith("line of the shutdown\n")  # and saved after the cut stop
+    runner.finish("stopped: budget of 60 s exhausted")
+    assert server.calls == [run.STOP_GRACE_S, run.FINISH_GRACE_S] and runner.server is None
+
+
+def test_stall_check_fires_only_between_compile_end_and_the_kv_cache_size() -> None:
+    limit = run.STALL_LIMIT_S["gpu"]
+    compiled = {"model_load_s": 102.7, "torch_compile_s": 130.7}
+    assert run.stalled_after(compiled, 130.7 + limit - 1, limit, "torch_compile_s") is None
+    assert run.stalled_after(compiled, 130.7 + limit + 5, limit, "torch_compile_s") == (130.7, limit + 5)
+    # After the KV-cache size: capture, then 100-130 s of silence (warm-up) is never a stall.
+    ready = {**compiled, "kv_cache_tokens": 133.7, "graph_capture_s": 140.0}
+    assert run.stalled_after(ready, 140.0 + 3 * limit, limit, "torch_compile_s") is None
+    # Before compile has ended (loading, compiling) the health timeout alone applies.
+    assert run.stalled_after({"model_load_s": 102.7}, 102.7 + 3 * limit, limit, "torch_compile_s") is None
+    assert run.stalled_after(compiled, 1e6, 0, "torch_compile_s") is None  # --stall-limit-s 0: off
+    # With compilation off the model load is the milestone the KV-cache size must follow.
+    assert run.stall_anchor(["/m", "--enforce-eager"]) == "model_load_s"
+    assert run.stall_anchor(["/m", "-O", "0"]) == run.stall_anchor(["/m", "-O0"]) == "model_load_s"
+    plan = json.loads(prepare.PLAN_FILE.read_text())
+    assert {run.stall_anchor(v["serve_args"]) for v in plan["variants"].values()} == {"torch_compile_s"}
+    assert run.stalled_after({"model_load_s": 10.0}, 10.0 + limit + 1, limit, "model_load_s") == (
+        10.0,
+        limit + 1,
+    )
+    # The default is far above TP=1's 3 s from compile end to KV-cache size and below the health timeout.
+    assert 3 * 10 < limit < run.HEALTH_TIMEOUT_S["gpu"] / 2
+
+
 def test_runner_refuses_tp2_on_the_cpu_build_and_says_where_to_run_it(tmp_path: Path) -> None:
     plan = json.loads(prepare.PLAN_FILE.read_text())
     runner = run.Runner(

@@ -5,6 +5,7 @@ bench/capacity/mkshape.py), one variant per command:
 
     python3 -m bench.tensor_parallel.run --only tp2 --out "$OUT" --budget-s 480
     python3 -m bench.tensor_parallel.run --only tp1 --gpu 1 --out "$OUT" --budget-s 420
+    python3 -m bench.tensor_parallel.run --only tp2-nccl --out "$OUT" --budget-s 480  # lab diagnosis
 
 Rehearsals without a GPU (the same steps):
 
@@ -17,8 +18,18 @@ a new pod; NVLink multicast off); time to /health; vLLM's KV-cache lines, per pr
 worker logs its own weights and KV memory); a small warm-up; the load run (C = 64, 512 prompt and
 256 forced output tokens, 128 requests) with GPU memory and utilisation sampled per GPU; stop.
 `$OUT/tp.json` is rewritten after every step, so a timeout keeps what was measured; the server log
-goes to `$OUT/tp-<variant>-log.txt`. Every server runs in its own process group, stopped on every
-exit (SIGTERM from `timeout`, the budget alarm, an error); `--budget-s` is a hard limit.
+goes to `$OUT/tp-<variant>-log.txt`, as soon as a start fails (before the stop) and again after the
+stop. Every server runs in its own process group, stopped on every exit (SIGTERM from `timeout`, the
+budget alarm, an error); `--budget-s` is a hard limit, and the wait for /health ends early enough to
+leave time for the stop and the log.
+
+Stall detection: a start that logged the end of torch.compile (or the model load, with compilation
+off) but not the KV-cache size within `--stall-limit-s` is declared stalled (StallError) instead of
+waiting for the whole health timeout. Before it is stopped, `py-spy dump` of every process of its
+process group (TP_PY_SPY, /tmp/gpubin/py-spy or py-spy on PATH), `nvidia-smi`, `df -h /dev/shm` and
+the log tail go to `$OUT/tp-<variant>-stall.txt`, with a summary under the run's `stall` in tp.json.
+The silent 100-130 s after CUDA-graph capture (kernel warm-up) comes after the KV-cache size and is
+never a stall.
 """
 
 from __future__ import annotations
@@ -67,6 +78,34 @@ HEALTH_TIMEOUT_S = {"gpu": 540.0, "cpu": 900.0, "fake": 60.0}
 """Cold start to /health: about 3 minutes on the lab H200 with torch.compile (shared/gpu/README.md);
 the CPU build on two cores takes several minutes for the tiny model."""
 
+STOP_GRACE_S = 30.0
+"""SIGTERM to SIGKILL when a server is stopped normally (vLLM shuts its workers down in seconds)."""
+STOP_RESERVE_S = 45.0
+"""Budget the health wait leaves unused: the stop's grace, its SIGKILL and reaping, and saving the log
+and tp.json. On 2026-11-29 the wait took the budget minus 20 s, the 30 s stop ran past the budget,
+and the server log was never written."""
+FINISH_GRACE_S = 5.0
+"""The stop's grace once the budget is spent or a signal came (`timeout -k` kills 40-55 s later)."""
+
+STALL_LIMIT_S = {"gpu": 150.0, "cpu": 600.0, "fake": 20.0}
+"""The most a start may take from the end of torch.compile (the model load with compilation off) to
+vLLM's `GPU KV cache size` line: the memory-profiling forward pass, the first with all-reduces (plus
+NCCL's and the custom all-reduce's first-use setup, seconds), and the KV-cache allocation. TP=1 of
+the same model on the lab H200 took 3 s (2026-11-29); 150 s is 50 times that. A stalled TP=2 start
+(compile ends at 116-131 s there) is then declared at about 270-280 s instead of at the health
+timeout. The CPU build profiles on two cores. The silent 100-130 s after CUDA-graph capture (kernel
+warm-up) come after the KV-cache line and are never a stall. `--stall-limit-s` overrides it (0: off)."""
+
+STALL_EVIDENCE_S = 75.0
+"""The most the stall evidence may take: py-spy dumps (about 1 s each, a few seconds with native
+frames) of the 4-6 vLLM processes of a TP=2 server and its compile workers, nvidia-smi, df."""
+PY_SPY_TIMEOUT_S = 20.0
+PY_SPY_PATHS = ("/tmp/gpubin/py-spy",)
+"""Where bench/lab_session.sh's `stage tools` puts py-spy; then PATH. TP_PY_SPY names another."""
+
+FAKE_SERVER_MODULE = os.environ.get("TP_FAKE_SERVER", "bench.serving.fake_server")
+"""The stand-in server of --fake-server (tests name their own, e.g. one that stalls)."""
+
 MIN_START_S = {"gpu": 120.0, "cpu": 60.0, "fake": 2.0}
 """A variant is not started with less budget left: a cold start alone takes longer on the GPU."""
 
@@ -100,6 +139,117 @@ class InterruptedRunError(BaseException):
 
 class RunError(RuntimeError):
     """A variant cannot run here; the message says why and what to do."""
+
+
+class StallError(RuntimeError):
+    """The start logged `after` (torch.compile's end or the model load) and then no KV-cache size."""
+
+    def __init__(self, name: str, after: str, at_s: float, waited_s: float, limit_s: float) -> None:
+        self.after, self.at_s, self.waited_s, self.limit_s = after, at_s, waited_s, limit_s
+        self.detail = ""
+        super().__init__(
+            f"{name}: stalled: no KV-cache size {waited_s:.0f} s after {after} (logged at {at_s:.0f} s; "
+            f"limit {limit_s:.0f} s): stuck in the memory-profiling forward pass (the first with "
+            "all-reduces) or the KV-cache allocation"
+        )
+
+    def __str__(self) -> str:
+        return super().__str__() + self.detail
+
+
+KV_MILESTONE = "kv_cache_tokens"
+"""vLLM's `GPU KV cache size` line: the memory profile is done and the KV cache allocated."""
+
+
+def compile_enabled(serve_args: list[str]) -> bool:
+    """Whether vLLM compiles the model (and logs `torch.compile took`): not with --enforce-eager or -O0."""
+    for index, token in enumerate(serve_args):
+        if token in ("--enforce-eager", "-O0", "--optimization-level=0", "-O=0"):
+            return False
+        if token in ("-O", "--optimization-level") and serve_args[index + 1 : index + 2] == ["0"]:
+            return False
+    return True
+
+
+def stall_anchor(serve_args: list[str]) -> str:
+    """The milestone after which the KV-cache size must follow within the stall limit."""
+    return "torch_compile_s" if compile_enabled(serve_args) else "model_load_s"
+
+
+def stalled_after(
+    milestones_s: dict[str, float], elapsed_s: float, limit_s: float, anchor: str
+) -> tuple[float, float] | None:
+    """(anchor's time, seconds since) when the start is stalled: the anchor logged, no KV-cache size
+    within `limit_s`. None otherwise, and always once the KV-cache size is logged (the silent gap after
+    CUDA-graph capture comes later)."""
+    if limit_s <= 0 or KV_MILESTONE in milestones_s or anchor not in milestones_s:
+        return None
+    waited = elapsed_s - milestones_s[anchor]
+    return (milestones_s[anchor], waited) if waited > limit_s else None
+
+
+class WatchedServer(VllmServer):
+    """bench/serving's server whose health wait also ends at a stall. VllmServer.wait() reads the new
+    log lines and then polls healthy() every half second, so the stall check runs there."""
+
+    def __init__(self, *args: Any, stall_limit_s: float, anchor: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stall_limit_s = stall_limit_s
+        self.anchor = anchor
+
+    def healthy(self) -> bool:
+        if super().healthy():
+            return True
+        record = self.start_record
+        if record is not None:
+            found = stalled_after(
+                record.milestones_s, time.time() - record.launched_at, self.stall_limit_s, self.anchor
+            )
+            if found is not None:
+                record.error = f"stalled after {self.anchor}"
+                raise StallError(self.name, self.anchor, found[0], round(found[1], 1), self.stall_limit_s)
+        return False
+
+
+def group_processes(pgid: int) -> list[dict[str, Any]]:
+    """The live processes of a process group (pid, state, command line), from /proc."""
+    found = []
+    for stat in sorted(Path("/proc").glob("[0-9]*/stat"), key=lambda path: int(path.parent.name)):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid or fields[0] in ("Z", "X"):
+                continue
+            raw = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        command = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+        found.append({"pid": int(stat.parent.name), "state": fields[0], "command": command[:300]})
+    # The TP workers first (where a stuck all-reduce shows), then the engine core, then the rest.
+    return sorted(
+        found, key=lambda p: 0 if "Worker" in p["command"] else 1 if "EngineCore" in p["command"] else 2
+    )
+
+
+def find_py_spy() -> str | None:
+    named = os.environ.get("TP_PY_SPY")
+    if named:
+        return named if os.access(named, os.X_OK) else None
+    for path in PY_SPY_PATHS:
+        if os.access(path, os.X_OK):
+            return path
+    return shutil.which("py-spy")
+
+
+def _command_output(command: list[str], timeout_s: float) -> str:
+    if shutil.which(command[0]) is None and not os.access(command[0], os.X_OK):
+        return f"$ {' '.join(command)}\n({command[0]} not found)\n"
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=max(1.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        return f"$ {' '.join(command)}\n(no answer within {timeout_s:.0f} s)\n"
+    except OSError as error:
+        return f"$ {' '.join(command)}\n({error})\n"
+    return f"$ {' '.join(command)}  # exit {done.returncode}\n{done.stdout}{done.stderr}\n"
 
 
 def process_facts(log_text: str) -> dict[str, dict[str, Any]]:
@@ -247,6 +397,7 @@ class Runner:
         gpu: int,
         keep_compile_cache: bool,
         vllm_debug: bool,
+        stall_limit_s: float | None = None,
     ) -> None:
         self.plan = plan
         self.out_dir = out_dir
@@ -255,6 +406,7 @@ class Runner:
         self.gpu = gpu
         self.keep_compile_cache = keep_compile_cache
         self.vllm_debug = vllm_debug
+        self.stall_limit_s = STALL_LIMIT_S[mode.name] if stall_limit_s is None else stall_limit_s
         self.began = time.monotonic()
         self.server: VllmServer | None = None
         self.result: dict[str, Any] = {
@@ -291,23 +443,98 @@ class Runner:
         self.say(description)
         self.save()
 
-    def stop_server(self, record: dict[str, Any] | None = None) -> None:
-        server, self.server = self.server, None
+    def stop_server(self, record: dict[str, Any] | None = None, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop the server; its log is saved before the stop (a stop cut short by the budget or a
+        signal keeps it) and again after it (the shutdown's own lines). The server stays registered
+        until it is stopped, so finish() stops one whose stop was interrupted."""
+        server = self.server
         if server is None:
             return
-        took = server.stop(grace_s=30)
         self.save_log(server)
+        try:
+            took = server.stop(grace_s=grace_s)
+        finally:
+            self.save_log(server)
+        self.server = None
         if record is not None:
             record["stop_s"] = took
             self.step(record, f"stopped {server.name} in {took} s")
 
-    def save_log(self, server: VllmServer) -> None:
+    def save_log(self, server: VllmServer) -> Path | None:
         if not server.log_path.exists():
-            return
+            return None
         text = server.log_path.read_text(errors="replace")
         if len(text) > LOG_BYTES:
             text = text[: LOG_BYTES // 2] + "\n[... cut ...]\n" + text[-LOG_BYTES // 2 :]
-        (self.out_dir / f"tp-{server.name}-log.txt").write_text(f"$ {' '.join(server.command)}\n{text}")
+        path = self.out_dir / f"tp-{server.name}-log.txt"
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(f"$ {' '.join(server.command)}\n{text}")
+        temporary.replace(path)
+        return path
+
+    def stall_evidence(self, server: VllmServer, stall: StallError) -> dict[str, Any]:
+        """py-spy dumps of the stalled server's processes, nvidia-smi, df -h /dev/shm and the log tail
+        into `$OUT/tp-<variant>-stall.txt`, before it is stopped; returns the summary for tp.json."""
+        began = time.monotonic()
+        cap = min(STALL_EVIDENCE_S, max(5.0, self.remaining() - STOP_RESERVE_S))
+
+        def left() -> float:
+            return cap - (time.monotonic() - began)
+
+        assert server.process is not None
+        processes = group_processes(server.process.pid)
+        py_spy = find_py_spy()
+        looked = os.environ.get("TP_PY_SPY") or f"{', '.join(PY_SPY_PATHS)}, PATH"
+        dump_file = self.out_dir / f"tp-{server.name}-stall.txt"
+        summary: dict[str, Any] = {
+            "after_milestone": stall.after,
+            "milestone_at_s": stall.at_s,
+            "waited_s": stall.waited_s,
+            "limit_s": stall.limit_s,
+            "dump_file": dump_file.name,
+            "py_spy": "found" if py_spy else "absent",
+            "py_spy_path": py_spy or f"not found in {looked}",
+            "processes": [
+                {k: p[k] for k in ("pid", "state")} | {"command": p["command"][:80]} for p in processes
+            ],
+        }
+        parts = [
+            f"{stall}\n",
+            f"process group {server.process.pid}:\n"
+            + "".join(f"  {p['pid']:>8} {p['state']} {p['command']}\n" for p in processes),
+        ]
+        if py_spy is None:
+            parts.append(f"py-spy: absent (looked in {looked}); no stack dumps\n")
+        dumps: dict[str, str] = {}
+        native: list[int] = []
+        if py_spy is not None:
+            for process in processes:
+                if left() < 2:
+                    dumps[str(process["pid"])] = "skipped: evidence time cap"
+                    continue
+                output = _command_output(
+                    [py_spy, "dump", "--pid", str(process["pid"])], min(PY_SPY_TIMEOUT_S, left())
+                )
+                dumps[str(process["pid"])] = "ok" if "# exit 0" in output.splitlines()[0] else "failed"
+                parts.append(output)
+            # Native frames (the CUDA call a worker waits in) only for the TP workers and only with
+            # time to spare: unwinding native stacks takes seconds per process.
+            for process in processes:
+                if "Worker" in process["command"] and left() > PY_SPY_TIMEOUT_S:
+                    parts.append(
+                        _command_output(
+                            [py_spy, "dump", "--native", "--pid", str(process["pid"])], PY_SPY_TIMEOUT_S
+                        )
+                    )
+                    native.append(process["pid"])
+        summary["py_spy_dumps"] = dumps
+        summary["native_dumps"] = native
+        parts.append(_command_output(["nvidia-smi"], min(20.0, max(1.0, left()))))
+        parts.append(_command_output(["df", "-h", "/dev/shm"], 10.0))
+        parts.append("log tail:\n" + server.log_tail(60) + "\n")
+        dump_file.write_text("\n".join(parts))
+        summary["collect_s"] = round(time.monotonic() - began, 1)
+        return summary
 
     # --- one variant ------------------------------------------------------------------------------
 
@@ -380,7 +607,7 @@ class Runner:
                 command = [
                     self.mode.python,
                     "-m",
-                    "bench.serving.fake_server",
+                    FAKE_SERVER_MODULE,
                     "--fake-port",
                     str(port),
                     *args,
@@ -399,6 +626,8 @@ class Runner:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in gpus)
         else:
             env["PYTHONPATH"] = str(REPO_ROOT)
+            if self.mode.name == "fake" and os.environ.get("PYTHONPATH"):  # where TP_FAKE_SERVER lives
+                env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
             if self.mode.name == "cpu":
                 env.update(CPU_ENV)
         if self.vllm_debug:
@@ -434,14 +663,39 @@ class Runner:
             for key in (*RUNNER_ENV, "CUDA_VISIBLE_DEVICES", *self.plan["lab_safety_env"])
             if key in env
         }
-        server = VllmServer(name, command, env, WORK_DIR / "logs" / f"{name}.log", port=port)
+        anchor = stall_anchor(variant["serve_args"])
+        server = WatchedServer(
+            name,
+            command,
+            env,
+            WORK_DIR / "logs" / f"{name}.log",
+            port=port,
+            stall_limit_s=self.stall_limit_s,
+            anchor=anchor,
+        )
         self.server = server
         server.start()
         record["command"] = command
+        record["stall_check"] = {"after_milestone": anchor, "limit_s": self.stall_limit_s}
         self.step(record, f"{name}: started {' '.join(command)}")
-        timeout = min(HEALTH_TIMEOUT_S[self.mode.name], max(10.0, self.remaining() - 20))
+        # Leave the stop and the log their time: the wait is what runs into the budget.
+        timeout = min(HEALTH_TIMEOUT_S[self.mode.name], max(10.0, self.remaining() - STOP_RESERVE_S))
         with PerGpuSampler(gpus) as sampler:
-            start = server.wait(until="health", timeout_s=timeout, on_progress=self.say)
+            try:
+                start = server.wait(until="health", timeout_s=timeout, on_progress=self.say)
+            except StallError as stall:
+                record["milestones_s"] = dict(server.start_record.milestones_s) if server.start_record else {}
+                self.save_log(server)
+                self.step(record, f"{stall}; collecting evidence before the stop")
+                record["stall"] = self.stall_evidence(server, stall)
+                stall.detail = (
+                    f"; evidence in {record['stall']['dump_file']} (py-spy {record['stall']['py_spy']})"
+                    f"\n{server.log_tail(15)}"
+                )
+                raise
+            except ServerFailedError:
+                record["milestones_s"] = dict(server.start_record.milestones_s) if server.start_record else {}
+                raise
             record["time_to_health_s"] = start.ready_s
             record["milestones_s"] = start.milestones_s
             record["kv_cache_log_lines"] = start.facts.get("kv_cache_log_lines", [])
@@ -532,10 +786,11 @@ class Runner:
                 self.run_variant(name)
             except Exception as error:  # report it, stop the server, keep the data so far, go on
                 record = self.result["runs"].setdefault(name, {})
-                record["status"] = "failed"
+                record["status"] = "stalled" if isinstance(error, StallError) else "failed"
                 record["error"] = f"{type(error).__name__}: {error}"[:4000]
-                self.say(f"{name} failed: {record['error'][:600]}")
-                self.stop_server(record)
+                self.save()
+                self.say(f"{name} {record['status']}: {record['error'][:600]}")
+                self.stop_server(record)  # saves the log first
                 self.save()
         return all(self.result["runs"].get(name, {}).get("status") == "completed" for name in variants)
 
@@ -543,7 +798,7 @@ class Runner:
         for record in self.result["runs"].values():
             if record.get("status") == "running":
                 record["status"] = status
-        self.stop_server()
+        self.stop_server(grace_s=FINISH_GRACE_S)
         self.result["status"] = status
         self.save()
         self.say(
@@ -556,13 +811,22 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument(
         "--only",
         action="append",
-        choices=["tp2", "tp1"],
-        help="run only this variant (repeatable; default tp2 then tp1)",
+        choices=["tp2", "tp1", "tp2-nccl"],
+        help="run only this variant (repeatable; default tp2 then tp1; tp2-nccl, the lab diagnosis "
+        "with NCCL all-reduce only, runs only when named)",
     )
     cli.add_argument("--gpu", type=int, default=0, help="the GPU of the tp1 run (tp2 uses GPUs 0 and 1)")
     cli.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", WORK_DIR / "out")))
     cli.add_argument("--budget-s", type=float, default=480, help="hard limit for the whole command")
     cli.add_argument("--plan", type=Path, default=PLAN_FILE)
+    cli.add_argument(
+        "--stall-limit-s",
+        type=float,
+        default=None,
+        help="declare a start stalled when the KV-cache size is not logged this long after torch.compile "
+        f"ended (model load with compilation off); default {STALL_LIMIT_S['gpu']:.0f} s on the GPU, "
+        "0 turns the check off",
+    )
     cli.add_argument(
         "--keep-compile-cache",
         action="store_true",
@@ -591,6 +855,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu=args.gpu,
         keep_compile_cache=args.keep_compile_cache,
         vllm_debug=args.vllm_debug,
+        stall_limit_s=args.stall_limit_s,
     )
 
     def on_alarm(_signum: int, _frame: Any) -> None:

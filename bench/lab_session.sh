@@ -5,12 +5,17 @@
 #
 # From the repository root on the GPU host (device tool `run`), one step per call:
 #   bash bench/lab_session.sh stage NN   # carry .gpu/pNN: copies the part into /tmp/parts
+#   bash bench/lab_session.sh stage tools  # carry .gpu/tools: py-spy into /tmp/gpubin (stall dumps)
 #   bash bench/lab_session.sh install    # carry .gpu/p06 + .gpu/bin: install + model dirs
 #   bash bench/lab_session.sh A          # lane 0: serving `defaults` (levels 64 and 256 first);
 #                                        # lane 1: Transformers baseline (every batch that fits)
 #   bash bench/lab_session.sh B          # lane 0: serving `warmstart` (cold, then warm, with the
 #                                        # JIT caches in the shared cache); lane 1: tensor_parallel tp1
-#   bash bench/lab_session.sh C          # tensor_parallel tp2 on both GPUs
+#   bash bench/lab_session.sh C          # tensor_parallel tp2 (the stack's arguments) on both GPUs;
+#                                        # if it fails or stalls and >= TP2_NCCL_MIN_S (250 s) of
+#                                        # TP2_BUDGET_S (480 s) are left, tp2-nccl after it
+#   bash bench/lab_session.sh D          # tensor_parallel tp2-nccl alone (TP2_NCCL_BUDGET_S, 480 s):
+#                                        # the lab diagnosis, NCCL all-reduce only
 # Each lane stops starting work after LANE_BUDGET_S (430 s) and is killed 40-55 s later: a step
 # ends within 8.5 minutes. On a one-GPU host the lanes run one after the other (LAB_LANES=serial),
 # which does not fit one call: run one lane per call there with LAB_LANE=0 or 1 (NEXT_GPU_SESSION.md).
@@ -24,7 +29,7 @@
 set -u
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 2
-step=${1:?usage: lab_session.sh stage NN | install | A | B | C}
+step=${1:?usage: lab_session.sh stage NN|tools | install | A | B | C | D}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 # Never NVLink multicast on shared lab hosts (the device tool's KINDS.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -36,7 +41,13 @@ say() { echo "$(date +%T) lab: $*"; }
 
 case "$step" in
   stage)
-    part=${2:?part number}
+    part=${2:?part number or tools}
+    if [ "$part" = tools ]; then  # py-spy (static binary) for run.py's stall dumps
+      mkdir -p /tmp/gpubin && cp .gpu/tools/* /tmp/gpubin/ || exit 1
+      for tool in .gpu/tools/*; do chmod +x "/tmp/gpubin/$(basename "$tool")"; done
+      /tmp/gpubin/py-spy --version
+      exit $?
+    fi
     mkdir -p /tmp/parts && cp .gpu/p"$part"/part* /tmp/parts/ && ls -l /tmp/parts
     exit $? ;;
   install)
@@ -48,7 +59,7 @@ case "$step" in
     nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv
     python3 -c "import torch; print('cuda devices', torch.cuda.device_count(), torch.__version__)"
     exit 0 ;;
-  A|B|C) ;;
+  A|B|C|D) ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
 
@@ -125,6 +136,29 @@ tensor_parallel() {  # tensor_parallel BUDGET_S ARGS...: bench/tensor_parallel/r
   timeout -k 15 $((budget + 40)) python3 -m bench.tensor_parallel.run "$@" --out "$OUT" --budget-s "$budget"
 }
 
+tp2_then_nccl() {  # step C: tp2 as the stack renders it; tp2-nccl after it if tp2 did not complete
+  local budget=${TP2_BUDGET_S:-480} began=$SECONDS left
+  solo tp2 tensor_parallel "$budget" --only tp2
+  left=$((budget - (SECONDS - began)))
+  if python3 - "$lab/tp2/out/tp.json" <<'EOF'
+import json, sys
+try:
+    status = json.load(open(sys.argv[1]))["runs"]["tp2"]["status"]
+except (OSError, ValueError, KeyError):
+    status = "no result"
+print(f"tp2: {status}")
+sys.exit(0 if status == "completed" else 1)
+EOF
+  then
+    say "tp2 completed: no tp2-nccl in step C"
+  elif [ "$left" -ge "${TP2_NCCL_MIN_S:-250}" ]; then  # a TP=2 start to /health takes ~250 s
+    say "tp2 did not complete; tp2-nccl with the $left s left"
+    solo tp2-nccl tensor_parallel "$left" --only tp2-nccl
+  else
+    say "tp2 did not complete; $left s left (< ${TP2_NCCL_MIN_S:-250}): tp2-nccl waits for step D"
+  fi
+}
+
 second_gpu=$([ "$mode" = parallel ] && echo 1 || echo 0)
 beside() { if [ "$mode" = parallel ] && [ -z "${LAB_LANE:-}" ]; then echo "$1"; fi; }  # on the other GPU meanwhile
 say "step $step, $gpus GPU(s), lanes $mode, CPU halves: ${cpu_halves:-none}"
@@ -143,19 +177,24 @@ case "$step" in
       tensor_parallel "$lane_budget" --only tp1 --gpu "$second_gpu" & ;;
   C)
     if [ "$gpus" -lt 2 ]; then echo "step C needs two GPUs; this host has $gpus" >&2; exit 2; fi
-    solo tp2 tensor_parallel "${TP2_BUDGET_S:-480}" --only tp2 & ;;  # TP2_BUDGET_S: less when device time is short
+    tp2_then_nccl & ;;  # TP2_BUDGET_S: the whole step's; less when device time is short
+  D)
+    if [ "$gpus" -lt 2 ]; then echo "step D needs two GPUs; this host has $gpus" >&2; exit 2; fi
+    solo tp2-nccl tensor_parallel "${TP2_NCCL_BUDGET_S:-480}" --only tp2-nccl & ;;
 esac
 while [ -n "$(jobs -r)" ]; do
   sleep 20
-  say "running: $(for l in "$lab"/lane*/"$step".log "$lab"/tp2/"$step".log; do
+  say "running: $(for l in "$lab"/lane*/"$step".log "$lab"/tp2*/"$step".log; do
     [ -f "$l" ] && printf '%s: %s | ' "${l#$lab/}" "$(tail -n 1 "$l" | cut -c1-150)"; done)"
 done
 wait
 say "packing"
+# tensor_parallel's server logs are in <work>/bench-tp/logs (run.py's WORK_DIR), its tp.json,
+# tp-<variant>-log.txt and tp-<variant>-stall.txt in <dir>/out.
 tar czf "$out/$step.tar.gz" -C "$lab" --exclude='*/vllm-cache' --exclude='*/bin' \
   $(cd "$lab" && ls -d lane*/out lane*/"$step".log lane*/work/logs lane*/work/capacity-logs \
-    tp2/out tp2/"$step".log 2>/dev/null)
+    lane*/work/bench-tp/logs tp2*/out tp2*/"$step".log tp2*/work/bench-tp/logs 2>/dev/null)
 ls -l "$out"
-for l in "$lab"/lane*/"$step".log "$lab"/tp2/"$step".log; do
+for l in "$lab"/lane*/"$step".log "$lab"/tp2*/"$step".log; do
   if [ -f "$l" ]; then echo "== $l"; tail -n 25 "$l"; fi
 done

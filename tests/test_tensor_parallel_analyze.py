@@ -83,7 +83,7 @@ def test_the_report_shows_the_failure_briefly_beside_the_completed_start(raw: Pa
     markdown = analyze.render_markdown(results)
     section = markdown.split("## Starts that did not reach /health", 1)[1].split("\n## ", 1)[0]
     assert "| tp2-a.json | tp2 | attention_backend 93, model_load_s 94, torch_compile_s 116 |" in section
-    assert "(`Py_FinalizeEx` in its traceback)" in section
+    assert "(`Py_FinalizeEx` in its traceback)" in section and "before the runner stopped anything" in section
     tp1 = results["completed_milestones_s"]["tp1"]
     gap = tp1["kv_cache_tokens"] - tp1["torch_compile_s"]
     assert f"tp1 logged its KV-cache size {gap:.0f} s after torch.compile" in section
@@ -95,3 +95,42 @@ def test_no_failed_start_no_section(raw: Path) -> None:
     results = analyze.analyze(raw, prepare.PLAN_FILE)
     assert results["failed_starts"] == []
     assert "did not reach /health" not in analyze.render_markdown(results)
+
+
+def _completed_tp2_nccl(raw: Path, kv_cache_tokens: int) -> None:
+    """A completed tp2-nccl record: the lab's tp1 record reshaped as two workers' numbers."""
+    tp1 = json.loads((raw / "tp1.json").read_text())
+    record = json.loads(json.dumps(tp1["runs"]["tp1"]))
+    record["tensor_parallel_size"] = 2
+    record["kv_cache"]["kv_cache_tokens"] = kv_cache_tokens
+    record["command"] = json.loads(prepare.PLAN_FILE.read_text())["variants"]["tp2-nccl"]["serve_args"]
+    document = {**tp1, "started_at": "2026-11-30T10:00:00+0000", "runs": {"tp2-nccl": record}}
+    (raw / "tp2-nccl.json").write_text(json.dumps(document))
+
+
+def test_the_nccl_diagnosis_stands_in_for_tp2_only_when_the_stacks_tp2_did_not_start(raw: Path) -> None:
+    _completed_tp2_nccl(raw, 4_380_000)
+    results = analyze.analyze(raw, prepare.PLAN_FILE)
+    comparison = results["comparison"]
+    assert comparison["tp2_source"] == "tp2-nccl"
+    nccl = comparison["variants"]["tp2-nccl"]
+    assert nccl["predicted"] == comparison["variants"]["tp2"]["predicted"]
+    assert nccl["observed"]["kv_cache_tokens"] == 4_380_000
+    planned = nccl["predicted"]["kv_cache_tokens"]
+    assert nccl["difference_pct"]["kv_cache_tokens"] == round((4_380_000 - planned) / planned * 100, 2)
+    assert comparison["tp2_over_tp1"]["kv_cache_tokens_observed"] == pytest.approx(
+        4_380_000 / comparison["variants"]["tp1"]["observed"]["kv_cache_tokens"], abs=1e-3
+    )
+    assert "**The TP=2 columns are the lab diagnosis `tp2-nccl`**" in analyze.render_markdown(results)
+
+
+def test_the_stacks_own_tp2_wins_over_the_diagnosis_when_it_started(raw: Path) -> None:
+    _completed_tp2_nccl(raw, 4_380_000)
+    document = json.loads((raw / "tp2-nccl.json").read_text())
+    stack_tp2 = {**document["runs"]["tp2-nccl"], "kv_cache": {**document["runs"]["tp2-nccl"]["kv_cache"]}}
+    stack_tp2["kv_cache"]["kv_cache_tokens"] = 4_390_000
+    (raw / "tp2-b.json").write_text(json.dumps({**document, "runs": {"tp2": stack_tp2}}))
+    results = analyze.analyze(raw, prepare.PLAN_FILE)
+    assert results["comparison"]["tp2_source"] == "tp2"
+    assert results["comparison"]["variants"]["tp2"]["observed"]["kv_cache_tokens"] == 4_390_000
+    assert "lab diagnosis `tp2-nccl`**" not in analyze.render_markdown(results)

@@ -22,7 +22,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.tensor_parallel.prepare import LAB_GPU_GROUP, MODEL, PLAN_FILE, STACK, VARIANTS, _with_size
+from bench.tensor_parallel.prepare import (
+    LAB_GPU_GROUP,
+    MODEL,
+    NCCL_DIAGNOSIS,
+    PLAN_FILE,
+    STACK,
+    VARIANTS,
+    _with_size,
+)
 
 HERE = Path(__file__).resolve().parent
 RAW_DIR = HERE / "raw"
@@ -230,10 +238,14 @@ def compare(
     runs: dict[str, dict[str, Any]], predicted: dict[str, Any], plan: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     variants: dict[str, Any] = {}
-    for name in VARIANTS:
-        lab = predicted[name]["lab"]
+    # The lab diagnosis (tp2 with NCCL all-reduce) has tp2's prediction: the planner does not model
+    # vLLM's custom all-reduce buffers, and every other setting is the same.
+    names = [*VARIANTS, *([NCCL_DIAGNOSIS] if NCCL_DIAGNOSIS in runs else [])]
+    for name in names:
+        lab = predicted[name if name in VARIANTS else "tp2"]["lab"]
         record = runs.get(name)
-        entry: dict[str, Any] = {"predicted": lab, "predicted_own_group": predicted[name]["own_group"]}
+        own_group = predicted[name if name in VARIANTS else "tp2"]["own_group"]
+        entry: dict[str, Any] = {"predicted": lab, "predicted_own_group": own_group}
         if record is None:
             entry["observed"] = None
             variants[name] = entry
@@ -257,7 +269,11 @@ def compare(
             serve_args = plan["variants"][name]["serve_args"]
             entry["measured_current_plan"] = record["command"][-len(serve_args) :] == serve_args
         variants[name] = entry
-    tp2, tp1 = variants["tp2"], variants["tp1"]
+    # TP=2 is the stack's own arguments when they started; the NCCL diagnosis stands in only when not.
+    tp2_source = "tp2"
+    if not _completed(variants["tp2"]) and _completed(variants.get(NCCL_DIAGNOSIS) or {}):
+        tp2_source = NCCL_DIAGNOSIS
+    tp2, tp1 = variants[tp2_source], variants["tp1"]
     observed_tp2, observed_tp1 = tp2.get("observed") or {}, tp1.get("observed") or {}
     load2, load1 = observed_tp2.get("load") or {}, observed_tp1.get("load") or {}
     ratios = {
@@ -273,7 +289,11 @@ def compare(
             (load2.get("tpot_ms") or {}).get("mean"), (load1.get("tpot_ms") or {}).get("mean")
         ),
     }
-    return {"variants": variants, "tp2_over_tp1": ratios}
+    return {"variants": variants, "tp2_source": tp2_source, "tp2_over_tp1": ratios}
+
+
+def _completed(entry: dict[str, Any]) -> bool:
+    return (entry.get("observed") or {}).get("status") == "completed"
 
 
 def capacity_observations(runs: dict[str, dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -377,9 +397,10 @@ def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict
     if any(attempt["raised_at_exit"] for attempt in failed):
         lines += [
             "",
-            "The CUDA error in the last column was raised while the server's processes exited"
-            " (`Py_FinalizeEx` in its traceback), after the runner stopped them at the timeout: it"
-            " shows the state they were left in, not what stopped them logging.",
+            "The CUDA error in the last column was raised while the server's worker processes exited"
+            " (`Py_FinalizeEx` in its traceback). It is in the log tail read when the start was declared"
+            " failed, before the runner stopped anything: the workers were exiting on their own, after"
+            " whatever stopped the start's progress.",
         ]
     for name, milestones in completed.items():
         if "torch_compile_s" in milestones and "kv_cache_tokens" in milestones:
@@ -395,7 +416,8 @@ def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict
 def render_markdown(results: dict[str, Any]) -> str:
     comparison = results["comparison"]
     v = comparison["variants"]
-    tp2, tp1 = v["tp2"], v["tp1"]
+    tp2_source = comparison.get("tp2_source", "tp2")
+    tp2, tp1 = v[tp2_source], v["tp1"]
     o2, o1 = tp2.get("observed") or {}, tp1.get("observed") or {}
     p2, p1 = tp2["predicted"], tp1["predicted"]
     d2, d1 = tp2.get("difference_pct") or {}, tp1.get("difference_pct") or {}
@@ -430,6 +452,17 @@ def render_markdown(results: dict[str, Any]) -> str:
         "Difference = (vLLM − planner) / planner; the planner's tolerance for the KV-cache size is "
         f"{TOLERANCE_PCT:g} %.",
         "",
+        *(
+            [
+                f"**The TP=2 columns are the lab diagnosis `{tp2_source}`**: the stack's TP=2 arguments and"
+                " environment plus `--disable-custom-all-reduce` and `VLLM_ALLREDUCE_USE_SYMM_MEM=0`"
+                " (NCCL does every all-reduce), because the stack's own TP=2 start did not reach `/health`"
+                ' ("Starts that did not reach /health" below).',
+                "",
+            ]
+            if tp2_source != "tp2"
+            else []
+        ),
         "## KV cache and weights per GPU",
         "",
         _row("", "TP=2", "TP=1"),

@@ -159,34 +159,12 @@ def lab_variant(pod_spec: dict[str, Any], container: dict[str, Any], source: str
         f"the lab host has a weightless Qwen2.5-7B-shaped directory ({LAB_MODEL_SETUP})",
     )
     env, env_changes = translate_environment(container, pod_spec)
-    for name, value in LAB_SAFETY_ENV.items():
-        if env.get(name) == value:
-            continue
-        env_changes.append(
-            Change(
-                f"env {name}",
-                "replaced" if name in env else "added",
-                env.get(name),
-                value,
-                "the shared lab host keeps NVLink multicast off in NCCL, PyTorch and NVSHMEM",
-            )
-        )
-        env[name] = value
+    env_changes += _override_env(
+        env, LAB_SAFETY_ENV, "the shared lab host keeps NVLink multicast off in NCCL, PyTorch and NVSHMEM"
+    )
     tensor_parallel_size = int(_flag_value(rendered, "--tensor-parallel-size"))
     if tensor_parallel_size > 1:
-        for name, value in LAB_DIAGNOSTIC_ENV_TP.items():
-            if env.get(name) == value:
-                continue
-            env_changes.append(
-                Change(
-                    f"env {name}",
-                    "replaced" if name in env else "added",
-                    env.get(name),
-                    value,
-                    LAB_DIAGNOSTIC_WHY,
-                )
-            )
-            env[name] = value
+        env_changes += _override_env(env, LAB_DIAGNOSTIC_ENV_TP, LAB_DIAGNOSTIC_WHY)
     shm = next(v for v in pod_spec["volumes"] if v["name"] == "dshm")
     resources = container["resources"]
     return {
@@ -207,6 +185,19 @@ def lab_variant(pod_spec: dict[str, Any], container: dict[str, Any], source: str
         "env": env,
         "changes": [change.as_json() for change in arg_changes + env_changes],
     }
+
+
+def _override_env(env: dict[str, str], values: dict[str, str], why: str) -> list[Change]:
+    """Set each of `values` in `env`; a Change for every one that was absent or different."""
+    changes = []
+    for name, value in values.items():
+        if env.get(name) == value:
+            continue
+        changes.append(
+            Change(f"env {name}", "replaced" if name in env else "added", env.get(name), value, why)
+        )
+        env[name] = value
+    return changes
 
 
 def nccl_diagnosis_variant(base: dict[str, Any]) -> dict[str, Any]:

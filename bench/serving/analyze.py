@@ -247,7 +247,11 @@ def comparisons(
     stack: dict[str, Any] | None,
     defaults: dict[str, Any] | None,
     warmstart: dict[str, Any] | None = None,
+    findings: dict[str, Any] | None = None,
+    attempts: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
+    """The targets' verdicts. `findings` (start_findings) and `attempts` (every phase file) say which
+    warm start compiled again and why the warmstart phase skipped its own."""
     tuned, default, baseline = series["vllm_tuned"], series["vllm_default"], series["transformers"]
     result: dict[str, Any] = {}
 
@@ -307,15 +311,31 @@ def comparisons(
         ),
         (None, None),
     )
+    # A warm start that compiled again measured a cold start: reported, but it judges no target.
+    attempts = attempts or {}
+    source_files = {data["file"] for data in attempts.get(warm_source or "", [])}
+    recompiled = any(
+        case["warm"] in source_files for case in (findings or {}).get("warm_start_recompiled", [])
+    )
     result["start_times"] = {
         "cold_start_s": cold,
         "cold_source": cold_source,
         "warm_start_s": warm,
         "warm_source": warm_source,
+        "warm_recompiled": recompiled,
         "target_s": WARM_START_TARGET_S,
         "cold_met": None if cold is None else cold <= WARM_START_TARGET_S,
-        "warm_met": None if warm is None else warm <= WARM_START_TARGET_S,
+        "warm_met": None if warm is None or recompiled else warm <= WARM_START_TARGET_S,
         "defaults_start_s": (defaults or {}).get("start_s"),
+        # Why the warmstart phase's own warm start did not run (its step says "skipped, N s left").
+        "warmstart_skipped": [
+            f"{data['file']}: {step['step']} after a {data['cold_start_s']:.0f} s cold start"
+            f" (budget {data.get('budget_s', 0):.0f} s)"
+            for data in attempts.get("warmstart", [])
+            if data.get("cold_start_s") is not None
+            for step in data.get("steps", [])
+            if str(step.get("step", "")).startswith("stack-warm: skipped")
+        ],
     }
 
     baseline_8 = _level(baseline, 8)
@@ -760,6 +780,8 @@ def analyze(raw: Path) -> dict[str, Any]:
         "transformers": transformers_series(baseline),
     }
     phases = (stack, defaults, baseline, warmstart)
+    timelines = start_timelines(attempts, raw)
+    findings = start_findings(timelines)
     any_phase = next(phase for phase in phases if phase is not None)
     software = dict(any_phase.get("software") or {})
     transformers_env = ((baseline or {}).get("transformers") or {}).get("environment") or {}
@@ -791,7 +813,7 @@ def analyze(raw: Path) -> dict[str, Any]:
             "defaults_serve_args": (defaults or {}).get("serve_args"),
         },
         "series": series,
-        "comparisons": comparisons(series, stack, defaults, warmstart),
+        "comparisons": comparisons(series, stack, defaults, warmstart, findings, attempts),
         "kv_cache": {
             "stack": (stack or {}).get("kv_cache"),
             "defaults": (defaults or {}).get("kv_cache"),
@@ -821,35 +843,10 @@ def analyze(raw: Path) -> dict[str, Any]:
         ],
     }
     mark_concurrent_runs(results["phase_runs"])
-    timelines = start_timelines(attempts, raw)
     results["start_timelines"] = timelines
-    results["start_findings"] = start_findings(timelines)
-    judge_warm_start(results["comparisons"]["start_times"], results["start_findings"], attempts)
+    results["start_findings"] = findings
     results["not_measured"] = not_measured(series, results["comparisons"], attempts)
     return results
-
-
-def judge_warm_start(
-    start_times: dict[str, Any], findings: dict[str, Any], attempts: dict[str, list[dict[str, Any]]]
-) -> None:
-    """A warm start that compiled again measured a cold start: report it, but judge no target with it.
-
-    Also record why the warmstart phase's own warm start did not run (its step says "skipped, N s left").
-    """
-    source_files = {data["file"] for data in attempts.get(start_times.get("warm_source") or "", [])}
-    recompiled = [case for case in findings.get("warm_start_recompiled", []) if case["warm"] in source_files]
-    start_times["warm_recompiled"] = bool(recompiled)
-    if recompiled:
-        start_times["warm_met"] = None
-    skipped = [
-        f"{data['file']}: {step['step']} after a {data['cold_start_s']:.0f} s cold start"
-        f" (budget {data.get('budget_s', 0):.0f} s)"
-        for data in attempts.get("warmstart", [])
-        if data.get("cold_start_s") is not None
-        for step in data.get("steps", [])
-        if str(step.get("step", "")).startswith("stack-warm: skipped")
-    ]
-    start_times["warmstart_skipped"] = skipped
 
 
 def _fmt(value: Any, digits: int = 0, unit: str = "") -> str:

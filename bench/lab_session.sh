@@ -12,8 +12,9 @@
 #   bash bench/lab_session.sh B          # lane 0: serving `warmstart` (cold, then warm, with the
 #                                        # JIT caches in the shared cache); lane 1: tensor_parallel tp1
 #   bash bench/lab_session.sh C          # tensor_parallel tp2 (the stack's arguments) on both GPUs;
-#                                        # if it fails or stalls and >= TP2_NCCL_MIN_S (250 s) of
-#                                        # TP2_BUDGET_S (480 s) are left, tp2-nccl after it
+#                                        # if it fails or stalls and >= TP2_DIAGNOSIS_MIN_S (200 s) of
+#                                        # TP2_BUDGET_S (480 s) are left, tp2-nofuse after it (the lab
+#                                        # diagnosis without the fused all-reduce + RMSNorm)
 #   bash bench/lab_session.sh D          # tensor_parallel tp2-nccl alone (TP2_NCCL_BUDGET_S, 480 s):
 #                                        # the lab diagnosis, NCCL all-reduce only
 # Each lane stops starting work after LANE_BUDGET_S (430 s) and is killed 40-55 s later: a step
@@ -136,8 +137,8 @@ tensor_parallel() {  # tensor_parallel BUDGET_S ARGS...: bench/tensor_parallel/r
   timeout -k 15 $((budget + 40)) python3 -m bench.tensor_parallel.run "$@" --out "$OUT" --budget-s "$budget"
 }
 
-tp2_then_nccl() {  # step C: tp2 as the stack renders it; tp2-nccl after it if tp2 did not complete
-  local budget=${TP2_BUDGET_S:-480} began=$SECONDS left
+tp2_then() {  # tp2_then DIAGNOSIS: tp2 as the stack renders it; DIAGNOSIS after it if tp2 did not complete
+  local diagnosis=$1 budget=${TP2_BUDGET_S:-480} began=$SECONDS left
   solo tp2 tensor_parallel "$budget" --only tp2
   left=$((budget - (SECONDS - began)))
   if python3 - "$lab/tp2/out/tp.json" <<'EOF'
@@ -150,12 +151,12 @@ print(f"tp2: {status}")
 sys.exit(0 if status == "completed" else 1)
 EOF
   then
-    say "tp2 completed: no tp2-nccl in step C"
-  elif [ "$left" -ge "${TP2_NCCL_MIN_S:-250}" ]; then  # a TP=2 start to /health takes ~250 s
-    say "tp2 did not complete; tp2-nccl with the $left s left"
-    solo tp2-nccl tensor_parallel "$left" --only tp2-nccl
+    say "tp2 completed: no $diagnosis in step $step"
+  elif [ "$left" -ge "${TP2_DIAGNOSIS_MIN_S:-200}" ]; then  # to the KV-cache size ~140 s, /health ~230 s
+    say "tp2 did not complete; $diagnosis with the $left s left"
+    solo "$diagnosis" tensor_parallel "$left" --only "$diagnosis"
   else
-    say "tp2 did not complete; $left s left (< ${TP2_NCCL_MIN_S:-250}): tp2-nccl waits for step D"
+    say "tp2 did not complete; $left s left (< ${TP2_DIAGNOSIS_MIN_S:-200}): no $diagnosis in step $step"
   fi
 }
 
@@ -177,7 +178,7 @@ case "$step" in
       tensor_parallel "$lane_budget" --only tp1 --gpu "$second_gpu" & ;;
   C)
     if [ "$gpus" -lt 2 ]; then echo "step C needs two GPUs; this host has $gpus" >&2; exit 2; fi
-    tp2_then_nccl & ;;  # TP2_BUDGET_S: the whole step's; less when device time is short
+    tp2_then tp2-nofuse & ;;  # TP2_BUDGET_S: the whole step's; less when device time is short
   D)
     if [ "$gpus" -lt 2 ]; then echo "step D needs two GPUs; this host has $gpus" >&2; exit 2; fi
     solo tp2-nccl tensor_parallel "${TP2_NCCL_BUDGET_S:-480}" --only tp2-nccl & ;;

@@ -76,15 +76,25 @@ def build_server_arguments(model: ModelConfig, model_path: str) -> list[str]:
     return arguments + list(engine.extra_args)
 
 
+FLASHINFER_ALLREDUCE_BACKEND_ENV = "VLLM_FLASHINFER_ALLREDUCE_BACKEND"
+"""vLLM's variable (envs.py in 0.26.0 and 0.32.0: auto, trtllm or mnnvl) for the FlashInfer all-reduce
+workspace that the fused all-reduce + RMSNorm pass (and, in 0.32.0, plain all-reduces) use."""
+
+
 def tensor_parallel_environment(model: ModelConfig) -> list[dict[str, str]]:
-    """The NCCL settings (`vllm.nccl_env`) as container env entries, sorted by name; none with one GPU.
+    """The NCCL settings (`vllm.nccl_env`) and the FlashInfer all-reduce backend
+    (`vllm.flashinfer_allreduce_backend`) as container env entries, sorted by name; none with one GPU.
 
     A single-GPU pod does no collective communication, so the variables would only be noise in its
     spec and a changed default would roll every single-GPU pod for nothing (docs/tensor-parallel.md).
     """
     if model.tensor_parallel_size == 1:
         return []
-    return [{"name": name, "value": value} for name, value in sorted(model.vllm.nccl_env.items())]
+    settings = {
+        **model.vllm.nccl_env,
+        FLASHINFER_ALLREDUCE_BACKEND_ENV: model.vllm.flashinfer_allreduce_backend,
+    }
+    return [{"name": name, "value": value} for name, value in sorted(settings.items())]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,11 @@ import yaml
 from bench.serving.prepare import load_lab_flags
 from bench.serving.vllm_log import parse_log
 from bench.tensor_parallel import analyze, prepare, run
-from components.vllm_arguments import DISTRIBUTED_EXECUTOR_BACKEND, reserved_flag_problems
+from components.vllm_arguments import (
+    DISTRIBUTED_EXECUTOR_BACKEND,
+    FLASHINFER_ALLREDUCE_BACKEND_ENV,
+    reserved_flag_problems,
+)
 from infra.capacity import plan_platform
 from infra.capacity.architecture import (
     activation_dtype,
@@ -102,6 +106,9 @@ def test_tensor_parallel_pods_get_the_configured_nccl_environment(stack: str) ->
         nccl = {k: v for k, v in _env(container).items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
         assert nccl == model.vllm.nccl_env
         assert nccl["NCCL_NVLS_ENABLE"] == "0" and nccl["NCCL_IB_DISABLE"] == "1"
+        # The fused all-reduce's backend: trtllm unless the model says otherwise (docs/tensor-parallel.md).
+        assert _env(container)[FLASHINFER_ALLREDUCE_BACKEND_ENV] == model.vllm.flashinfer_allreduce_backend
+        assert model.vllm.flashinfer_allreduce_backend == "trtllm"
 
 
 def test_single_gpu_pods_have_no_nccl_environment_and_no_distributed_backend(
@@ -112,6 +119,7 @@ def test_single_gpu_pods_have_no_nccl_environment_and_no_distributed_backend(
     for model in single:
         _, container = _vllm_container(stack_render, model.name)
         assert not [name for name in _env(container) if "NCCL" in name], model.name
+        assert FLASHINFER_ALLREDUCE_BACKEND_ENV not in _env(container), model.name
         assert "--distributed-executor-backend" not in container["args"]
 
 
@@ -184,6 +192,33 @@ def test_nccl_env_rejects_other_variables_with_the_key_path(tmp_path: Path) -> N
         load_stack("prod", stack_file=stack_file)
     message = str(raised.value)
     assert f"models[{index}].vllm.nccl_env" in message and "'LD_PRELOAD' is not an NCCL setting" in message
+
+
+def test_a_flashinfer_allreduce_backend_vllm_does_not_know_is_rejected_with_the_key_path(
+    tmp_path: Path,
+) -> None:
+    document = yaml.safe_load((REPO_ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    models = document["config"]["vllm-platform:models"]
+    index = next(i for i, m in enumerate(models) if m["name"] == TP_MODEL)
+    models[index].setdefault("vllm", {})["flashinfer_allreduce_backend"] = "nccl"
+    stack_file = tmp_path / "Pulumi.prod.yaml"
+    stack_file.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as raised:
+        load_stack("prod", stack_file=stack_file)
+    message = str(raised.value)
+    assert f"models[{index}].vllm.flashinfer_allreduce_backend" in message
+    assert "'trtllm'" in message and "'mnnvl'" in message
+
+
+def test_a_model_can_choose_vllms_own_flashinfer_allreduce_backend() -> None:
+    from components.vllm_arguments import tensor_parallel_environment
+
+    model = next(m for m in _models("prod") if m.name == TP_MODEL)
+    chosen = model.model_copy(
+        update={"vllm": model.vllm.model_copy(update={"flashinfer_allreduce_backend": "mnnvl"})}
+    )
+    env = {item["name"]: item["value"] for item in tensor_parallel_environment(chosen)}
+    assert env[FLASHINFER_ALLREDUCE_BACKEND_ENV] == "mnnvl" and env["NCCL_NVLS_ENABLE"] == "0"
 
 
 def test_every_default_nccl_setting_is_explained_in_the_docs() -> None:
@@ -413,6 +448,14 @@ if options.behaviour == "stall":  # a worker that never finishes its profiling r
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     open(options.pid_file, "w").write(str(child.pid))
     time.sleep(300)
+elif options.behaviour == "worker-failed":  # 2026-11-29 19:58: a worker raised; the server hung on
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    open(options.pid_file, "w").write(str(child.pid))
+    time.sleep(0.5)
+    print(f"(EngineCore pid={os.getpid()}) ERROR 11-29 18:27:51 [core.py:1330] RuntimeError: Worker failed "
+          "with error 'CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasCreate(handle)`', please "
+          "check the stack trace above for the root cause", flush=True)
+    time.sleep(300)
 elif options.behaviour == "post-capture-gap":  # KV cache, capture, then silence, then serving
     open(options.pid_file, "w").write(str(os.getpid()))
     say("Available KV cache memory: 110.18 GiB")
@@ -513,6 +556,30 @@ def test_stall_after_compile_is_declared_with_py_spy_dumps_of_every_process(tmp_
     log = (tmp_path / "out" / "tp-tp2-log.txt").read_text()
     assert "torch.compile took" in log
     assert not _alive(child) and _registered_groups(tmp_path) == []
+
+
+def test_a_failed_worker_ends_the_start_after_a_grace_instead_of_at_the_stall_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workers of a start whose worker raised hang in their exit handlers (2026-11-29 19:58): the
+    # runner must not wait for the stall limit (here 60 s) but stop it the grace after the error line.
+    code, output, result, child = _stand_in_cli(tmp_path, "worker-failed", "--budget-s", "90",
+                                                "--stall-limit-s", "60")
+    assert code == 1, output
+    record = result["runs"]["tp2"]
+    assert record["status"] == "failed", record
+    assert record["error"].startswith("WorkerFailedError: tp2: a worker failed at ")
+    assert "CUBLAS_STATUS_INTERNAL_ERROR" in record["error"]
+    stall = record["stall"]
+    assert stall["after_milestone"] == "worker_failed" and stall["limit_s"] == run.WORKER_EXIT_GRACE_S
+    assert stall["worker_error"].startswith("CUDA error: CUBLAS_STATUS_INTERNAL_ERROR")
+    assert run.WORKER_EXIT_GRACE_S < stall["waited_s"] < run.WORKER_EXIT_GRACE_S + 10
+    assert record["steps"][-1]["at_s"] < 60  # long before the 60 s stall limit
+    assert not _alive(child) and _registered_groups(tmp_path) == []
+    # The report names the failure, not a stall.
+    attempts = analyze.failed_attempts([(tmp_path / "out" / run.RESULT_FILE, result)])
+    table = "\n".join(analyze.render_failed_starts(attempts, {}))
+    assert "a worker failed at" in table and "CUBLAS_STATUS_INTERNAL_ERROR" in table
 
 
 def test_stall_record_says_when_py_spy_is_absent(tmp_path: Path) -> None:

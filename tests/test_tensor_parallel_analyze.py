@@ -82,7 +82,7 @@ def test_the_report_shows_the_failure_briefly_beside_the_completed_start(raw: Pa
     results = analyze.analyze(raw, prepare.PLAN_FILE)
     markdown = analyze.render_markdown(results)
     section = markdown.split("## Starts that did not reach /health", 1)[1].split("\n## ", 1)[0]
-    assert "| tp2-a.json | tp2 | attention_backend 93, model_load_s 94, torch_compile_s 116 |" in section
+    assert "| tp2-a.json | tp2 | – | attention_backend 93, model_load_s 94, torch_compile_s 116 |" in section
     assert "(`Py_FinalizeEx` in its traceback)" in section and "before the runner stopped anything" in section
     tp1 = results["completed_milestones_s"]["tp1"]
     gap = tp1["kv_cache_tokens"] - tp1["torch_compile_s"]

@@ -10,6 +10,8 @@ The formats are vLLM's own log calls (read in both sources, 2026-11-29):
   "Graph capturing finished in %.0f secs, took %.2f GiB", compilation/monitor.py
   "torch.compile took %.2f s in total", v1/engine/core.py "init engine (profile, create kv cache,
   warmup model) took %.2f s".
+- both: v1/executor/multiproc_executor.py "Worker failed with error '%s', please check the stack trace
+  above for the root cause" when a worker raised during a collective call (the start failed).
 Each line may carry a process prefix such as "(EngineCore pid=12) ".
 
 Start-up timeline: vLLM's own log lines carry "LEVEL MM-DD HH:MM:SS" in the host's local time (no
@@ -44,6 +46,12 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     ),
     "attention_backend": re.compile(r"Using (\w+) attention backend"),
     "startup_complete": re.compile(r"Application startup complete"),
+    # v1/executor/multiproc_executor.py (0.26.0, 0.32.0): the engine core's error when a worker raised.
+    "worker_failed": re.compile(r"Worker failed with error '(.+?)'(?:, please|$)"),
+    # distributed/device_communicators/flashinfer_all_reduce.py (0.26.0): the fused all-reduce's backend.
+    "flashinfer_allreduce_backend": re.compile(
+        r"(?:Auto-selected|Using) flashinfer allreduce backend: (\w+)"
+    ),
 }
 
 KV_CACHE_KEYS = ("available_kv_cache_gib", "kv_cache_tokens", "max_concurrency")
@@ -74,7 +82,7 @@ def parse_line(line: str) -> dict[str, Any]:
         elif key == "graph_capture":
             facts["graph_capture_s"] = _number(match[1])
             facts["graph_capture_gib"] = _number(match[2])
-        elif key == "attention_backend":
+        elif key in ("attention_backend", "worker_failed", "flashinfer_allreduce_backend"):
             facts[key] = match[1]
         elif key == "startup_complete":
             facts[key] = True

@@ -16,16 +16,18 @@ the load run's throughput and latencies at C = 64 for both.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from bench.serving.vllm_log import parse_log
 from bench.tensor_parallel.prepare import (
+    LAB_DIAGNOSES,
     LAB_GPU_GROUP,
     MODEL,
-    NCCL_DIAGNOSIS,
     PLAN_FILE,
     STACK,
     VARIANTS,
@@ -115,6 +117,11 @@ def failed_attempts(documents: list[tuple[Path, dict[str, Any]]]) -> list[dict[s
                     match = _LAB_MILESTONE.search(line.strip())
                     if match and match["variant"] == name:
                         milestones.setdefault(match["name"], float(match["at"]))
+            facts = dict(record.get("log_facts") or {})
+            server_log = path.with_name(f"{path.stem}-server-log.txt.gz")
+            if server_log.exists():  # runs from before run.py kept log_facts
+                with gzip.open(server_log, "rt", errors="replace") as lines:
+                    facts = {**parse_log(lines), **facts}
             error = str(record.get("error") or "")
             error_lines = error.splitlines()
             named = [
@@ -136,6 +143,8 @@ def failed_attempts(documents: list[tuple[Path, dict[str, Any]]]) -> list[dict[s
                     "env_runner": record.get("env_runner"),
                     "command": record.get("command"),
                     "raised_at_exit": "Py_FinalizeEx" in error,
+                    "worker_error": facts.get("worker_failed"),
+                    "allreduce_backend": facts.get("flashinfer_allreduce_backend"),
                 }
             )
     return sorted(attempts, key=lambda attempt: str(attempt["started_at"]))
@@ -250,9 +259,9 @@ def compare(
     runs: dict[str, dict[str, Any]], predicted: dict[str, Any], plan: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     variants: dict[str, Any] = {}
-    # The lab diagnosis (tp2 with NCCL all-reduce) has tp2's prediction: the planner does not model
-    # vLLM's custom all-reduce buffers, and every other setting is the same.
-    names = [*VARIANTS, *([NCCL_DIAGNOSIS] if NCCL_DIAGNOSIS in runs else [])]
+    # A lab diagnosis (tp2 with one all-reduce path changed) has tp2's prediction: the planner does not
+    # model the all-reduce buffers, and every other setting is the same.
+    names = [*VARIANTS, *(d.name for d in LAB_DIAGNOSES if d.name in runs)]
     for name in names:
         lab = predicted[name if name in VARIANTS else "tp2"]["lab"]
         record = runs.get(name)
@@ -281,10 +290,12 @@ def compare(
             serve_args = plan["variants"][name]["serve_args"]
             entry["measured_current_plan"] = record["command"][-len(serve_args) :] == serve_args
         variants[name] = entry
-    # TP=2 is the stack's own arguments when they started; the NCCL diagnosis stands in only when not.
+    # TP=2 is the stack's own arguments when they started; a lab diagnosis stands in only when not.
     tp2_source = "tp2"
-    if not _completed(variants["tp2"]) and _completed(variants.get(NCCL_DIAGNOSIS) or {}):
-        tp2_source = NCCL_DIAGNOSIS
+    if not _completed(variants["tp2"]):
+        tp2_source = next(
+            (d.name for d in LAB_DIAGNOSES if _completed(variants.get(d.name) or {})), "tp2"
+        )
     tp2, tp1 = variants[tp2_source], variants["tp1"]
     observed_tp2, observed_tp1 = tp2.get("observed") or {}, tp1.get("observed") or {}
     load2, load1 = observed_tp2.get("load") or {}, observed_tp1.get("load") or {}
@@ -302,6 +313,14 @@ def compare(
         ),
     }
     return {"variants": variants, "tp2_source": tp2_source, "tp2_over_tp1": ratios}
+
+
+def _diagnosis_changes(name: str) -> str:
+    """A lab diagnosis's changes to tp2, as the report names them."""
+    diagnosis = next(d for d in LAB_DIAGNOSES if d.name == name)
+    changes = [f"`{' '.join(tokens)}`" for tokens, _ in diagnosis.flags]
+    changes += [f"`{env}={value}`" for env, value, _ in diagnosis.env]
+    return " and ".join(changes)
 
 
 def _completed(entry: dict[str, Any]) -> bool:
@@ -379,6 +398,11 @@ def _row(label: str, tp2: str, tp1: str) -> str:
     return f"| {label} | {tp2} | {tp1} |"
 
 
+def _quoted(message: str) -> str:
+    """A log message inside a Markdown code span: its own backticks become quotes."""
+    return message.replace("`", "'")
+
+
 def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict[str, float]]) -> list[str]:
     """Each start that did not reach /health: how far it got, then the silence, and how it ended."""
     if not failed:
@@ -387,8 +411,8 @@ def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict
         "",
         "## Starts that did not reach /health",
         "",
-        "| file | variant | reached (s after launch) | then | ended |",
-        "| --- | --- | --- | --- | --- |",
+        "| file | variant | fused all-reduce backend (log) | reached (s after launch) | then | ended |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for attempt in failed:
         milestones = attempt["milestones_s"]
@@ -397,15 +421,30 @@ def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict
         )
         last = max(milestones.values(), default=None)
         stall = attempt.get("stall") or {}
-        if stall:
+        if stall.get("worker_error"):
+            then = (
+                f"a worker failed at {stall.get('milestone_at_s', '?')} s"
+                f" (`{_quoted(stall['worker_error'])}`); the server still ran"
+                f" {stall.get('waited_s', '?')} s later"
+            )
+        elif stall:
             waited, after = stall.get("waited_s", "?"), stall.get("after_milestone")
             then = f"stalled: no KV-cache line {waited} s after {after}"
+            if attempt.get("worker_error"):
+                failed_at = milestones.get("worker_failed")
+                then += (
+                    f"; its log: a worker failed{f' at {failed_at:.0f} s' if failed_at else ''}"
+                    f" (`{_quoted(attempt['worker_error'])}`) and the server did not exit"
+                )
         elif last is not None:
             then = "no further milestone until the health timeout"
         else:
             then = "–"
         ended = "; ".join([attempt["error"] or attempt["status"] or "?", *attempt["error_detail"]])
-        lines.append(f"| {attempt['file']} | {attempt['variant']} | {reached or '–'} | {then} | {ended} |")
+        backend = attempt.get("allreduce_backend") or "–"
+        lines.append(
+            f"| {attempt['file']} | {attempt['variant']} | {backend} | {reached or '–'} | {then} | {ended} |"
+        )
     if any(attempt["raised_at_exit"] for attempt in failed):
         lines += [
             "",
@@ -467,9 +506,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         *(
             [
                 f"**The TP=2 columns are the lab diagnosis `{tp2_source}`**: the stack's TP=2 arguments and"
-                " environment plus `--disable-custom-all-reduce` and `VLLM_ALLREDUCE_USE_SYMM_MEM=0`"
-                " (NCCL does every all-reduce), because the stack's own TP=2 start did not reach `/health`"
-                ' ("Starts that did not reach /health" below).',
+                f" environment plus {_diagnosis_changes(tp2_source)}, because the stack's own TP=2 start"
+                ' did not reach `/health` ("Starts that did not reach /health" below).',
                 "",
             ]
             if tp2_source != "tp2"

@@ -14,7 +14,9 @@ as fresh folders, the compile cache as a host folder), and the lab host's NVLink
 variables are added; TP>1 starts log NCCL's transport choice (NCCL_DEBUG=INFO, lab only).
 - tp2-nccl: a lab diagnosis, not the stack's configuration: tp2 plus `--disable-custom-all-reduce`
   and VLLM_ALLREDUCE_USE_SYMM_MEM=0 (all-reduce through NCCL only), because the stack's tp2 stalled
-  on the lab host on 2026-11-29 (NCCL_DIAGNOSIS_CHANGES says why each).
+  on the lab host on 2026-11-29 (NCCL_DIAGNOSIS says why each).
+- tp2-nofuse: a lab diagnosis too: tp2 with vLLM's fused all-reduce + RMSNorm pass off, for when the
+  stack's tp2 (trtllm backend) fails its first forward pass as mnnvl did on 2026-11-29 19:58.
 Every change is recorded in plan.json with its reason; a test fails while plan.json is stale, so the
 GPU run always measures what the stack renders.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,28 +67,70 @@ LAB_DIAGNOSTIC_WHY = (
     "that stalls in its first all-reduce shows what NCCL chose (the stack keeps WARN; logging only)"
 )
 
-NCCL_DIAGNOSIS = "tp2-nccl"
-NCCL_DIAGNOSIS_OF = "tp2"
-NCCL_DIAGNOSIS_PURPOSE = (
-    "lab diagnosis, not the stack's configuration: the stack's tp2 with all-reduce through NCCL only. "
-    "On 2026-11-29 the stack's TP=2 start on the lab's 2x H200 (NV18) stalled twice between the end "
-    "of torch.compile and the KV-cache size, i.e. in the memory-profiling forward pass, the first one "
-    "with all-reduces; TP=1 logged its KV cache 3 s after torch.compile. If this variant starts, the "
-    "stall is in vLLM's own all-reduce paths on this host, not in NCCL or the stack's settings"
+@dataclass(frozen=True)
+class Diagnosis:
+    """A lab-only variant: tp2 (the stack's command and environment, as run in the lab) plus exactly
+    these changes, each recorded in plan.json with its reason. Never what the stack deploys."""
+
+    name: str
+    purpose: str
+    flags: tuple[tuple[tuple[str, ...], str], ...] = ()
+    """(argument tokens, why) appended to tp2's arguments."""
+    env: tuple[tuple[str, str, str], ...] = ()
+    """(name, value, why) added to tp2's environment (never silently replacing one tp2 sets)."""
+    of: str = "tp2"
+
+
+NCCL_DIAGNOSIS = Diagnosis(
+    name="tp2-nccl",
+    purpose=(
+        "lab diagnosis, not the stack's configuration: the stack's tp2 with all-reduce through NCCL only. "
+        "On 2026-11-29 the stack's TP=2 start on the lab's 2x H200 (NV18) stalled twice between the end "
+        "of torch.compile and the KV-cache size, i.e. in the memory-profiling forward pass, the first one "
+        "with all-reduces; TP=1 logged its KV cache 3 s after torch.compile. If this variant starts, the "
+        "stall is in vLLM's own all-reduce paths on this host, not in NCCL or the stack's settings"
+    ),
+    flags=(
+        (
+            ("--disable-custom-all-reduce",),
+            "lab diagnosis, not the stack's configuration: vLLM's custom all-reduce (a CUDA-IPC kernel "
+            "that spins on flags in peer memory) is off, so every all-reduce goes through NCCL; that kernel "
+            "is known to spin forever on some hosts, while NCCL all-reduce was seen working on this "
+            "machine kind",
+        ),
+    ),
+    env=(
+        (
+            "VLLM_ALLREDUCE_USE_SYMM_MEM",
+            "0",
+            "lab diagnosis, not the stack's configuration: vLLM 0.26.0 (envs.py, default 1) builds a "
+            "SymmMemCommunicator for the TP group; with NVLink multicast off it disables itself but keeps "
+            "its torch symmetric-memory allocation, and both stalled starts crashed in that allocation's "
+            "destructor (CUDASymmetricMemory.cu:51, illegal memory access); 0 skips it",
+        ),
+    ),
 )
-NCCL_DIAGNOSIS_FLAG = "--disable-custom-all-reduce"
-NCCL_DIAGNOSIS_FLAG_WHY = (
-    "lab diagnosis, not the stack's configuration: vLLM's custom all-reduce (a CUDA-IPC kernel that "
-    "spins on flags in peer memory) is off, so every all-reduce goes through NCCL; that kernel is known "
-    "to spin forever on some hosts, while NCCL all-reduce was seen working on this machine kind"
+NOFUSE_DIAGNOSIS = Diagnosis(
+    name="tp2-nofuse",
+    purpose=(
+        "lab diagnosis, not the stack's configuration: the stack's tp2 without vLLM's fused all-reduce + "
+        "RMSNorm compile pass, so no FlashInfer all-reduce workspace exists and every all-reduce is vLLM's "
+        "custom all-reduce or NCCL. On 2026-11-29 19:58 the stack's tp2 (then with vLLM's own backend "
+        "choice, mnnvl) and tp2-nccl both failed their first forward pass in that fused kernel "
+        "(CUBLAS_STATUS_INTERNAL_ERROR after an illegal memory access); the stack now sets the trtllm "
+        "backend, and this variant runs only when that start fails too"
+    ),
+    flags=(
+        (
+            ("--compilation-config", '{"pass_config": {"fuse_allreduce_rms": false}}'),
+            "lab diagnosis, not the stack's configuration: vLLM enables fuse_allreduce_rms on Hopper at "
+            "TP > 1 (config/vllm.py, enable_allreduce_rms_fusion); off, the all-reduce and RMSNorm run "
+            "unfused (numerically the same, a few per cent slower decode)",
+        ),
+    ),
 )
-NCCL_DIAGNOSIS_ENV = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
-NCCL_DIAGNOSIS_ENV_WHY = (
-    "lab diagnosis, not the stack's configuration: vLLM 0.26.0 (envs.py, default 1) builds a "
-    "SymmMemCommunicator for the TP group; with NVLink multicast off it disables itself but keeps its "
-    "torch symmetric-memory allocation, and both stalled starts crashed in that allocation's destructor "
-    "(CUDASymmetricMemory.cu:51, illegal memory access); 0 skips it"
-)
+LAB_DIAGNOSES: tuple[Diagnosis, ...] = (NCCL_DIAGNOSIS, NOFUSE_DIAGNOSIS)
+"""In the order the analysis prefers them for the TP=2 columns when the stack's tp2 never completed."""
 
 # The issue's workload: C = 64 streams of 512 prompt + 256 forced output tokens, 128 requests
 # (two waves), the same shape as the serving benchmark's C=64 level (bench/serving/prepare.py).
@@ -200,28 +245,29 @@ def _override_env(env: dict[str, str], values: dict[str, str], why: str) -> list
     return changes
 
 
-def nccl_diagnosis_variant(base: dict[str, Any]) -> dict[str, Any]:
-    """tp2-nccl: the tp2 variant (the stack's command and environment, as run in the lab) plus exactly
-    `--disable-custom-all-reduce` and VLLM_ALLREDUCE_USE_SYMM_MEM=0, each recorded as a change."""
+def diagnosis_variant(base: dict[str, Any], diagnosis: Diagnosis) -> dict[str, Any]:
+    """The diagnosis's variant: `base` (its `of` variant) plus exactly its flags and environment, each
+    recorded as a change; the arguments must pass the lab vLLM's parser."""
     variant = json.loads(json.dumps(base))
     lab_flags = load_lab_flags()
-    serve_args = [*variant["serve_args"], NCCL_DIAGNOSIS_FLAG]
+    serve_args = list(variant["serve_args"])
+    changes = []
+    for tokens, why in diagnosis.flags:
+        serve_args += tokens
+        changes.append(Change(tokens[0], "added", None, " ".join(tokens[1:]) or "(switch)", why))
     problems = check_server_arguments(serve_args, flags=lab_flags)
     if problems:
         raise ValueError(
-            f"{NCCL_DIAGNOSIS}'s arguments fail vLLM {lab_flags.vllm_version}'s parser: {problems}"
+            f"{diagnosis.name}'s arguments fail vLLM {lab_flags.vllm_version}'s parser: {problems}"
         )
-    changes = [Change(NCCL_DIAGNOSIS_FLAG, "added", None, "(switch)", NCCL_DIAGNOSIS_FLAG_WHY)]
-    for name, value in NCCL_DIAGNOSIS_ENV.items():
+    for name, value, why in diagnosis.env:
         if name in variant["env"]:
-            raise ValueError(
-                f"{NCCL_DIAGNOSIS_OF} already sets {name}; the diagnosis must replace it explicitly"
-            )
+            raise ValueError(f"{diagnosis.of} already sets {name}; the diagnosis must replace it explicitly")
         variant["env"][name] = value
-        changes.append(Change(f"env {name}", "added", None, value, NCCL_DIAGNOSIS_ENV_WHY))
+        changes.append(Change(f"env {name}", "added", None, value, why))
     variant["serve_args"] = serve_args
-    variant["source"] = f"the {NCCL_DIAGNOSIS_OF} variant with the two changes of a lab diagnosis"
-    variant["lab_diagnosis"] = NCCL_DIAGNOSIS_PURPOSE
+    variant["source"] = f"the {diagnosis.of} variant with the changes of a lab diagnosis"
+    variant["lab_diagnosis"] = diagnosis.purpose
     variant["changes"] += [change.as_json() for change in changes]
     return variant
 
@@ -232,7 +278,8 @@ def build_plan(result: Any = None) -> dict[str, Any]:
 
     result = result if result is not None else render_stack(STACK)
     variants = {name: lab_variant(*found) for name, found in rendered_containers(result).items()}
-    variants[NCCL_DIAGNOSIS] = nccl_diagnosis_variant(variants[NCCL_DIAGNOSIS_OF])
+    for diagnosis in LAB_DIAGNOSES:
+        variants[diagnosis.name] = diagnosis_variant(variants[diagnosis.of], diagnosis)
     return {
         "generated_by": "bench/tensor_parallel/prepare.py",
         "stack": STACK,

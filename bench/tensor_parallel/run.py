@@ -157,6 +157,34 @@ class StallError(RuntimeError):
         return super().__str__() + self.detail
 
 
+class WorkerFailedError(StallError):
+    """A worker raised (vLLM logged `Worker failed with error ...`) and the server did not exit within
+    the grace: on 2026-11-29 the workers of such a start hung in their exit handlers for minutes."""
+
+    def __init__(self, name: str, message: str, at_s: float, waited_s: float, limit_s: float) -> None:
+        super().__init__(name, WORKER_FAILED, at_s, waited_s, limit_s)
+        self.message = message
+        RuntimeError.__init__(
+            self,
+            f"{name}: a worker failed at {at_s:.0f} s ('{message}') and the server was still running "
+            f"{waited_s:.0f} s later (grace {limit_s:.0f} s)",
+        )
+
+
+WORKER_FAILED = "worker_failed"
+"""vLLM's `Worker failed with error '...'` line (bench/serving/vllm_log.py)."""
+WORKER_EXIT_GRACE_S = 20.0
+"""After a worker failed, how long the server may take to exit on its own before the runner collects
+the evidence and stops it."""
+
+LOG_FACTS = (WORKER_FAILED, "flashinfer_allreduce_backend", "attention_backend")
+"""Log facts kept in a run's record: what failed, and which all-reduce and attention backends ran."""
+
+
+def log_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    return {key: facts[key] for key in LOG_FACTS if key in facts}
+
+
 KV_MILESTONE = "kv_cache_tokens"
 """vLLM's `GPU KV cache size` line: the memory profile is done and the KV cache allocated."""
 
@@ -201,6 +229,17 @@ class WatchedServer(VllmServer):
         if super().healthy():
             return True
         record = self.start_record
+        if record is not None and WORKER_FAILED in record.milestones_s:
+            waited = time.time() - record.launched_at - record.milestones_s[WORKER_FAILED]
+            if waited > WORKER_EXIT_GRACE_S:
+                record.error = f"a worker failed: {record.facts[WORKER_FAILED]}"
+                raise WorkerFailedError(
+                    self.name,
+                    str(record.facts[WORKER_FAILED]),
+                    record.milestones_s[WORKER_FAILED],
+                    round(waited, 1),
+                    WORKER_EXIT_GRACE_S,
+                )
         if record is not None:
             found = stalled_after(
                 record.milestones_s, time.time() - record.launched_at, self.stall_limit_s, self.anchor
@@ -478,6 +517,7 @@ class Runner:
             "milestone_at_s": stall.at_s,
             "waited_s": stall.waited_s,
             "limit_s": stall.limit_s,
+            **({"worker_error": stall.message} if isinstance(stall, WorkerFailedError) else {}),
             "dump_file": dump_file.name,
             "py_spy": "found" if py_spy else "absent",
             "py_spy_path": py_spy or f"not found in {looked}",
@@ -672,6 +712,7 @@ class Runner:
                 start = server.wait(until="health", timeout_s=timeout, on_progress=self.say)
             except (StallError, ServerFailedError) as failure:
                 record["milestones_s"] = dict(server.start_record.milestones_s) if server.start_record else {}
+                record["log_facts"] = log_facts(server.start_record.facts if server.start_record else {})
                 if isinstance(failure, StallError):
                     self.save_log(server)
                     self.step(record, f"{failure}; collecting evidence before the stop")
@@ -683,6 +724,7 @@ class Runner:
                 raise
             record["time_to_health_s"] = start.ready_s
             record["milestones_s"] = start.milestones_s
+            record["log_facts"] = log_facts(start.facts)
             record["kv_cache_log_lines"] = start.facts.get("kv_cache_log_lines", [])
             processes = process_facts(server.log_path.read_text(errors="replace"))
             record["processes"] = processes
@@ -771,7 +813,8 @@ class Runner:
                 self.run_variant(name)
             except Exception as error:  # report it, stop the server, keep the data so far, go on
                 record = self.result["runs"].setdefault(name, {})
-                record["status"] = "stalled" if isinstance(error, StallError) else "failed"
+                stalled = isinstance(error, StallError) and not isinstance(error, WorkerFailedError)
+                record["status"] = "stalled" if stalled else "failed"
                 record["error"] = f"{type(error).__name__}: {error}"[:4000]
                 self.save()
                 self.say(f"{name} {record['status']}: {record['error'][:600]}")
@@ -796,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument(
         "--only",
         action="append",
-        choices=["tp2", "tp1", "tp2-nccl"],
+        choices=["tp2", "tp1", "tp2-nccl", "tp2-nofuse"],
         help="run only this variant (repeatable; default tp2 then tp1; tp2-nccl, the lab diagnosis "
         "with NCCL all-reduce only, runs only when named)",
     )

@@ -305,6 +305,12 @@ class VllmEngineConfig(StrictModel):
     """NCCL settings in the environment of pods with gpus_per_replica > 1 (docs/tensor-parallel.md).
     Keys given here replace or add to the defaults NCCL_DEBUG=WARN, NCCL_IB_DISABLE=1 and
     NCCL_NVLS_ENABLE=0; defaults not named stay. Names start with NCCL_ or TORCH_NCCL_."""
+    flashinfer_allreduce_backend: Literal["trtllm", "mnnvl", "auto"] = "trtllm"
+    """`VLLM_FLASHINFER_ALLREDUCE_BACKEND` of pods with gpus_per_replica > 1: the backend of vLLM's fused
+    all-reduce + RMSNorm on Hopper/Blackwell. `trtllm` uses only peer-to-peer memory (CUDA IPC), vLLM's
+    single-node choice until 0.25; vLLM's own `auto` now picks `mnnvl`, which needs NVSwitch multicast
+    and, where the node lacks it, crashed the first forward pass of TP=2 starts on the lab's two H200s
+    and in vllm-project/vllm#34948 (docs/tensor-parallel.md)."""
     tuning_profile: str | None = None
     """A named, measured tuning from infra/catalogue/tuning_profiles.yaml (e.g. `h200-throughput`):
     its settings apply wherever this block does not set the same key (applied at load time, so the

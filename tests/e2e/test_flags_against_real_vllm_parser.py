@@ -227,3 +227,34 @@ def test_every_removed_flag_hint_names_only_flags_the_pinned_parser_accepts() ->
     named = {word.rstrip(".,;)").split(".")[0] for hint in REMOVED_FLAGS.values() for word in hint.split()}
     unknown = sorted(word for word in named if word.startswith("--") and word not in options)
     assert unknown == []
+
+
+def test_the_flashinfer_allreduce_backends_are_the_pinned_vllms_choices(vllm_python: Path) -> None:
+    # vllm.flashinfer_allreduce_backend renders VLLM_FLASHINFER_ALLREDUCE_BACKEND; vLLM validates it
+    # with env_with_choices and refuses to start on another value, so the typed choices must be its own.
+    from typing import get_args
+
+    from components.vllm_arguments import FLASHINFER_ALLREDUCE_BACKEND_ENV
+    from infra.config.models import VllmEngineConfig
+
+    ours = set(get_args(VllmEngineConfig.model_fields["flashinfer_allreduce_backend"].annotation))
+    for value in sorted(ours):
+        checked = subprocess.run(
+            [str(vllm_python), "-c", f"import vllm.envs as e; print(e.{FLASHINFER_ALLREDUCE_BACKEND_ENV})"],
+            cwd=REPO_ROOT,
+            env={**vllm_subprocess_env(), FLASHINFER_ALLREDUCE_BACKEND_ENV: value},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert checked.returncode == 0, checked.stderr[-2000:]
+        assert checked.stdout.strip().splitlines()[-1] == value
+    refused = subprocess.run(
+        [str(vllm_python), "-c", f"import vllm.envs as e; print(e.{FLASHINFER_ALLREDUCE_BACKEND_ENV})"],
+        cwd=REPO_ROOT,
+        env={**vllm_subprocess_env(), FLASHINFER_ALLREDUCE_BACKEND_ENV: "nccl"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0 and "nccl" in refused.stderr

@@ -30,8 +30,19 @@ def test_budget_is_the_sum_of_the_phases_times_the_safety_factor() -> None:
         "engine_start": 50,
         "compile": 150,
     }
-    assert [name for name, _ in plan.phases] == list(PHASES)
+    assert [name for name, _ in plan.phases] == [name for name in PHASES if name != "allreduce_jit"]
     assert plan.budget_seconds == math.ceil((100 + 102.4 + 20.48 + 50 + 150) * 1.5)
+
+
+def test_a_tensor_parallel_pod_also_budgets_the_all_reduce_kernel_build() -> None:
+    # 2026-11-29 lab: the first TP=2 start built FlashInfer's trtllm all-reduce kernels for 174 s.
+    startup = StartupConfig(allreduce_jit_seconds=180, safety_factor=1.5)
+    single = plan_startup(startup, 10 * GIB, local_nvme=True)
+    parallel = plan_startup(startup, 10 * GIB, local_nvme=True, tensor_parallel_size=2)
+    assert [name for name, _ in parallel.phases] == list(PHASES)
+    assert dict(parallel.phases)["allreduce_jit"] == 180
+    assert parallel.expected_seconds == single.expected_seconds + 180
+    assert parallel.budget_seconds == math.ceil(parallel.expected_seconds * 1.5)
 
 
 def test_without_local_nvme_vllm_reads_the_weights_from_the_shared_volume() -> None:

@@ -134,3 +134,20 @@ def test_the_stacks_own_tp2_wins_over_the_diagnosis_when_it_started(raw: Path) -
     assert results["comparison"]["tp2_source"] == "tp2"
     assert results["comparison"]["variants"]["tp2"]["observed"]["kv_cache_tokens"] == 4_390_000
     assert "lab diagnosis `tp2-nccl`**" not in analyze.render_markdown(results)
+
+
+def test_the_report_names_the_all_reduce_backend_that_made_the_difference() -> None:
+    # 2026-11-29: tp2 and tp2-nccl failed with vLLM's mnnvl choice; tp2 completed with the stack's trtllm.
+    failed = [
+        {"file": f"{variant}-x.json", "variant": variant, "status": "stalled", "error": "StallError: x",
+         "error_detail": [], "milestones_s": {"torch_compile_s": 116.0}, "stall": None,
+         "raised_at_exit": False, "worker_error": None, "allreduce_backend": backend}
+        for variant, backend in (("tp2", "mnnvl"), ("tp2-nccl", "mnnvl"), ("tp2", None))
+    ]
+    text = "\n".join(analyze.render_failed_starts(failed, {}, {"tp2": "trtllm", "tp1": None}))
+    assert "| tp2-x.json | tp2 | mnnvl |" in text and "| tp2-x.json | tp2 | – |" in text
+    assert "tp2 completed with the fused all-reduce backend `trtllm`" in text
+    assert "used `mnnvl` and failed in its first forward pass" in text
+    # The same backend on both sides explains nothing: no sentence.
+    same = "\n".join(analyze.render_failed_starts(failed, {}, {"tp2": "mnnvl"}))
+    assert "completed with the fused all-reduce backend" not in same

@@ -176,7 +176,9 @@ def plan_summary(plan: Any) -> dict[str, Any]:
         "fits": plan.fits,
         # What a cold start to /health covers in the lab (dummy weights: no image pull, copy or read).
         "engine_start_and_compile_s": sum(
-            seconds for phase, seconds in plan.startup.phases if phase in ("engine_start", "compile")
+            seconds
+            for phase, seconds in plan.startup.phases
+            if phase in ("engine_start", "compile", "allreduce_jit")
         ),
         "startup_budget_s": plan.startup_budget_seconds,
     }
@@ -403,7 +405,11 @@ def _quoted(message: str) -> str:
     return message.replace("`", "'")
 
 
-def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict[str, float]]) -> list[str]:
+def render_failed_starts(
+    failed: list[dict[str, Any]],
+    completed: dict[str, dict[str, float]],
+    completed_backends: dict[str, str | None] | None = None,
+) -> list[str]:
     """Each start that did not reach /health: how far it got, then the silence, and how it ended."""
     if not failed:
         return []
@@ -460,6 +466,17 @@ def render_failed_starts(failed: list[dict[str, Any]], completed: dict[str, dict
                 f"For comparison, {name} logged its KV-cache size "
                 f"{milestones['kv_cache_tokens'] - milestones['torch_compile_s']:.0f} s after torch.compile"
                 f" ended ({milestones['torch_compile_s']:.0f} s → {milestones['kv_cache_tokens']:.0f} s).",
+            ]
+    # What changed between the failed starts and a completed one of the same variant: the backend.
+    for name, backend in (completed_backends or {}).items():
+        tried = {a["allreduce_backend"] for a in failed if a["variant"].startswith(name)}
+        failed_with = sorted(tried - {backend, None})
+        if backend and failed_with:
+            lines += [
+                "",
+                f"{name} completed with the fused all-reduce backend `{backend}`; every start above that"
+                f" logged its backend used `{'`, `'.join(failed_with)}` and failed in its first forward pass"
+                " (docs/tensor-parallel.md says why the stack sets the backend).",
             ]
     return lines
 
@@ -575,7 +592,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             _fmt(o1.get("time_to_health_s"), 0, " s"),
         ),
         _row(
-            "planner: engine start + compile (cold; the startupProbe adds pull, copy, load, ×1.5)",
+            "planner: engine start + compile + all-reduce JIT at TP > 1 (cold; the startupProbe adds pull,"
+            " copy, load, ×1.5)",
             *both("engine_start_and_compile_s", 0, source="predicted", suffix=" s"),
         ),
         _row(
@@ -606,7 +624,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         if entry.get("measured_current_plan") is False:
             lines.append(f"- {name}: measured with other arguments than the current plan.json (re-run it).")
     lines += render_failed_starts(
-        results.get("failed_starts") or [], results.get("completed_milestones_s") or {}
+        results.get("failed_starts") or [],
+        results.get("completed_milestones_s") or {},
+        results.get("completed_allreduce_backends") or {},
     )
     own2, own1 = tp2["predicted_own_group"], tp1["predicted_own_group"]
 
@@ -665,6 +685,11 @@ def analyze(
         "failed_starts": failed_attempts(documents),
         "completed_milestones_s": {
             name: run.get("milestones_s") or {}
+            for name, run in runs.items()
+            if run.get("status") == "completed"
+        },
+        "completed_allreduce_backends": {
+            name: (run.get("log_facts") or {}).get("flashinfer_allreduce_backend")
             for name, run in runs.items()
             if run.get("status") == "completed"
         },

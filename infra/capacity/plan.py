@@ -388,7 +388,12 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
     local_nvme = group.local_nvme.enabled and all(
         instance.local_nvme_gib > 0 for instance in group.gpu_instances
     )
-    startup = plan_startup(model.startup, checkpoint_bytes(shape), local_nvme=local_nvme)
+    startup = plan_startup(
+        model.startup,
+        checkpoint_bytes(shape),
+        local_nvme=local_nvme,
+        tensor_parallel_size=model.tensor_parallel_size,
+    )
     return ModelPlan(
         model=model.name,
         gpu_group=gpu_group,

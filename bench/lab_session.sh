@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The lab GPU session: stage vLLM 0.26.0, then run the GPU benchmarks side by side, one lane per GPU.
-# The plan of the next session (the 2026-11-29 session measured the stack phase and the capacity
-# runs; bench/NEXT_GPU_SESSION.md has the exact calls, carry lists and minutes):
+# The three 2026-11-29 runs measured every step's targets; bench/NEXT_GPU_SESSION.md has the exact
+# calls, carry lists and minutes of a session:
 #
 # From the repository root on the GPU host (device tool `run`), one step per call:
 #   bash bench/lab_session.sh stage NN   # carry .gpu/pNN: copies the part into /tmp/parts

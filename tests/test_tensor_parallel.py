@@ -362,6 +362,25 @@ def test_tp2_nccl_is_tp2_plus_exactly_the_two_diagnosis_changes(tp_plan: dict[st
     assert "--disable-custom-all-reduce" not in tp2["serve_args"] + tp_plan["variants"]["tp1"]["serve_args"]
 
 
+def test_tp2_nofuse_is_tp2_without_the_fused_all_reduce_and_the_stack_sets_trtllm(
+    tp_plan: dict[str, Any],
+) -> None:
+    tp2, diagnosis = tp_plan["variants"]["tp2"], tp_plan["variants"]["tp2-nofuse"]
+    fusion_off = '{"pass_config": {"fuse_allreduce_rms": false}}'
+    assert diagnosis["serve_args"] == [*tp2["serve_args"], "--compilation-config", fusion_off]
+    assert json.loads(fusion_off) == {"pass_config": {"fuse_allreduce_rms": False}}
+    assert diagnosis["env"] == tp2["env"]
+    added = diagnosis["changes"][len(tp2["changes"]) :]
+    assert [(c["what"], c["action"], c["to"]) for c in added] == [
+        ("--compilation-config", "added", fusion_off)
+    ]
+    assert check_server_arguments(diagnosis["serve_args"], flags=load_lab_flags()) == []
+    # The stack's tp2 carries the backend that started in the lab, from the render, not a lab change.
+    assert tp2["env"]["VLLM_FLASHINFER_ALLREDUCE_BACKEND"] == "trtllm"
+    assert not [c for c in tp2["changes"] if "FLASHINFER_ALLREDUCE" in c["what"]]
+    assert "VLLM_FLASHINFER_ALLREDUCE_BACKEND" not in tp_plan["variants"]["tp1"]["env"]
+
+
 # --- bench/tensor_parallel: runner ---------------------------------------------------------------------
 
 

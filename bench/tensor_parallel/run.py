@@ -6,6 +6,7 @@ bench/capacity/mkshape.py), one variant per command:
     python3 -m bench.tensor_parallel.run --only tp2 --out "$OUT" --budget-s 480
     python3 -m bench.tensor_parallel.run --only tp1 --gpu 1 --out "$OUT" --budget-s 420
     python3 -m bench.tensor_parallel.run --only tp2-nccl --out "$OUT" --budget-s 480  # lab diagnosis
+    python3 -m bench.tensor_parallel.run --only tp2-nofuse --out "$OUT" --budget-s 480  # lab diagnosis
 
 Rehearsals without a GPU (the same steps):
 
@@ -840,8 +841,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         action="append",
         choices=["tp2", "tp1", "tp2-nccl", "tp2-nofuse"],
-        help="run only this variant (repeatable; default tp2 then tp1; tp2-nccl, the lab diagnosis "
-        "with NCCL all-reduce only, runs only when named)",
+        help="run only this variant (repeatable; default tp2 then tp1; the lab diagnoses tp2-nccl, NCCL "
+        "all-reduce only, and tp2-nofuse, no fused all-reduce + RMSNorm, run only when named)",
     )
     cli.add_argument("--gpu", type=int, default=0, help="the GPU of the tp1 run (tp2 uses GPUs 0 and 1)")
     cli.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", WORK_DIR / "out")))

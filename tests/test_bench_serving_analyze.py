@@ -481,3 +481,50 @@ def test_a_warm_start_that_found_the_shared_jit_caches_is_reported_apart(raw: Pa
     markdown = analyze.render_markdown(results, None)
     assert "With those JIT caches on the shared volume (warmstart.json, stack-warm" in markdown
     assert "the same stage took 1 s" in markdown
+
+
+def test_the_warm_start_with_the_real_checkpoint_is_estimated_from_the_planner(raw: Path) -> None:
+    # The lab loads random weights (2.5 s); a replica reads the prod 8B's checkpoint from local NVMe
+    # at the planner's assumed speed instead.
+    from infra.capacity.architecture import checkpoint_bytes
+    from infra.capacity.plan import model_shape
+    from infra.config import load_stack
+
+    day = datetime(2026, 11, 29, tzinfo=UTC).timestamp()
+    warmstart = {
+        "phase": "warmstart",
+        "status": "completed",
+        "started_at": "2026-11-29T10:00:00+0000",
+        "budget_s": 520.0,
+        "cold_start_s": 208.0,
+        "warm_start_s": 54.0,
+        "plan": {"stack": "prod", "model": "llama-3-1-8b"},
+        "starts": {
+            "stack-cold": {"name": "stack-cold", "launched_at": day + 36000, "ready_s": 208.0,
+                           "facts": {"torch_compile_s": 25.0, "model_load_s": 3.5}},
+            "stack-warm": {"name": "stack-warm", "launched_at": day + 39600, "ready_s": 54.0,
+                           "facts": {"torch_compile_s": 4.0, "model_load_s": 2.5}},
+        },
+    }
+    (raw / "warmstart.json").write_text(json.dumps(warmstart))
+    results = analyze.analyze(raw)
+    real = results["comparisons"]["start_times"]["real_weights"]
+    model = next(m for m in load_stack("prod").models if m.name == "llama-3-1-8b")
+    mib = checkpoint_bytes(model_shape(model)) / (1 << 20)
+    load_s = mib / model.startup.weight_load_mib_per_second  # the h200 group has local NVMe
+    assert real["local_nvme"] is True and real["dummy_load_s"] == 2.5
+    assert real["estimate_s"] == pytest.approx(54.0 - 2.5 + load_s, abs=0.1)
+    assert real["met"] is (54.0 - 2.5 + load_s <= 60)
+    assert real["needed_mib_s"] == round(mib / (60 - 51.5))
+    markdown = analyze.render_markdown(results, None)
+    row = next(line for line in markdown.splitlines() if "real checkpoint read from local NVMe" in line)
+    assert f"~{54.0 - 2.5 + load_s:.0f} s" in row and row.endswith("(estimate) |")
+    assert f"at least {round(mib / 8.5):,} MiB/s" in markdown
+
+
+def test_no_real_weight_estimate_when_the_warm_start_recorded_no_model_load(raw: Path) -> None:
+    # The fixture's stack phase has a 52 s warm start but no per-start facts: nothing to subtract.
+    starts = analyze.analyze(raw)["comparisons"]["start_times"]
+    assert starts["warm_start_s"] == 52.0 and starts["real_weights"] is None
+    markdown = analyze.render_markdown(analyze.analyze(raw), None)
+    assert "real checkpoint read from" not in markdown

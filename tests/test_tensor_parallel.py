@@ -592,7 +592,7 @@ def test_a_failed_worker_ends_the_start_after_a_grace_instead_of_at_the_stall_li
     stall = record["stall"]
     assert stall["after_milestone"] == "worker_failed" and stall["limit_s"] == run.WORKER_EXIT_GRACE_S
     assert stall["worker_error"].startswith("CUDA error: CUBLAS_STATUS_INTERNAL_ERROR")
-    assert run.WORKER_EXIT_GRACE_S < stall["waited_s"] < run.WORKER_EXIT_GRACE_S + 10
+    assert run.WORKER_EXIT_GRACE_S <= stall["waited_s"] < run.WORKER_EXIT_GRACE_S + 10  # rounded to 0.1 s
     assert record["steps"][-1]["at_s"] < 60  # long before the 60 s stall limit
     assert not _alive(child) and _registered_groups(tmp_path) == []
     # The report names the failure, not a stall.

@@ -446,9 +446,10 @@ def test_a_decode_step_that_grows_with_the_batch_is_not_called_launch_bound(raw:
     assert "decode step took" not in analyze.render_markdown(results, None)
 
 
-def test_a_warm_start_that_found_the_shared_jit_caches_is_reported_apart(raw: Path) -> None:
-    # 2026-11-29 19:58: cold 187 s (96 s silent after capture), then warm with the cold start's
-    # FlashInfer/Triton JIT output on the shared volume: 1 s after capture, 54 s to /health.
+def _warmstart_phase(
+    raw: Path, warm_ready_s: float, cold_facts: dict[str, float], warm_facts: dict[str, float], **extra: Any
+) -> None:
+    """raw/warmstart.json: a completed phase, cold start (208 s) at 10:00 UTC, warm start at 11:00."""
     day = datetime(2026, 11, 29, tzinfo=UTC).timestamp()
     warmstart = {
         "phase": "warmstart",
@@ -457,16 +458,28 @@ def test_a_warm_start_that_found_the_shared_jit_caches_is_reported_apart(raw: Pa
         "budget_s": 520.0,
         "cold_start_s": 208.0,
         "warm_start_s": 54.0,
-        "shared_cache_after": {"stack-cold": {"jit/flashinfer/.cache": {"files": 9, "bytes": 8770646}}},
-        "steps": [{"at_s": 1.0, "step": "stack-warm: skipped, 180 s left"}],  # an older run's kind
+        **extra,
         "starts": {
             "stack-cold": {"name": "stack-cold", "launched_at": day + 36000, "ready_s": 208.0,
-                           "facts": {"torch_compile_s": 25.0}},
-            "stack-warm": {"name": "stack-warm", "launched_at": day + 36000 + 3600, "ready_s": 88.0,
-                           "facts": {"torch_compile_s": 4.0}},
+                           "facts": cold_facts},
+            "stack-warm": {"name": "stack-warm", "launched_at": day + 39600, "ready_s": warm_ready_s,
+                           "facts": warm_facts},
         },
     }
     (raw / "warmstart.json").write_text(json.dumps(warmstart))
+
+
+def test_a_warm_start_that_found_the_shared_jit_caches_is_reported_apart(raw: Path) -> None:
+    # 2026-11-29 19:58: cold 187 s (96 s silent after capture), then warm with the cold start's
+    # FlashInfer/Triton JIT output on the shared volume: 1 s after capture, 54 s to /health.
+    _warmstart_phase(
+        raw,
+        88.0,
+        {"torch_compile_s": 25.0},
+        {"torch_compile_s": 4.0},
+        shared_cache_after={"stack-cold": {"jit/flashinfer/.cache": {"files": 9, "bytes": 8770646}}},
+        steps=[{"at_s": 1.0, "step": "stack-warm: skipped, 180 s left"}],  # an older run's kind
+    )
     warm_log = [line.replace(" 10:0", " 11:0") for line in _server_log("abc123", 4.0, "10:01:25")]
     (raw / "warmstart-logs.txt").write_text(
         "===== stack-cold: serve\n" + "\n".join(_server_log("abc123", 25.0, "10:03:26"))
@@ -490,23 +503,13 @@ def test_the_warm_start_with_the_real_checkpoint_is_estimated_from_the_planner(r
     from infra.capacity.plan import model_shape
     from infra.config import load_stack
 
-    day = datetime(2026, 11, 29, tzinfo=UTC).timestamp()
-    warmstart = {
-        "phase": "warmstart",
-        "status": "completed",
-        "started_at": "2026-11-29T10:00:00+0000",
-        "budget_s": 520.0,
-        "cold_start_s": 208.0,
-        "warm_start_s": 54.0,
-        "plan": {"stack": "prod", "model": "llama-3-1-8b"},
-        "starts": {
-            "stack-cold": {"name": "stack-cold", "launched_at": day + 36000, "ready_s": 208.0,
-                           "facts": {"torch_compile_s": 25.0, "model_load_s": 3.5}},
-            "stack-warm": {"name": "stack-warm", "launched_at": day + 39600, "ready_s": 54.0,
-                           "facts": {"torch_compile_s": 4.0, "model_load_s": 2.5}},
-        },
-    }
-    (raw / "warmstart.json").write_text(json.dumps(warmstart))
+    _warmstart_phase(
+        raw,
+        54.0,
+        {"torch_compile_s": 25.0, "model_load_s": 3.5},
+        {"torch_compile_s": 4.0, "model_load_s": 2.5},
+        plan={"stack": "prod", "model": "llama-3-1-8b"},
+    )
     results = analyze.analyze(raw)
     real = results["comparisons"]["start_times"]["real_weights"]
     model = next(m for m in load_stack("prod").models if m.name == "llama-3-1-8b")

@@ -447,14 +447,21 @@ def kv_cache_facts(start: dict[str, Any]) -> dict[str, Any]:
     return {key: start["facts"].get(key) for key in KV_CACHE_FACTS}
 
 
-def phase_stack(phase: Phase, lab: Lab) -> None:
+def checked_stack_arguments(phase: Phase, lab: Lab) -> list[str]:
+    """The stack's lab arguments, recorded in the phase with the installed vLLM parser's verdict;
+    ServerFailedError when that parser rejects them."""
     args = lab.plan["lab"]["serve_args"]
     phase.result["serve_args"] = args
-    phase.result["changes_from_render"] = lab.plan["lab"]["changes"]
     phase.result["parser_check"] = check_arguments_with_real_parser(lab, {"stack": args})
     phase.step(f"real parser: {phase.result['parser_check']}")
     if phase.result["parser_check"].get("stack") != "accepted":
         raise ServerFailedError("the installed vLLM rejects the stack's arguments; see parser_check")
+    return args
+
+
+def phase_stack(phase: Phase, lab: Lab) -> None:
+    phase.result["changes_from_render"] = lab.plan["lab"]["changes"]
+    args = checked_stack_arguments(phase, lab)
     clear_shared_cache()  # a cold start: as the first pod of a new revision
     phase.step(f"cleared the shared compile cache {SHARED_CACHE_DIR} for a cold start")
     with GpuSampler() as sampler:
@@ -516,13 +523,8 @@ def phase_warmstart(phase: Phase, lab: Lab) -> None:
     """A new replica's start: the stack's arguments on an empty shared cache (cold), then again with
     the shared cache kept and the pod's HOME and TMPDIR emptied (warm), as the serving unit deploys
     it (VLLM_CACHE_ROOT with the JIT caches inside it on the shared volume)."""
-    args = lab.plan["lab"]["serve_args"]
-    phase.result["serve_args"] = args
     phase.result["env"] = lab.plan["lab"]["env"]
-    phase.result["parser_check"] = check_arguments_with_real_parser(lab, {"stack": args})
-    phase.step(f"real parser: {phase.result['parser_check']}")
-    if phase.result["parser_check"].get("stack") != "accepted":
-        raise ServerFailedError("the installed vLLM rejects the stack's arguments; see parser_check")
+    args = checked_stack_arguments(phase, lab)
     clear_shared_cache()
     phase.step(f"cleared the shared cache {SHARED_CACHE_DIR}: the first pod of a new revision")
     for name, key, timeout_s in (

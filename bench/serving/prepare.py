@@ -204,52 +204,46 @@ def translate_environment(
             )
             continue
         value = str(item["value"])
-        if name == "VLLM_CACHE_ROOT":
-            env[name] = SHARED_CACHE
-            changes.append(
-                Change(
-                    f"env {name}",
-                    "replaced",
-                    value,
-                    SHARED_CACHE,
-                    "the compile cache on the shared model volume: one host folder kept between "
-                    "starts, so a second start finds it as a new replica does",
-                )
-            )
-            continue
-        if cache_root is not None and value.startswith(cache_root + "/"):
-            lab_value = SHARED_CACHE + value[len(cache_root) :]
+        replacement = _lab_path(name, value, cache_root, mounts, kinds)
+        if replacement is not None:
+            lab_value, why = replacement
             env[name] = lab_value
-            changes.append(
-                Change(
-                    f"env {name}",
-                    "replaced",
-                    value,
-                    lab_value,
-                    "inside the compile cache on the shared model volume (JIT kernel caches): kept "
-                    "between starts with it, so a second start finds them as a new replica does",
-                )
-            )
-            continue
-        mount = next(
-            ((path, volume) for path, volume in mounts if value == path or value.startswith(path + "/")), None
-        )
-        if mount is not None and kinds.get(mount[1]) == "emptyDir":
-            lab_value = f"{SCRATCH}/{mount[1]}{value[len(mount[0]) :]}"
-            env[name] = lab_value
-            changes.append(
-                Change(
-                    f"env {name}",
-                    "replaced",
-                    value,
-                    lab_value,
-                    f"on the pod's emptyDir '{mount[1]}': empty in every new pod, so a folder "
-                    "emptied before every server start",
-                )
-            )
+            changes.append(Change(f"env {name}", "replaced", value, lab_value, why))
             continue
         env[name] = value
     return env, changes
+
+
+def _lab_path(
+    name: str,
+    value: str,
+    cache_root: str | None,
+    mounts: list[tuple[str, str]],
+    kinds: dict[str, str],
+) -> tuple[str, str] | None:
+    """Where a pod path in the environment points in the lab, and why; None for other values."""
+    if name == "VLLM_CACHE_ROOT":
+        return (
+            SHARED_CACHE,
+            "the compile cache on the shared model volume: one host folder kept between "
+            "starts, so a second start finds it as a new replica does",
+        )
+    if cache_root is not None and value.startswith(cache_root + "/"):
+        return (
+            SHARED_CACHE + value[len(cache_root) :],
+            "inside the compile cache on the shared model volume (JIT kernel caches): kept "
+            "between starts with it, so a second start finds them as a new replica does",
+        )
+    mount = next(
+        ((path, volume) for path, volume in mounts if value == path or value.startswith(path + "/")), None
+    )
+    if mount is not None and kinds.get(mount[1]) == "emptyDir":
+        return (
+            f"{SCRATCH}/{mount[1]}{value[len(mount[0]) :]}",
+            f"on the pod's emptyDir '{mount[1]}': empty in every new pod, so a folder "
+            "emptied before every server start",
+        )
+    return None
 
 
 def find_vllm_container(result: Any, model: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

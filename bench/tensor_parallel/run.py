@@ -145,11 +145,14 @@ class RunError(RuntimeError):
 class StallError(RuntimeError):
     """The start logged `after` (torch.compile's end or the model load) and then no KV-cache size."""
 
-    def __init__(self, name: str, after: str, at_s: float, waited_s: float, limit_s: float) -> None:
+    def __init__(
+        self, name: str, after: str, at_s: float, waited_s: float, limit_s: float, message: str | None = None
+    ) -> None:
         self.after, self.at_s, self.waited_s, self.limit_s = after, at_s, waited_s, limit_s
         self.detail = ""
         super().__init__(
-            f"{name}: stalled: no KV-cache size {waited_s:.0f} s after {after} (logged at {at_s:.0f} s; "
+            message
+            or f"{name}: stalled: no KV-cache size {waited_s:.0f} s after {after} (logged at {at_s:.0f} s; "
             f"limit {limit_s:.0f} s): stuck in the memory-profiling forward pass (the first with "
             "all-reduces) or the KV-cache allocation"
         )
@@ -163,13 +166,16 @@ class WorkerFailedError(StallError):
     the grace: on 2026-11-29 the workers of such a start hung in their exit handlers for minutes."""
 
     def __init__(self, name: str, message: str, at_s: float, waited_s: float, limit_s: float) -> None:
-        super().__init__(name, WORKER_FAILED, at_s, waited_s, limit_s)
-        self.message = message
-        RuntimeError.__init__(
-            self,
+        super().__init__(
+            name,
+            WORKER_FAILED,
+            at_s,
+            waited_s,
+            limit_s,
             f"{name}: a worker failed at {at_s:.0f} s ('{message}') and the server was still running "
             f"{waited_s:.0f} s later (grace {limit_s:.0f} s)",
         )
+        self.message = message
 
 
 WORKER_FAILED = "worker_failed"
@@ -218,8 +224,8 @@ def stalled_after(
 
 
 class WatchedServer(VllmServer):
-    """bench/serving's server whose health wait also ends at a stall. VllmServer.wait() reads the new
-    log lines and then polls healthy() every half second, so the stall check runs there."""
+    """bench/serving's server whose health wait also ends at a stall or a failed worker. VllmServer.wait()
+    reads the new log lines and then polls healthy() every half second, so both checks run there."""
 
     def __init__(self, *args: Any, stall_limit_s: float, anchor: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -230,8 +236,11 @@ class WatchedServer(VllmServer):
         if super().healthy():
             return True
         record = self.start_record
-        if record is not None and WORKER_FAILED in record.milestones_s:
-            waited = time.time() - record.launched_at - record.milestones_s[WORKER_FAILED]
+        if record is None:
+            return False
+        elapsed = time.time() - record.launched_at
+        if WORKER_FAILED in record.milestones_s:
+            waited = elapsed - record.milestones_s[WORKER_FAILED]
             if waited > WORKER_EXIT_GRACE_S:
                 record.error = f"a worker failed: {record.facts[WORKER_FAILED]}"
                 raise WorkerFailedError(
@@ -241,13 +250,10 @@ class WatchedServer(VllmServer):
                     round(waited, 1),
                     WORKER_EXIT_GRACE_S,
                 )
-        if record is not None:
-            found = stalled_after(
-                record.milestones_s, time.time() - record.launched_at, self.stall_limit_s, self.anchor
-            )
-            if found is not None:
-                record.error = f"stalled after {self.anchor}"
-                raise StallError(self.name, self.anchor, found[0], round(found[1], 1), self.stall_limit_s)
+        found = stalled_after(record.milestones_s, elapsed, self.stall_limit_s, self.anchor)
+        if found is not None:
+            record.error = f"stalled after {self.anchor}"
+            raise StallError(self.name, self.anchor, found[0], round(found[1], 1), self.stall_limit_s)
         return False
 
 

@@ -64,11 +64,11 @@ SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 _KNOWN_RELEASE = "pinned to a release known to exist; re-check the index before bumping"
 NVIDIA_DEVICE_PLUGIN_CHART = ChartPin(
     chart="nvidia-device-plugin",
-    version="0.17.1",
+    version="0.20.0",
     repository="https://nvidia.github.io/k8s-device-plugin",
-    source=f"https://github.com/NVIDIA/k8s-device-plugin/releases/tag/v0.17.1 (chart bundles GFD and the "
-    f"node-feature-discovery subchart as `nfd`); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/NVIDIA/k8s-device-plugin/releases/tag/v0.20.0 (commit 2026-08-19; device plugin "
+    "and GFD v0.20.0; bundles the node-feature-discovery chart 0.19.0 as `nfd`); vendored in charts/",
+    pinned_on="2026-12-01",
 )
 DCGM_EXPORTER_CHART = ChartPin(
     chart="dcgm-exporter",
@@ -156,6 +156,15 @@ CLUSTER_AUTOSCALER_CHART = ChartPin(
     source="https://github.com/kubernetes/autoscaler/releases/tag/cluster-autoscaler-chart-9.43.2; "
     f"{_KNOWN_RELEASE}",
     pinned_on="2026-11-29",
+)
+# Argo Rollouts (canary rollouts, issue 16): vendored and locked, not installed yet.
+ARGO_ROLLOUTS_CHART = ChartPin(
+    chart="argo-rollouts",
+    version="2.41.0",
+    repository="https://argoproj.github.io/argo-helm",
+    source="https://github.com/argoproj/argo-helm/releases/tag/argo-rollouts-2.41.0 (commit 2026-06-05; "
+    "Argo Rollouts v1.9.0); vendored in charts/",
+    pinned_on="2026-12-01",
 )
 # Cluster Autoscaler must match the control plane's minor version (its scheduler simulation is
 # built from that Kubernetes release), so the image is chosen per cluster.kubernetes_version

@@ -33,21 +33,6 @@ LOCK = load_lock()
 # Charts vendored and locked for an issue that does not install them yet; each one still needs a pin.
 VENDORED_NOT_INSTALLED = {"argo-rollouts": "canary rollouts (issue 16) will install it"}
 
-# Charts pinned in infra/versions.py whose vendoring is still in progress (emptied as they land).
-NOT_VENDORED_YET: set[str] = {
-    "dcgm-exporter",
-    "kube-prometheus-stack",
-    "prometheus-adapter",
-    "keda",
-    "aws-efs-csi-driver",
-    "secrets-store-csi-driver",
-    "secrets-store-csi-driver-provider-aws",
-    "vault",
-    "aws-load-balancer-controller",
-    "metrics-server",
-    "cluster-autoscaler",
-}
-
 # The modules that install charts: every installed pin is one of their globals.
 INSTALLING_MODULES = ("components.gpu_addons", "components.monitoring", "components.cluster_addons")
 
@@ -119,8 +104,7 @@ def test_every_dependency_is_vendored_at_a_version_helm_accepts_and_is_locked(na
 
 
 def test_every_chart_pin_has_a_lock_entry_at_exactly_its_version_and_repository():
-    pins = {chart: pin for chart, pin in chart_pins().items() if chart not in NOT_VENDORED_YET}
-    assert {chart: (pin.version, pin.repository) for chart, pin in pins.items()} == {
+    assert {chart: (pin.version, pin.repository) for chart, pin in chart_pins().items()} == {
         name: (entry.version, entry.repository) for name, entry in LOCK.items()
     }
 

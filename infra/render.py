@@ -288,11 +288,17 @@ def expand_chart_releases(result: RenderResult, config: PlatformConfig) -> list[
     """
     releases = [r.inputs for r in result.resources if r.type == CHART_RELEASE_TYPE]
 
-    def render(release: dict[str, Any], api_versions: set[str], cluster_scoped: set[str]) -> list[ChartObject]:
+    def render(
+        release: dict[str, Any], api_versions: set[str], cluster_scoped: set[str]
+    ) -> list[ChartObject]:
         return render_chart(
-            Path.cwd() / release["chart"], release=release["name"], namespace=release["namespace"],
-            values=release.get("values") or {}, kubernetes_version=config.cluster.kubernetes_version,
-            api_versions=api_versions, cluster_scoped_kinds=cluster_scoped,
+            Path.cwd() / release["chart"],
+            release=release["name"],
+            namespace=release["namespace"],
+            values=release.get("values") or {},
+            kubernetes_version=config.cluster.kubernetes_version,
+            api_versions=api_versions,
+            cluster_scoped_kinds=cluster_scoped,
         )
 
     first = [render(release, set(), set()) for release in releases]

@@ -114,10 +114,17 @@ def test_every_chart_pin_records_repository_source_and_date() -> None:
         assert pin.pinned_on.startswith("20"), pin
 
 
-@pytest.mark.parametrize(("section", "key"), [("addons.metrics_server", "chart_version"),
-                                              ("addons.secrets_store_csi_driver", "aws_provider_chart_version"),
-                                              ("monitoring", "chart_version")])
-def test_a_stack_cannot_pick_a_chart_version_that_is_not_vendored(tmp_path: Path, section: str, key: str) -> None:
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("addons.metrics_server", "chart_version"),
+        ("addons.secrets_store_csi_driver", "aws_provider_chart_version"),
+        ("monitoring", "chart_version"),
+    ],
+)
+def test_a_stack_cannot_pick_a_chart_version_that_is_not_vendored(
+    tmp_path: Path, section: str, key: str
+) -> None:
     def override(values: dict[str, Any]) -> None:
         top, *rest = section.split(".")
         values[top] = {rest[0]: {key: "3.13.0"}} if rest else {key: "70.0.0"}

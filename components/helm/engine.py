@@ -227,6 +227,14 @@ def _render_uncached(
     return objects
 
 
+def chart_crds(chart_dir: Path) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions in the chart's and its subcharts' crds/ directories."""
+    import helm_python
+
+    with helm_python.Chart.load(str(chart_dir)) as chart:
+        return [doc for crd in chart.crds for doc in _documents(crd["data"])]
+
+
 @functools.lru_cache(maxsize=64)
 def asks_api_versions(chart_dir: Path) -> bool:
     """Whether any template of the chart (or of its subcharts) reads `.Capabilities.APIVersions`."""

@@ -317,6 +317,4 @@ def test_the_vendored_crds_were_found() -> None:
         "Prometheus",
         "ScaledObject",
         "SecretProviderClass",
-        "Rollout",
-        "AnalysisTemplate",
     } <= kinds

@@ -428,7 +428,8 @@ def check_helm_charts_pinned(resource: Resource, settings: PolicySettings) -> li
         # The stack installs only vendored, locked charts (charts/): a repository or OCI reference
         # would deploy something the render never expanded.
         chart = str(resource.props.get("chart") or "")
-        if resource.props.get("repositoryOpts") or "://" in chart or not chart.split("/")[-2:-1] == ["charts"]:
+        vendored = chart.split("/")[-2:-1] == ["charts"] and "://" not in chart
+        if resource.props.get("repositoryOpts") or not vendored:
             return [f"Helm chart '{chart}' is not a vendored chart directory (charts/<name>); vendor it "
                     "(scripts/vendor-chart.py) and install it from there"]
         return []

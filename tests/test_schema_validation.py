@@ -185,7 +185,8 @@ def stack_verdicts(stack: str) -> tuple[Verdict, ...]:
         out_dir = Path(out)
         write_render(rendered(stack, RENDERED_STACKS[stack]), out_dir)
         # Ours (kubernetes/) and every object the charts render (charts/<release>/).
-        for path in sorted([*(out_dir / "kubernetes").rglob("*.yaml"), *(out_dir / "charts").rglob("*.yaml")]):
+        written = [*(out_dir / "kubernetes").rglob("*.yaml"), *(out_dir / "charts").rglob("*.yaml")]
+        for path in sorted(written):
             for document in yaml.safe_load_all(path.read_text()):
                 if document:
                     verdict = _validate(document, version)

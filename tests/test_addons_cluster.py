@@ -322,7 +322,9 @@ def test_vault_secret_store_installs_only_the_vault_csi_provider_pointing_at_the
     config = config_of(stack_render)
     assert config.security.secret_store.provider == "vault"
     values = release(stack_render, "vault-csi-provider")["values"]
-    assert values["server"] == {"enabled": False}
+    assert values["server"]["enabled"] is False
+    # The server's ServiceAccount and auth-delegator binding render even with the server off.
+    assert values["server"]["authDelegator"] == {"enabled": False}
     assert values["injector"] == {"enabled": False}
     assert values["csi"]["enabled"] is True
     assert values["global"]["externalVaultAddr"] == config.security.secret_store.vault_address

@@ -3,6 +3,7 @@
     Namespace vllm-<model> (labels, GPU ResourceQuota, LimitRange, default-deny NetworkPolicies)
     ├── ServiceAccount vllm (IRSA role from the AWS layer)
     ├── SecretProviderClass vllm-api-key (→ synced Secret vllm-api-key), vllm-hf-token (gated HF repos)
+    ├── ConfigMap vllm-platform-auth: the API-key middleware vLLM loads (components/server_auth.py)
     ├── PersistentVolumeClaim model-cache (RWX, EFS): weights per revision + vLLM compile cache
     ├── Deployment vllm: init container `model-cache preload` → vLLM server
     ├── Service vllm, PodDisruptionBudget vllm, Ingress vllm (when ingress is on)
@@ -22,11 +23,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import probes, secrets
+from components import probes, secrets, server_auth
 from components.autoscaling import autoscaler_owns_replicas, create_model_autoscaler
 from components.cluster_context import ClusterContext
 from components.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_labels, model_selector_labels
-from components.network_policy import model_network_policies
+from components.network_policy import model_network_policies, serving_peers
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from components.service_accounts import model_service_account
 from components.vllm_arguments import (
@@ -213,6 +214,7 @@ def _volumes(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]
         volumes.append({"name": "local-models", "hostPath": {
             "path": f"{group.local_nvme.mount_path.rstrip('/')}/{LOCAL_MODELS_DIR}", "type": "Directory",
         }})
+    volumes.append(server_auth.volume())
     store = config.security.secret_store
     volumes += [v for v in (secrets.api_key_volume(store), secrets.hf_token_volume(store, model)) if v]
     return volumes
@@ -264,6 +266,7 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "TMPDIR", "value": TMP_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
+        *server_auth.environment(),
         # Tensor parallelism (gpus_per_replica > 1): vllm.nccl_env and the FlashInfer all-reduce backend.
         *tensor_parallel_environment(model),
     ]
@@ -273,6 +276,7 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "models", "mountPath": SHARED_ROOT},
         {"name": "home", "mountPath": HOME_DIR},
         {"name": "tmp", "mountPath": TMP_DIR},
+        server_auth.volume_mount(),
     ]
     if local_nvme:
         mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT, "readOnly": True})
@@ -327,7 +331,8 @@ def pod_template(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
     return {
         "metadata": {
             "labels": {**model_labels(model.name), GPU_GROUP_LABEL: model.gpu_group},
-            "annotations": {"kubectl.kubernetes.io/default-container": SERVER_CONTAINER},
+            "annotations": {"kubectl.kubernetes.io/default-container": SERVER_CONTAINER,
+                            server_auth.CHECKSUM_ANNOTATION: server_auth.module_checksum()},
         },
         "spec": {
             "serviceAccountName": service_account,
@@ -551,7 +556,8 @@ class ModelService(pulumi.ComponentResource):
                                          spec=resource_quota_spec(model), opts=inside)
         kubernetes.core.v1.LimitRange(f"{name}-limit-range", metadata=meta("container-defaults"),
                                       spec=limit_range_spec(), opts=inside)
-        for policy_name, policy_spec in model_network_policies(config, model):
+        peers = serving_peers(config, args.context.load_balancer_source_cidrs)
+        for policy_name, policy_spec in model_network_policies(config, model, peers):
             kubernetes.networking.v1.NetworkPolicy(f"{name}-netpol-{policy_name}", metadata=meta(policy_name),
                                                    spec=policy_spec, opts=inside)
 
@@ -587,6 +593,11 @@ class ModelService(pulumi.ComponentResource):
                     opts=after_addons,
                 ))
 
+        auth_module = kubernetes.core.v1.ConfigMap(
+            f"{name}-auth-middleware", metadata=meta(server_auth.CONFIG_MAP_NAME),
+            data=server_auth.config_map_data(), opts=inside,
+        )
+
         claim = kubernetes.core.v1.PersistentVolumeClaim(
             f"{name}-model-volume",
             metadata=meta(MODEL_VOLUME_CLAIM),
@@ -606,7 +617,8 @@ class ModelService(pulumi.ComponentResource):
                       "annotations": {"pulumi.com/timeoutSeconds": str(rollout_timeout)}},
             spec=deployment_spec(config, model, plan, account.name),
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[namespace_resource, claim, *provider_classes, *args.depends_on],
+                parent=self,
+                depends_on=[namespace_resource, claim, auth_module, *provider_classes, *args.depends_on],
             ),
         )
         kubernetes.core.v1.Service(f"{name}-service", metadata=meta(SERVER_NAME), spec=service_spec(model),

@@ -45,9 +45,10 @@ from infra.aws.policies import (
     to_json,
     with_model_bucket_decrypt,
 )
-from infra.config import PlatformConfig, load_stack, stack_file_for
+from infra.config import PlatformConfig, stack_file_for
 from infra.config.cluster import GpuNodeGroupConfig, TaintConfig
 from infra.render import PLACEHOLDER_ACCOUNT_ID, PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID, RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import rendered
 
 LOCATION = AwsLocation(partition="aws", region="us-east-1", account_id=PLACEHOLDER_ACCOUNT_ID)

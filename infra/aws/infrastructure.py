@@ -158,6 +158,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
             kubernetes_version=cluster_config.kubernetes_version,
             efs_file_system_id=storage.efs_file_system_id,
             vpc_id=network.vpc_id,
+            load_balancer_source_cidrs=network.layout.load_balancer_cidrs(config.ingress.scheme),
             service_account_role_arns=roles.role_arns,
         )
         self.register_outputs(

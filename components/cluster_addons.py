@@ -26,6 +26,7 @@ import pulumi_kubernetes as kubernetes
 
 from components.cluster_context import ClusterContext
 from components.labels import PART_OF
+from components.load_balancer import ALB_SSL_POLICY, ingress_group_name
 from components.scheduling import all_gpu_tolerations
 from components.service_accounts import (
     AWS_LOAD_BALANCER_CONTROLLER,
@@ -53,6 +54,7 @@ ADDONS_NAMESPACE = "kube-system"
 KEDA_NAMESPACE = "keda"
 EFS_STORAGE_CLASS = "efs-sc"
 """The model volume's StorageClass (components/model_service.py MODEL_VOLUME_STORAGE_CLASS)."""
+EFS_MOUNT_OPTIONS = ("tls", "iam")
 EFS_BASE_PATH = "/vllm-platform"
 """Directory on the file system under which each PVC's access point gets its own directory."""
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
@@ -162,6 +164,15 @@ def aws_load_balancer_controller_values(config: PlatformConfig, context: Cluster
         "serviceAccount": irsa_service_account(context, AWS_LOAD_BALANCER_CONTROLLER),
         # Only the model Ingresses are ours; leave Services of type LoadBalancer to their owners.
         "enableServiceMutatorWebhook": False,
+        # The `alb` class admits only Ingresses in the platform's namespaces and binds them to the
+        # stack's one ALB group, scheme and TLS policy: anyone else who can create an Ingress cannot
+        # join the shared load balancer or change how it listens (issue 15).
+        "ingressClassParams": {"create": True, "spec": {
+            "namespaceSelector": {"matchLabels": {"app.kubernetes.io/part-of": PART_OF}},
+            "group": {"name": ingress_group_name(context.cluster_name)},
+            "scheme": config.ingress.scheme,
+            "sslPolicy": ALB_SSL_POLICY,
+        }},
         "tolerations": [],
     }
 
@@ -243,6 +254,9 @@ class ClusterAddons(pulumi.ComponentResource):
             # Weights are expensive to fetch again: deleting a claim keeps its access point and data.
             reclaim_policy="Retain",
             volume_binding_mode="Immediate",
+            # TLS in transit and IAM authorization: the file system policy (infra/aws/storage.py)
+            # refuses every mount without both (issue 15).
+            mount_options=list(EFS_MOUNT_OPTIONS),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[efs_driver] if efs_driver else []),
         )
         if addons.secrets_store_csi_driver.enabled:

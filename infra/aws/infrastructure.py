@@ -129,6 +129,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 vpc_id=network.vpc_id,
                 subnet_ids=network.private_subnet_ids,
                 node_security_group_id=cluster.security_group_id,
+                efs_client_role_arns=[nodes.node_role_arn],
             ),
             opts=children,
         )

@@ -203,6 +203,30 @@ def tls_only_bucket_policy(bucket_arn: str) -> PolicyDocument:
     )
 
 
+def efs_file_system_policy(file_system_arn: str, client_role_arns: list[str]) -> PolicyDocument:
+    """Mounts over TLS only, by the named IAM roles (the nodes, whose EFS CSI node plugin mounts with
+    `mountOptions: [tls, iam]`) and through a mount target; no ClientRootAccess for anyone, so root
+    on a client is squashed and only the per-PVC access points' POSIX identities write (issue 15)."""
+    return document(
+        {
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "*",
+            "Resource": file_system_arn,
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        },
+        {
+            "Sid": "MountAndWriteByClusterNodesThroughMountTargets",
+            "Effect": "Allow",
+            "Principal": {"AWS": sorted(client_role_arns)},
+            "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
+            "Resource": file_system_arn,
+            "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}},
+        },
+    )
+
+
 def load_balancer_controller_policy() -> PolicyDocument:
     """The AWS Load Balancer Controller's own IAM policy, as published with the controller."""
     return json.loads(LOAD_BALANCER_CONTROLLER_POLICY_FILE.read_text())

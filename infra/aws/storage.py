@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.aws.policies import tls_only_bucket_policy, to_json
+from infra.aws.policies import efs_file_system_policy, tls_only_bucket_policy, to_json
 
 NFS_PORT = 2049
 # Large weight uploads that die half-way leave invisible, billed parts behind.
@@ -26,6 +26,8 @@ class ModelStorageArgs:
     subnet_ids: Sequence[pulumi.Input[str]]
     """One EFS mount target per subnet (the private node subnets, one per AZ)."""
     node_security_group_id: pulumi.Input[str]
+    efs_client_role_arns: Sequence[pulumi.Input[str]] = ()
+    """IAM roles that may mount the file system (the node role: the EFS CSI node plugin mounts)."""
     """The EKS cluster security group, which managed nodes carry: the only NFS clients allowed."""
 
 
@@ -124,6 +126,14 @@ class ModelStorage(pulumi.ComponentResource):
             performance_mode="generalPurpose",
             # No lifecycle to Infrequent Access: every cold node reads the weights, and IA bills per GB read.
             tags={"Name": f"{args.cluster_name}-models"},
+            opts=child,
+        )
+        aws.efs.FileSystemPolicy(
+            f"{name}-efs",
+            file_system_id=file_system.id,
+            policy=pulumi.Output.all(file_system.arn, *args.efs_client_role_arns).apply(
+                lambda values: to_json(efs_file_system_policy(values[0], list(values[1:])))
+            ),
             opts=child,
         )
         security_group = aws.ec2.SecurityGroup(

@@ -92,6 +92,11 @@ class IngressConfig(StrictModel):
     """ALB idle timeout: long enough that an SSE stream waiting on a queued request is not cut."""
     inbound_cidrs: list[Cidr] = []
     """CIDRs allowed to reach the load balancer (empty: the controller's default)."""
+    wafv2_acl_arn: (
+        Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:wafv2:[a-z0-9-]+:\d{12}:regional/webacl/.+$")] | None
+    ) = None
+    """Class `alb`: an AWS WAF (v2, regional) web ACL to attach to the load balancer, e.g. one with a
+    rate-based rule per client IP (docs/security.md); unset: none."""
 
 
 _CHART_VERSION = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"

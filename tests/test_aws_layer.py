@@ -236,7 +236,8 @@ def test_subnet_layout_never_overlaps_and_stays_inside_the_vpc(vpc_cidr: str, zo
     vpc = ipaddress.IPv4Network(vpc_cidr)
     all_cidrs = layout.private_cidrs + layout.public_cidrs + layout.internal_load_balancer_cidrs
     networks = [ipaddress.IPv4Network(c) for c in all_cidrs]
-    assert len(layout.private_cidrs) == len(layout.public_cidrs) == len(layout.internal_load_balancer_cidrs) == zones
+    counts = {len(layout.private_cidrs), len(layout.public_cidrs), len(layout.internal_load_balancer_cidrs)}
+    assert counts == {zones}
     assert all(ipaddress.IPv4Network(c).prefixlen <= 27 for c in layout.internal_load_balancer_cidrs)
     assert all(network.subnet_of(vpc) for network in networks)
     for i, first in enumerate(networks):

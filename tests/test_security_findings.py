@@ -82,7 +82,8 @@ def test_the_alb_class_admits_only_platform_namespaces_into_the_stack_group(stac
     config = config_of(render)
     params = release(render, "aws-load-balancer-controller")["values"]["ingressClassParams"]
     assert params["create"] is True
-    assert params["spec"]["namespaceSelector"] == {"matchLabels": {"app.kubernetes.io/part-of": "vllm-platform"}}
+    platform_namespaces = {"matchLabels": {"app.kubernetes.io/part-of": "vllm-platform"}}
+    assert params["spec"]["namespaceSelector"] == platform_namespaces
     assert params["spec"]["group"] == {"name": f"{config.cluster.name}-models"}
     assert params["spec"]["scheme"] == config.ingress.scheme
     for model in config.models:

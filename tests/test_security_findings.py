@@ -99,3 +99,39 @@ def test_a_waf_acl_is_attached_when_configured(tmp_path: Any) -> None:
 
     for ingress in render_variant(tmp_path, waf).find("Ingress"):
         assert ingress["metadata"]["annotations"]["alb.ingress.kubernetes.io/wafv2-acl-arn"] == arn
+
+
+@pytest.mark.parametrize("stack", EKS_STACKS)
+def test_kms_keys_have_explicit_policies_and_the_bucket_key_works_only_through_s3(stack: str) -> None:
+    render = rendered(stack)
+    config = config_of(render)
+    for name in ("aws-eks-secrets", "aws-storage-bucket"):
+        statements = _policy(render, "aws:kms/key:Key", name)["Statement"]
+        assert statements[0]["Principal"] == {"AWS": "arn:aws:iam::123456789012:root"}
+    bucket_key = _policy(render, "aws:kms/key:Key", "aws-storage-bucket")["Statement"]
+    [only_s3] = [s for s in bucket_key if s["Effect"] == "Deny"]
+    assert "kms:Decrypt" in only_s3["Action"] and only_s3["Principal"] == {"AWS": "*"}
+    assert only_s3["Condition"] == {
+        "StringNotEquals": {"kms:ViaService": f"s3.{config.cluster.region}.amazonaws.com"}
+    }
+
+
+@pytest.mark.parametrize("stack", EKS_STACKS)
+def test_vpc_flow_logs_are_on_by_default(stack: str) -> None:
+    render = rendered(stack)
+    config = config_of(render)
+    flow_log = one(render, "aws:ec2/flowLog:FlowLog", "aws-network-flow-logs")
+    assert flow_log["trafficType"] == "ALL"
+    assert flow_log["logDestinationType"] == "cloud-watch-logs"
+    group = one(render, "aws:cloudwatch/logGroup:LogGroup", "aws-network-flow-logs")
+    assert group["retentionInDays"] == config.cluster.vpc_flow_log_retention_days
+    role = one(render, "aws:iam/role:Role", "aws-network-flow-logs")
+    trust = json.loads(role["assumeRolePolicy"])
+    assert trust["Statement"][0]["Principal"] == {"Service": "vpc-flow-logs.amazonaws.com"}
+
+
+def test_vpc_flow_logs_can_be_switched_off(tmp_path: Any) -> None:
+    def off(values: dict[str, Any]) -> None:
+        values["cluster"] = {**values["cluster"], "vpc_flow_logs": False}
+
+    assert render_variant(tmp_path, off).aws("aws:ec2/flowLog:FlowLog") == []

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra.aws.policies import flow_log_delivery_policy, service_trust_policy, to_json
+
 MAX_AVAILABILITY_ZONES = 4
 MIN_LOAD_BALANCER_SUBNET_PREFIX = 27
 _PUBLIC_SPLIT_BITS = 2  # one block in four pieces: room for a public subnet per AZ, up to 4 AZs
@@ -77,6 +79,8 @@ class NetworkArgs:
     single_nat_gateway: bool
     provider: aws.Provider
     """For the availability-zone look-up (invokes do not inherit the parent's provider)."""
+    flow_log_retention_days: int | None = None
+    """Send VPC flow logs to CloudWatch for this many days; None: no flow logs."""
 
 
 class Network(pulumi.ComponentResource):
@@ -225,6 +229,8 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
+        if args.flow_log_retention_days is not None:
+            _flow_logs_of(self, name, vpc, args)
         self.vpc_id = vpc.id
         self.private_subnet_ids = [subnet.id for subnet in private_subnets]
         self.public_subnet_ids = [subnet.id for subnet in public_subnets]
@@ -238,6 +244,38 @@ class Network(pulumi.ComponentResource):
                 "public_subnet_ids": self.public_subnet_ids,
             }
         )
+
+
+def _flow_logs_of(network: Network, name: str, vpc: aws.ec2.Vpc, args: NetworkArgs) -> None:
+    child = pulumi.ResourceOptions(parent=network)
+    log_group = aws.cloudwatch.LogGroup(
+        f"{name}-flow-logs",
+        name=f"/vllm-platform/{args.cluster_name}/vpc-flow-logs",
+        retention_in_days=args.flow_log_retention_days,
+        opts=child,
+    )
+    role = aws.iam.Role(
+        f"{name}-flow-logs",
+        assume_role_policy=to_json(service_trust_policy("vpc-flow-logs.amazonaws.com")),
+        opts=child,
+    )
+    aws.iam.RolePolicy(
+        f"{name}-flow-logs",
+        role=role.id,
+        policy=log_group.arn.apply(lambda arn: to_json(flow_log_delivery_policy(arn))),
+        opts=child,
+    )
+    aws.ec2.FlowLog(
+        f"{name}-flow-logs",
+        vpc_id=vpc.id,
+        traffic_type="ALL",
+        log_destination_type="cloud-watch-logs",
+        log_destination=log_group.arn,
+        iam_role_arn=role.arn,
+        max_aggregation_interval=60,
+        tags={"Name": f"{args.cluster_name}-vpc-flow-logs"},
+        opts=child,
+    )
 
 
 def _zone_at(names: Sequence[str], index: int, count: int, region: str) -> str:

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.aws.policies import efs_file_system_policy, tls_only_bucket_policy, to_json
+from infra.aws.policies import (
+    AwsLocation,
+    efs_file_system_policy,
+    model_bucket_key_policy,
+    tls_only_bucket_policy,
+    to_json,
+)
 
 NFS_PORT = 2049
 # Large weight uploads that die half-way leave invisible, billed parts behind.
@@ -26,9 +32,11 @@ class ModelStorageArgs:
     subnet_ids: Sequence[pulumi.Input[str]]
     """One EFS mount target per subnet (the private node subnets, one per AZ)."""
     node_security_group_id: pulumi.Input[str]
+    """The EKS cluster security group, which managed nodes carry: the only NFS clients allowed."""
+    location: AwsLocation
+    """For the key policy's account and the S3 service name."""
     efs_client_role_arns: Sequence[pulumi.Input[str]] = ()
     """IAM roles that may mount the file system (the node role: the EFS CSI node plugin mounts)."""
-    """The EKS cluster security group, which managed nodes carry: the only NFS clients allowed."""
 
 
 class ModelStorage(pulumi.ComponentResource):
@@ -48,6 +56,7 @@ class ModelStorage(pulumi.ComponentResource):
         key = aws.kms.Key(
             f"{name}-bucket",
             description=f"Model weights bucket {args.bucket_name}",
+            policy=to_json(model_bucket_key_policy(args.location)),
             enable_key_rotation=True,
             deletion_window_in_days=30,
             opts=child,

@@ -51,6 +51,11 @@ class ClusterConfig(StrictModel):
     public_access_from_anywhere: bool = False
     """Opt-in for a public API endpoint open to every address (`0.0.0.0/0` in public_access_cidrs):
     without it such a CIDR is an error, since one line would expose the cluster's API server."""
+    vpc_flow_logs: bool = True
+    """Mode `eks`: VPC flow logs (all traffic, accepted and rejected) to CloudWatch Logs, so who
+    talked to a pod or node can be answered after the fact."""
+    vpc_flow_log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 90
+    """Days CloudWatch keeps the VPC flow logs."""
     control_plane_logging: list[ControlPlaneLogType] = ["api", "audit", "authenticator"]
     """EKS control-plane log types sent to CloudWatch."""
     admin_principal_arns: list[

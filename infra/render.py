@@ -283,7 +283,7 @@ def render_stack(stack: str, *, stack_file: Path | None = None) -> RenderResult:
     shown = display_path(path)
     # Validate (with the full message) before starting the runtime: bad input must never turn into
     # a Pulumi traceback.
-    from infra.config.loader import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(stack, stack_file=path)
     raw_config = read_stack_file(path)

@@ -16,10 +16,11 @@ import yaml
 from components.cluster_addons import EFS_STORAGE_CLASS, IRSA_ANNOTATION
 from components.service_accounts import AWS_LOAD_BALANCER_CONTROLLER, CLUSTER_AUTOSCALER, EFS_CSI_CONTROLLER
 from infra import versions
-from infra.config import ConfigError, PlatformConfig, load_stack
+from infra.config import ConfigError, PlatformConfig
 from infra.config.loader import read_stack_file, stack_file_for
 from infra.config.platform import AddonsConfig, KedaConfig
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 
 # --- helpers shared by tests/test_addons_*.py and tests/test_autoscaling_*.py --------------------------

@@ -40,7 +40,7 @@ from infra.capacity import ModelPlan
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
-from infra.versions import MODEL_CACHE_IMAGE, VLLM_IMAGE, VLLM_VERSION
+from infra.versions import VLLM_IMAGE, VLLM_VERSION
 
 SERVER_NAME = "vllm"
 """Name of the Deployment, Service, PodDisruptionBudget and Ingress in every model namespace."""
@@ -240,7 +240,7 @@ def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str)
                        "readOnly": True})
     return {
         "name": PRELOAD_CONTAINER,
-        "image": MODEL_CACHE_IMAGE.reference,
+        "image": config.storage.preloader_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["model-cache"],
         "args": preload_arguments(model, gpu_type, local_nvme),

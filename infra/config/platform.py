@@ -7,10 +7,11 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
-from infra.config.base import Cidr, Hostname, Labels, StrictModel, dns_label
+from infra.config.base import Cidr, Hostname, Labels, PinnedImage, StrictModel, dns_label
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
 from infra.config.models import ModelConfig
+from infra.versions import MODEL_CACHE_IMAGE
 
 
 class StorageConfig(StrictModel):
@@ -24,6 +25,11 @@ class StorageConfig(StrictModel):
     """Size asked for by the model PVC (EFS does not enforce it; quota tooling reads it)."""
     existing_efs_file_system_id: Annotated[str, Field(pattern=r"^fs-[0-9a-f]{8,17}$")] | None = None
     """Mode `existing`: the EFS file system that backs the shared model volume."""
+    preloader_image: PinnedImage = MODEL_CACHE_IMAGE.reference
+    """Image of the model-cache init container that fills the shared volume and node NVMe with the
+    weights (model-cache/README.md). The default is the release published with this version of the
+    stack; set it to your mirror of that image in a private registry, pinned to a version tag or a
+    sha256 digest (`latest` and untagged references are rejected)."""
 
 
 class SecretStoreConfig(StrictModel):

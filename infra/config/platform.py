@@ -319,8 +319,8 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
 
 
 class AddonsConfig(StrictModel):
-    """Cluster add-ons from pinned upstream charts (versions in infra/versions.py). Each takes
-    `enabled` (default per `cluster.mode`, see ADDON_DEFAULTS) and `chart_version`."""
+    """Cluster add-ons from vendored, locked upstream charts (charts/, pins in infra/versions.py). Each
+    takes `enabled` (default per `cluster.mode`, see ADDON_DEFAULTS); versions are not a stack setting."""
 
     nvidia_device_plugin: NvidiaDevicePluginConfig = NvidiaDevicePluginConfig()
     dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()

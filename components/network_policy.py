@@ -14,6 +14,7 @@ NetworkPolicy objects. Decisions (docs/serving.md, "Network policy"):
   "443 to anything except private, shared and link-local ranges and the VPC" reaches S3 while
   keeping pods from other in-cluster or in-VPC HTTPS services and from the instance metadata
   service (169.254.169.254: the node role must not leak to pods).
+- In also from the router's pods (namespace `vllm-router`) on the server port, when the router is on.
 - Nothing between the model's own pods: tensor parallelism stays within one pod.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from components.labels import model_selector_labels
+from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
 
@@ -69,6 +70,14 @@ def model_network_policies(config: PlatformConfig, model: ModelConfig) -> list[t
             "ingress": [{"from": callers, "ports": server_port}],
         }),
     ]
+    if config.router.enabled:
+        # The router (components/router.py) sends each request to one of the model's pods directly.
+        policies.append(("allow-router", {
+            "podSelector": pods, "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{**_namespace(ROUTER_NAMESPACE),
+                                   "podSelector": {"matchLabels": router_selector_labels()}}],
+                         "ports": server_port}],
+        }))
     if config.monitoring.enabled:
         policies.append(("allow-prometheus", {
             "podSelector": pods, "policyTypes": ["Ingress"],

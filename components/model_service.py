@@ -495,7 +495,8 @@ def in_cluster_url(model: ModelConfig) -> str:
 
 
 def serves_own_hostname(config: PlatformConfig) -> bool:
-    """A model gets its own Ingress unless the router's unified endpoint replaces them (router.per_model_hostnames)."""
+    """A model gets its own Ingress unless the router's unified endpoint replaces them
+    (router.per_model_hostnames: false)."""
     return config.ingress.enabled and (not config.router.enabled or config.router.per_model_hostnames)
 
 

@@ -77,7 +77,8 @@ class KubernetesPlatform(pulumi.ComponentResource):
             router = Router(
                 f"{name}-router",
                 RouterArgs(config=args.config, model_namespaces=model_namespaces, depends_on=[
-                    *self.addons_ready, *([monitoring.prometheus_release] if monitoring.prometheus_release else []),
+                    *self.addons_ready,
+                    *([monitoring.prometheus_release] if monitoring.prometheus_release else []),
                 ]),
                 opts=child,
             )
@@ -85,4 +86,6 @@ class KubernetesPlatform(pulumi.ComponentResource):
             if router.ingress_url is not None:
                 router_endpoint["ingress"] = router.ingress_url
         self.router_endpoint = pulumi.Output.from_input(router_endpoint)
-        self.register_outputs({"model_endpoints": self.model_endpoints, "router_endpoint": self.router_endpoint})
+        self.register_outputs(
+            {"model_endpoints": self.model_endpoints, "router_endpoint": self.router_endpoint}
+        )

@@ -81,17 +81,28 @@ def router_arguments(config: PlatformConfig) -> list[str]:
     return [
         # Multi-model mode: one router for every model, each with its own workers and policy.
         "--enable-igw",
-        "--host", "0.0.0.0",
-        "--port", str(ROUTER_PORT),
-        "--policy", router.default_policy,
-        "--prometheus-host", "0.0.0.0",
-        "--prometheus-port", str(METRICS_PORT),
-        "--health-check-endpoint", probes.HEALTH_PATH,
-        "--health-check-interval-secs", str(router.health_check_interval_seconds),
-        "--health-failure-threshold", str(router.health_failure_threshold),
-        "--retry-max-retries", str(router.max_retries),
-        "--request-timeout-secs", str(router.request_timeout_seconds),
-        "--log-level", "info",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ROUTER_PORT),
+        "--policy",
+        router.default_policy,
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(METRICS_PORT),
+        "--health-check-endpoint",
+        probes.HEALTH_PATH,
+        "--health-check-interval-secs",
+        str(router.health_check_interval_seconds),
+        "--health-failure-threshold",
+        str(router.health_failure_threshold),
+        "--retry-max-retries",
+        str(router.max_retries),
+        "--request-timeout-secs",
+        str(router.request_timeout_seconds),
+        "--log-level",
+        "info",
     ]
 
 
@@ -101,8 +112,13 @@ def registrar_config(config: PlatformConfig) -> dict[str, Any]:
         "router_url": f"http://127.0.0.1:{ROUTER_PORT}",
         "interval_seconds": config.router.registration_interval_seconds,
         "models": [
-            {"model_id": model.openai_model_name, "namespace": model.namespace, "service": MODEL_SERVICE_NAME,
-             "port_name": SERVICE_PORT_NAME, "policy": model_policy(config, model)}
+            {
+                "model_id": model.openai_model_name,
+                "namespace": model.namespace,
+                "service": MODEL_SERVICE_NAME,
+                "port_name": SERVICE_PORT_NAME,
+                "policy": model_policy(config, model),
+            }
             for model in config.models
         ],
     }
@@ -115,20 +131,35 @@ def router_problems(config: PlatformConfig) -> list[Problem]:
         return []
     problems: list[Problem] = []
     if config.ingress.enabled and router.host is None:
-        problems.append(Problem(("router", "host"), None,
-                                "the router's unified endpoint needs a hostname: set router.host or "
-                                "ingress.domain (it becomes api.<domain>), or set ingress.enabled: false"))
+        problems.append(
+            Problem(
+                ("router", "host"),
+                None,
+                "the router's unified endpoint needs a hostname: set router.host or "
+                "ingress.domain (it becomes api.<domain>), or set ingress.enabled: false",
+            )
+        )
     seen: dict[str, int] = {}
     for index, model in enumerate(config.models):
         name = model.openai_model_name
         if name in seen:
-            problems.append(Problem(("models", index, "served_model_name"), name,
-                                    f"models[{seen[name]}] serves the same name; the router sends a request "
-                                    "to the model its `model` names, so served names must be unique"))
+            problems.append(
+                Problem(
+                    ("models", index, "served_model_name"),
+                    name,
+                    f"models[{seen[name]}] serves the same name; the router sends a request "
+                    "to the model its `model` names, so served names must be unique",
+                )
+            )
         seen.setdefault(name, index)
         if router.host is not None and model.ingress_host == router.host and config.ingress.enabled:
-            problems.append(Problem(("models", index, "ingress_host"), model.ingress_host,
-                                    "is the router's hostname (router.host); give the model another host"))
+            problems.append(
+                Problem(
+                    ("models", index, "ingress_host"),
+                    model.ingress_host,
+                    "is the router's hostname (router.host); give the model another host",
+                )
+            )
     return problems
 
 
@@ -141,17 +172,30 @@ def router_container(config: PlatformConfig) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["vllm-router"],
         "args": router_arguments(config),
-        "ports": [{"name": PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"},
-                  {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {**http_probe, "path": READINESS_PATH}, "periodSeconds": 5,
-                           "timeoutSeconds": 3, "failureThreshold": 2},
-        "livenessProbe": {"httpGet": {**http_probe, "path": LIVENESS_PATH}, "periodSeconds": 10,
-                          "timeoutSeconds": 3, "failureThreshold": 3},
+        "ports": [
+            {"name": PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"},
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {**http_probe, "path": READINESS_PATH},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {**http_probe, "path": LIVENESS_PATH},
+            "periodSeconds": 10,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        },
         # The load balancer deregisters the pod (readiness, then the deregistration delay) before the
         # router stops accepting connections; SIGTERM then lets in-flight streams finish.
         "lifecycle": {"preStop": {"sleep": {"seconds": router.drain_seconds}}},
         "resources": {
-            "requests": {"cpu": f"{router.cpu_request_cores:g}", "memory": f"{router.memory_request_gib:g}Gi"},
+            "requests": {
+                "cpu": f"{router.cpu_request_cores:g}",
+                "memory": f"{router.memory_request_gib:g}Gi",
+            },
             "limits": {"memory": f"{2 * router.memory_request_gib:g}Gi"},
         },
         "securityContext": container_security_context(read_only_root_filesystem=True),
@@ -163,7 +207,12 @@ def registrar_container() -> dict[str, Any]:
         "name": REGISTRAR_CONTAINER,
         "image": VLLM_ROUTER_IMAGE.reference,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", REGISTRAR_SCRIPT, "--config", f"{REGISTRAR_CONFIG_DIR}/{REGISTRAR_CONFIG_FILE}"],
+        "command": [
+            "python",
+            REGISTRAR_SCRIPT,
+            "--config",
+            f"{REGISTRAR_CONFIG_DIR}/{REGISTRAR_CONFIG_FILE}",
+        ],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "securityContext": container_security_context(read_only_root_filesystem=True),
         "volumeMounts": [
@@ -175,8 +224,13 @@ def registrar_container() -> dict[str, Any]:
 
 
 def _spread(topology_key: str, when_unsatisfiable: str) -> dict[str, Any]:
-    return {"maxSkew": 1, "topologyKey": topology_key, "whenUnsatisfiable": when_unsatisfiable,
-            "labelSelector": {"matchLabels": router_selector_labels()}, "matchLabelKeys": ["pod-template-hash"]}
+    return {
+        "maxSkew": 1,
+        "topologyKey": topology_key,
+        "whenUnsatisfiable": when_unsatisfiable,
+        "labelSelector": {"matchLabels": router_selector_labels()},
+        "matchLabelKeys": ["pod-template-hash"],
+    }
 
 
 def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
@@ -188,8 +242,10 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "revisionHistoryLimit": 5,
         "template": {
-            "metadata": {"labels": router_labels(),
-                         "annotations": {"kubectl.kubernetes.io/default-container": ROUTER_CONTAINER}},
+            "metadata": {
+                "labels": router_labels(),
+                "annotations": {"kubectl.kubernetes.io/default-container": ROUTER_CONTAINER},
+            },
             "spec": {
                 "serviceAccountName": ROUTER_NAME,
                 "automountServiceAccountToken": False,
@@ -204,10 +260,20 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
                 "containers": [router_container(config), registrar_container()],
                 "volumes": [
                     {"name": "registrar-config", "configMap": {"name": f"{ROUTER_NAME}-registrar"}},
-                    {"name": "api-token", "projected": {"sources": [
-                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
-                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                    ]}},
+                    {
+                        "name": "api-token",
+                        "projected": {
+                            "sources": [
+                                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                                {
+                                    "configMap": {
+                                        "name": "kube-root-ca.crt",
+                                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                    }
+                                },
+                            ]
+                        },
+                    },
                 ],
             },
         },
@@ -215,13 +281,19 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
 
 
 def service_spec() -> dict[str, Any]:
-    return {"type": "ClusterIP", "selector": router_selector_labels(),
-            "ports": [{"name": PORT_NAME, "port": ROUTER_PORT, "targetPort": PORT_NAME, "protocol": "TCP"}]}
+    return {
+        "type": "ClusterIP",
+        "selector": router_selector_labels(),
+        "ports": [{"name": PORT_NAME, "port": ROUTER_PORT, "targetPort": PORT_NAME, "protocol": "TCP"}],
+    }
 
 
 def pod_disruption_budget_spec() -> dict[str, Any]:
-    return {"maxUnavailable": 1, "selector": {"matchLabels": router_selector_labels()},
-            "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    return {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": router_selector_labels()},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
 
 
 def ingress_spec(config: PlatformConfig) -> dict[str, Any]:
@@ -231,8 +303,12 @@ def ingress_spec(config: PlatformConfig) -> dict[str, Any]:
         "ingressClassName": config.ingress.class_name,
         "tls": [{"hosts": [config.router.host]}],
         # Only the OpenAI API: the router's worker API (/workers, /add_worker, ...) must stay inside.
-        "rules": [{"host": config.router.host,
-                   "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": backend}]}}],
+        "rules": [
+            {
+                "host": config.router.host,
+                "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": backend}]},
+            }
+        ],
     }
 
 
@@ -251,39 +327,83 @@ def network_policies(config: PlatformConfig) -> list[tuple[str, dict[str, Any]]]
         callers.append({"ipBlock": {"cidr": config.cluster.vpc_cidr}})
     policies: list[tuple[str, dict[str, Any]]] = [
         ("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
-        ("allow-load-balancer", {
-            "podSelector": pods, "policyTypes": ["Ingress"],
-            "ingress": [{"from": callers, "ports": [{"protocol": "TCP", "port": ROUTER_PORT}]}],
-        }),
+        (
+            "allow-load-balancer",
+            {
+                "podSelector": pods,
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": callers, "ports": [{"protocol": "TCP", "port": ROUTER_PORT}]}],
+            },
+        ),
     ]
     if config.monitoring.enabled:
-        policies.append(("allow-prometheus", {
-            "podSelector": pods, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [_namespace(config.monitoring.namespace)],
-                         "ports": [{"protocol": "TCP", "port": METRICS_PORT}]}],
-        }))
+        policies.append(
+            (
+                "allow-prometheus",
+                {
+                    "podSelector": pods,
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [_namespace(config.monitoring.namespace)],
+                            "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                        }
+                    ],
+                },
+            )
+        )
     policies += [
-        ("allow-dns", {
-            "podSelector": {}, "policyTypes": ["Egress"],
-            "egress": [{
-                "to": [{**_namespace("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}],
-                "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
-            }],
-        }),
-        ("allow-models", {
-            "podSelector": pods, "policyTypes": ["Egress"],
-            "egress": [
-                {"to": [{**_namespace(model.namespace), "podSelector": {"matchLabels": model_selector_labels(model.name)}}],
-                 "ports": [{"protocol": "TCP", "port": model.vllm.port}]}
-                for model in config.models
-            ],
-        }),
+        (
+            "allow-dns",
+            {
+                "podSelector": {},
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [
+                            {**_namespace("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}
+                        ],
+                        "ports": [
+                            {"protocol": "UDP", "port": DNS_PORT},
+                            {"protocol": "TCP", "port": DNS_PORT},
+                        ],
+                    }
+                ],
+            },
+        ),
+        (
+            "allow-models",
+            {
+                "podSelector": pods,
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [
+                            {
+                                **_namespace(model.namespace),
+                                "podSelector": {"matchLabels": model_selector_labels(model.name)},
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": model.vllm.port}],
+                    }
+                    for model in config.models
+                ],
+            },
+        ),
         # The registrar reads EndpointSlices: the EKS API endpoint's ENIs are in the VPC.
-        ("allow-kubernetes-api", {
-            "podSelector": pods, "policyTypes": ["Egress"],
-            "egress": [{"to": [{"ipBlock": {"cidr": config.cluster.vpc_cidr}}],
-                        "ports": [{"protocol": "TCP", "port": HTTPS_PORT}]}],
-        }),
+        (
+            "allow-kubernetes-api",
+            {
+                "podSelector": pods,
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [{"ipBlock": {"cidr": config.cluster.vpc_cidr}}],
+                        "ports": [{"protocol": "TCP", "port": HTTPS_PORT}],
+                    }
+                ],
+            },
+        ),
     ]
     return policies
 
@@ -292,13 +412,24 @@ def pod_monitor_spec(config: PlatformConfig) -> dict[str, Any]:
     return {
         "namespaceSelector": {"matchNames": [ROUTER_NAMESPACE]},
         "selector": {"matchLabels": router_selector_labels()},
-        "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics",
-                                 "interval": f"{config.monitoring.scrape_interval_seconds}s"}],
+        "podMetricsEndpoints": [
+            {
+                "port": METRICS_PORT_NAME,
+                "path": "/metrics",
+                "interval": f"{config.monitoring.scrape_interval_seconds}s",
+            }
+        ],
     }
 
 
 def endpoint_reader_rules() -> list[dict[str, Any]]:
-    return [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}]
+    return [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
 
 
 def in_cluster_url() -> str:
@@ -336,55 +467,88 @@ class Router(pulumi.ComponentResource):
 
         namespace = kubernetes.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": ROUTER_NAMESPACE, "labels": {**platform_labels(), "app.kubernetes.io/part-of": PART_OF}},
+            metadata={
+                "name": ROUTER_NAMESPACE,
+                "labels": {**platform_labels(), "app.kubernetes.io/part-of": PART_OF},
+            },
             opts=pulumi.ResourceOptions(parent=self),
         )
         inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         after_addons = pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on])
 
         for policy_name, policy_spec in network_policies(config):
-            kubernetes.networking.v1.NetworkPolicy(f"{name}-netpol-{policy_name}", metadata=meta(policy_name),
-                                                   spec=policy_spec, opts=inside)
-        account = kubernetes.core.v1.ServiceAccount(f"{name}-service-account", metadata=meta(ROUTER_NAME),
-                                                    automount_service_account_token=False, opts=inside)
+            kubernetes.networking.v1.NetworkPolicy(
+                f"{name}-netpol-{policy_name}", metadata=meta(policy_name), spec=policy_spec, opts=inside
+            )
+        account = kubernetes.core.v1.ServiceAccount(
+            f"{name}-service-account",
+            metadata=meta(ROUTER_NAME),
+            automount_service_account_token=False,
+            opts=inside,
+        )
         in_models = pulumi.ResourceOptions(parent=self, depends_on=[account, *args.model_namespaces])
         for model in config.models:
-            kubernetes.rbac.v1.Role(f"{name}-{model.name}-endpoint-reader",
-                                    metadata=meta(ENDPOINT_READER_ROLE, model.namespace),
-                                    rules=endpoint_reader_rules(), opts=in_models)
+            kubernetes.rbac.v1.Role(
+                f"{name}-{model.name}-endpoint-reader",
+                metadata=meta(ENDPOINT_READER_ROLE, model.namespace),
+                rules=endpoint_reader_rules(),
+                opts=in_models,
+            )
             kubernetes.rbac.v1.RoleBinding(
                 f"{name}-{model.name}-endpoint-reader-binding",
                 metadata=meta(ENDPOINT_READER_ROLE, model.namespace),
-                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ENDPOINT_READER_ROLE},
+                role_ref={
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": ENDPOINT_READER_ROLE,
+                },
                 subjects=[{"kind": "ServiceAccount", "name": ROUTER_NAME, "namespace": ROUTER_NAMESPACE}],
                 opts=in_models,
             )
         registrar = kubernetes.core.v1.ConfigMap(
-            f"{name}-registrar-config", metadata=meta(f"{ROUTER_NAME}-registrar"),
+            f"{name}-registrar-config",
+            metadata=meta(f"{ROUTER_NAME}-registrar"),
             data={REGISTRAR_CONFIG_FILE: json.dumps(registrar_config(config), indent=2, sort_keys=True)},
             opts=inside,
         )
         kubernetes.apps.v1.Deployment(
-            f"{name}-deployment", metadata=meta(ROUTER_NAME), spec=deployment_spec(config),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, account, registrar, *args.depends_on]),
+            f"{name}-deployment",
+            metadata=meta(ROUTER_NAME),
+            spec=deployment_spec(config),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[namespace, account, registrar, *args.depends_on]
+            ),
         )
-        kubernetes.core.v1.Service(f"{name}-service", metadata=meta(ROUTER_NAME), spec=service_spec(), opts=inside)
-        kubernetes.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=meta(ROUTER_NAME),
-                                                 spec=pod_disruption_budget_spec(), opts=inside)
+        kubernetes.core.v1.Service(
+            f"{name}-service", metadata=meta(ROUTER_NAME), spec=service_spec(), opts=inside
+        )
+        kubernetes.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb", metadata=meta(ROUTER_NAME), spec=pod_disruption_budget_spec(), opts=inside
+        )
         if config.ingress.enabled:
             kubernetes.networking.v1.Ingress(
                 f"{name}-ingress",
-                metadata={**meta(ROUTER_NAME), "annotations": load_balancer_annotations(
-                    config, READINESS_PATH, config.router.drain_seconds + config.router.request_timeout_seconds,
-                )},
+                metadata={
+                    **meta(ROUTER_NAME),
+                    "annotations": load_balancer_annotations(
+                        config,
+                        READINESS_PATH,
+                        config.router.drain_seconds + config.router.request_timeout_seconds,
+                    ),
+                },
                 spec=ingress_spec(config),
                 opts=after_addons,
             )
         if config.monitoring.enabled and creates_monitor_objects(config.monitoring):
             kubernetes.apiextensions.CustomResource(
-                f"{name}-pod-monitor", api_version=PROMETHEUS_OPERATOR_API_VERSION, kind="PodMonitor",
-                metadata={"name": ROUTER_NAME, "namespace": config.monitoring.namespace,
-                          "labels": monitor_labels(config.monitoring)},
+                f"{name}-pod-monitor",
+                api_version=PROMETHEUS_OPERATOR_API_VERSION,
+                kind="PodMonitor",
+                metadata={
+                    "name": ROUTER_NAME,
+                    "namespace": config.monitoring.namespace,
+                    "labels": monitor_labels(config.monitoring),
+                },
                 spec=pod_monitor_spec(config),
                 opts=after_addons,
             )

@@ -78,8 +78,9 @@ def ready_endpoint_urls(endpoint_slices: Mapping[str, Any], port_name: str) -> l
     return sorted(urls)
 
 
-def desired_workers(targets: Iterable[ModelTarget],
-                    list_endpoint_slices: Callable[[str, str], Mapping[str, Any]]) -> dict[str, Worker]:
+def desired_workers(
+    targets: Iterable[ModelTarget], list_endpoint_slices: Callable[[str, str], Mapping[str, Any]]
+) -> dict[str, Worker]:
     """Every worker the router should know, by URL (the router keys workers by URL)."""
     workers: dict[str, Worker] = {}
     for target in targets:
@@ -98,8 +99,9 @@ class RouterClient:
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.base_url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
             payload = response.read()
         return json.loads(payload) if payload else None
@@ -107,14 +109,20 @@ class RouterClient:
     def workers(self) -> dict[str, Worker]:
         listed = self._request("GET", "/workers") or {}
         return {
-            w["url"]: Worker(url=w["url"], model_id=w.get("model_id", ""),
-                             policy=(w.get("metadata") or {}).get("policy", ""))
+            w["url"]: Worker(
+                url=w["url"],
+                model_id=w.get("model_id", ""),
+                policy=(w.get("metadata") or {}).get("policy", ""),
+            )
             for w in listed.get("workers") or []
         }
 
     def add(self, worker: Worker) -> None:
-        self._request("POST", "/workers", {"url": worker.url, "model_id": worker.model_id,
-                                           "labels": {"policy": worker.policy}})
+        self._request(
+            "POST",
+            "/workers",
+            {"url": worker.url, "model_id": worker.model_id, "labels": {"policy": worker.policy}},
+        )
 
     def remove(self, url: str) -> None:
         self._request("DELETE", "/workers/" + urllib.parse.quote(url, safe=""))
@@ -135,8 +143,9 @@ def reconcile(router: RouterClient, desired: Mapping[str, Worker]) -> tuple[list
 class KubernetesApi:
     """Reads EndpointSlices with the pod's service-account token (RBAC: list in each model namespace)."""
 
-    def __init__(self, host: str, port: str, account_dir: Path = SERVICE_ACCOUNT_DIR,
-                 timeout_seconds: float = 10) -> None:
+    def __init__(
+        self, host: str, port: str, account_dir: Path = SERVICE_ACCOUNT_DIR, timeout_seconds: float = 10
+    ) -> None:
         self.base_url = f"https://{host}:{port}"
         self.account_dir = account_dir
         self.context = ssl.create_default_context(cafile=str(account_dir / "ca.crt"))
@@ -144,7 +153,8 @@ class KubernetesApi:
 
     def list_endpoint_slices(self, namespace: str, service: str) -> Mapping[str, Any]:
         selector = urllib.parse.quote(f"{SERVICE_NAME_LABEL}={service}")
-        url = f"{self.base_url}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices?labelSelector={selector}"
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+        url = f"{self.base_url}{path}?labelSelector={selector}"
         # Re-read every time: the kubelet rotates projected tokens.
         token = (self.account_dir / "token").read_text().strip()
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
@@ -180,7 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = json.loads(args.config.read_text())
-    api = KubernetesApi(os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
+    api = KubernetesApi(
+        os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    )
     run_forever(config, api)
 
 

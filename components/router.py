@@ -1,10 +1,14 @@
 """The LLM-aware router: one OpenAI endpoint for every model, routed by model name and prefix.
 
     Namespace vllm-router (default-deny NetworkPolicies with explicit allows)
-    ├── ServiceAccount vllm-router; in every model namespace a Role + RoleBinding to read
-    │   EndpointSlices (nothing else, nowhere else)
-    ├── ConfigMap vllm-router-registrar (models, their namespaces and routing policies)
-    ├── Deployment vllm-router (≥ 2 pods over zones): `vllm-router --enable-igw` + the registrar sidecar
+    ├── ServiceAccount vllm-router; in every model namespace a Role + RoleBinding to watch its pods
+    │   (nothing else, nowhere else)
+    ├── ConfigMap vllm-router-registrar (each model's router, registered with the front)
+    ├── Deployment vllm-router (≥ 2 pods over zones), each pod:
+    │     router        front `vllm-router --enable-igw` on :8000: routes by the request's `model`
+    │     route-<model> one single-model `vllm-router` per model (its policy over its ready pods,
+    │                   found by upstream's Kubernetes discovery), 127.0.0.1:8100+i
+    │     registrar     registers each route-<model> with the front (router/registrar.py)
     ├── Service vllm-router, PodDisruptionBudget vllm-router, Ingress vllm-router (host router.host, /v1)
     └── PodMonitor vllm-router (in the monitoring namespace): the router's own metrics
 
@@ -52,20 +56,20 @@ ROUTER_CONTAINER = "router"
 REGISTRAR_CONTAINER = "registrar"
 ROUTER_PORT = 8000
 METRICS_PORT = 29000
+MODEL_ROUTER_BASE_PORT = 8100
+"""Model i's single-model router listens on 127.0.0.1:8100+i and serves metrics on 29001+i."""
 PORT_NAME = "http"
 METRICS_PORT_NAME = "metrics"
 READINESS_PATH = "/readiness"
-"""vllm-router answers 200 here once it can route (0.1.17, multi-model mode)."""
+"""vllm-router answers 200 here once it can route (0.1.17)."""
 LIVENESS_PATH = "/liveness"
 REGISTRAR_CONFIG_DIR = "/etc/vllm-router"
 REGISTRAR_CONFIG_FILE = "registrar.json"
 REGISTRAR_SCRIPT = "/opt/registrar/registrar.py"
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-ENDPOINT_READER_ROLE = "vllm-router-endpoints"
-SERVICE_PORT_NAME = probes.PORT_NAME
-"""The model Services' port name, which their EndpointSlices carry."""
-MODEL_SERVICE_NAME = "vllm"
-"""Each model's Service (components/model_service.py SERVER_NAME): its EndpointSlices list the pods."""
+POD_READER_ROLE = "vllm-router-pods"
+FRONT_POLICY = "round_robin"
+"""The front has one worker per model in each pod (that model's router), so its policy never chooses."""
 
 
 def router_labels() -> dict[str, str]:
@@ -76,22 +80,21 @@ def model_policy(config: PlatformConfig, model: ModelConfig) -> str:
     return model.router_policy or config.router.default_policy
 
 
-def router_arguments(config: PlatformConfig) -> list[str]:
-    """`vllm-router` arguments (checked against the pinned release's own parser in the suite)."""
+def model_router_container_name(model: ModelConfig) -> str:
+    return f"route-{model.name}"
+
+
+def model_router_port(index: int) -> int:
+    return MODEL_ROUTER_BASE_PORT + index
+
+
+def model_router_metrics_port(index: int) -> int:
+    return METRICS_PORT + 1 + index
+
+
+def _common_arguments(config: PlatformConfig) -> list[str]:
     router = config.router
     return [
-        # Multi-model mode: one router for every model, each with its own workers and policy.
-        "--enable-igw",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(ROUTER_PORT),
-        "--policy",
-        router.default_policy,
-        "--prometheus-host",
-        "0.0.0.0",
-        "--prometheus-port",
-        str(METRICS_PORT),
         "--health-check-endpoint",
         probes.HEALTH_PATH,
         "--health-check-interval-secs",
@@ -107,20 +110,62 @@ def router_arguments(config: PlatformConfig) -> list[str]:
     ]
 
 
+def router_arguments(config: PlatformConfig) -> list[str]:
+    """The front `vllm-router`: multi-model mode, one worker per model (that model's router)."""
+    return [
+        "--enable-igw",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ROUTER_PORT),
+        "--policy",
+        FRONT_POLICY,
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(METRICS_PORT),
+        *_common_arguments(config),
+    ]
+
+
+def model_router_arguments(config: PlatformConfig, model: ModelConfig, index: int) -> list[str]:
+    """One model's `vllm-router`: single-model mode with the model's policy over its ready pods,
+    found by upstream's Kubernetes discovery (pods with the model's labels in its namespace)."""
+    selector = [f"{key}={value}" for key, value in model_selector_labels(model.name).items()]
+    return [
+        "--service-discovery",
+        "--selector",
+        *selector,
+        "--service-discovery-namespace",
+        model.namespace,
+        "--service-discovery-port",
+        str(model.vllm.port),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(model_router_port(index)),
+        "--policy",
+        model_policy(config, model),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(model_router_metrics_port(index)),
+        *_common_arguments(config),
+    ]
+
+
 def registrar_config(config: PlatformConfig) -> dict[str, Any]:
-    """What router/registrar.py reads: the router on localhost and every model's Service."""
+    """What router/registrar.py reads: the front router, and each model's router as its worker."""
     return {
         "router_url": f"http://127.0.0.1:{ROUTER_PORT}",
         "interval_seconds": config.router.registration_interval_seconds,
-        "models": [
+        "workers": [
             {
+                "url": f"http://127.0.0.1:{model_router_port(index)}",
                 "model_id": model.openai_model_name,
-                "namespace": model.namespace,
-                "service": MODEL_SERVICE_NAME,
-                "port_name": SERVICE_PORT_NAME,
-                "policy": model_policy(config, model),
+                "policy": FRONT_POLICY,
             }
-            for model in config.models
+            for index, model in enumerate(config.models)
         ],
     }
 
@@ -164,9 +209,25 @@ def router_problems(config: PlatformConfig) -> list[Problem]:
     return problems
 
 
-def router_container(config: PlatformConfig) -> dict[str, Any]:
+def _router_resources(config: PlatformConfig) -> dict[str, Any]:
     router = config.router
-    http_probe = {"port": PORT_NAME}
+    return {
+        "requests": {"cpu": f"{router.cpu_request_cores:g}", "memory": f"{router.memory_request_gib:g}Gi"},
+        "limits": {"memory": f"{2 * router.memory_request_gib:g}Gi"},
+    }
+
+
+def _liveness(port: str | int) -> dict[str, Any]:
+    return {
+        "httpGet": {"port": port, "path": LIVENESS_PATH},
+        "periodSeconds": 10,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+
+
+def router_container(config: PlatformConfig) -> dict[str, Any]:
+    """The front: what the load balancer reaches; routes by model name to that model's router."""
     return {
         "name": ROUTER_CONTAINER,
         "image": VLLM_ROUTER_IMAGE.reference,
@@ -178,28 +239,41 @@ def router_container(config: PlatformConfig) -> dict[str, Any]:
             {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
         "readinessProbe": {
-            "httpGet": {**http_probe, "path": READINESS_PATH},
+            "httpGet": {"port": PORT_NAME, "path": READINESS_PATH},
             "periodSeconds": 5,
             "timeoutSeconds": 3,
             "failureThreshold": 2,
         },
-        "livenessProbe": {
-            "httpGet": {**http_probe, "path": LIVENESS_PATH},
-            "periodSeconds": 10,
-            "timeoutSeconds": 3,
-            "failureThreshold": 3,
-        },
+        "livenessProbe": _liveness(PORT_NAME),
         # The load balancer deregisters the pod (readiness, then the deregistration delay) before the
         # router stops accepting connections; SIGTERM then lets in-flight streams finish.
-        "lifecycle": {"preStop": {"sleep": {"seconds": router.drain_seconds}}},
-        "resources": {
-            "requests": {
-                "cpu": f"{router.cpu_request_cores:g}",
-                "memory": f"{router.memory_request_gib:g}Gi",
-            },
-            "limits": {"memory": f"{2 * router.memory_request_gib:g}Gi"},
-        },
+        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
+        "resources": _router_resources(config),
         "securityContext": container_security_context(read_only_root_filesystem=True),
+    }
+
+
+def model_router_container(config: PlatformConfig, model: ModelConfig, index: int) -> dict[str, Any]:
+    """One model's router. Liveness only: a model with no ready pod must not take the pod (and with
+    it every other model) out of the load balancer; the front ejects that model's router instead."""
+    args = model_router_arguments(config, model, index)
+    args[args.index("--host") + 1] = "0.0.0.0"  # the kubelet's probe comes to the pod IP
+    return {
+        "name": model_router_container_name(model),
+        "image": VLLM_ROUTER_IMAGE.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm-router"],
+        "args": args,
+        "ports": [
+            {"name": f"metrics-{index}", "containerPort": model_router_metrics_port(index), "protocol": "TCP"}
+        ],
+        "livenessProbe": _liveness(model_router_port(index)),
+        # Stays up while the front drains, so streams in flight keep their backend.
+        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
+        "resources": _router_resources(config),
+        "securityContext": container_security_context(read_only_root_filesystem=True),
+        # Upstream's discovery reads the model's pods with this token (Role vllm-router-pods).
+        "volumeMounts": [{"name": "api-token", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True}],
     }
 
 
@@ -216,11 +290,7 @@ def registrar_container() -> dict[str, Any]:
         ],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "securityContext": container_security_context(read_only_root_filesystem=True),
-        "volumeMounts": [
-            {"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True},
-            # Only this container gets the API token: the router container never calls Kubernetes.
-            {"name": "api-token", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True},
-        ],
+        "volumeMounts": [{"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True}],
     }
 
 
@@ -258,7 +328,11 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
                     _spread("kubernetes.io/hostname", "ScheduleAnyway"),
                 ],
                 "securityContext": pod_security_context(),
-                "containers": [router_container(config), registrar_container()],
+                "containers": [
+                    router_container(config),
+                    *(model_router_container(config, model, i) for i, model in enumerate(config.models)),
+                    registrar_container(),
+                ],
                 "volumes": [
                     {"name": "registrar-config", "configMap": {"name": f"{ROUTER_NAME}-registrar"}},
                     {
@@ -391,7 +465,7 @@ def network_policies(config: PlatformConfig) -> list[tuple[str, dict[str, Any]]]
                 ],
             },
         ),
-        # The registrar reads EndpointSlices: the EKS API endpoint's ENIs are in the VPC.
+        # The model routers watch their model's pods: the EKS API endpoint's ENIs are in the VPC.
         (
             "allow-kubernetes-api",
             {
@@ -409,28 +483,22 @@ def network_policies(config: PlatformConfig) -> list[tuple[str, dict[str, Any]]]
     return policies
 
 
-def pod_monitor_spec(scrape: ScrapeSettings) -> dict[str, Any]:
+def pod_monitor_spec(config: PlatformConfig, scrape: ScrapeSettings) -> dict[str, Any]:
+    """The front's metrics (requests, retries, per-model-router health) and each model router's
+    (per vLLM pod: running requests, health, circuit breaker, cache-aware decisions)."""
+    ports = [METRICS_PORT_NAME, *(f"metrics-{index}" for index in range(len(config.models)))]
     return {
         "namespaceSelector": {"matchNames": [ROUTER_NAMESPACE]},
         "selector": {"matchLabels": router_selector_labels()},
         "podMetricsEndpoints": [
-            {
-                "port": METRICS_PORT_NAME,
-                "path": "/metrics",
-                "interval": f"{scrape.interval_seconds}s",
-            }
+            {"port": port, "path": "/metrics", "interval": f"{scrape.interval_seconds}s"} for port in ports
         ],
     }
 
 
-def endpoint_reader_rules() -> list[dict[str, Any]]:
-    return [
-        {
-            "apiGroups": ["discovery.k8s.io"],
-            "resources": ["endpointslices"],
-            "verbs": ["get", "list", "watch"],
-        }
-    ]
+def pod_reader_rules() -> list[dict[str, Any]]:
+    """What vllm-router's Kubernetes discovery needs: watch the pods of the model's namespace."""
+    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 
 
 def in_cluster_url() -> str:
@@ -449,7 +517,7 @@ class RouterArgs:
     scrape: ScrapeSettings
     """How the router's metrics are scraped (components/scrape.py)."""
     model_namespaces: Sequence[pulumi.Resource] = ()
-    """The model namespaces' resources: the endpoint-reader Roles live in them."""
+    """The model namespaces' resources: the pod-reader Roles live in them."""
     depends_on: Sequence[pulumi.Resource] = ()
     """Add-ons first: the load balancer controller's webhooks, the monitoring CRDs."""
 
@@ -492,18 +560,18 @@ class Router(pulumi.ComponentResource):
         in_models = pulumi.ResourceOptions(parent=self, depends_on=[account, *args.model_namespaces])
         for model in config.models:
             kubernetes.rbac.v1.Role(
-                f"{name}-{model.name}-endpoint-reader",
-                metadata=meta(ENDPOINT_READER_ROLE, model.namespace),
-                rules=endpoint_reader_rules(),
+                f"{name}-{model.name}-pod-reader",
+                metadata=meta(POD_READER_ROLE, model.namespace),
+                rules=pod_reader_rules(),
                 opts=in_models,
             )
             kubernetes.rbac.v1.RoleBinding(
-                f"{name}-{model.name}-endpoint-reader-binding",
-                metadata=meta(ENDPOINT_READER_ROLE, model.namespace),
+                f"{name}-{model.name}-pod-reader-binding",
+                metadata=meta(POD_READER_ROLE, model.namespace),
                 role_ref={
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "Role",
-                    "name": ENDPOINT_READER_ROLE,
+                    "name": POD_READER_ROLE,
                 },
                 subjects=[{"kind": "ServiceAccount", "name": ROUTER_NAME, "namespace": ROUTER_NAMESPACE}],
                 opts=in_models,
@@ -552,7 +620,7 @@ class Router(pulumi.ComponentResource):
                     "namespace": config.monitoring.namespace,
                     "labels": args.scrape.labels,
                 },
-                spec=pod_monitor_spec(args.scrape),
+                spec=pod_monitor_spec(config, args.scrape),
                 opts=after_addons,
             )
         self.in_cluster_url = in_cluster_url()

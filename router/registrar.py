@@ -1,21 +1,20 @@
-"""Keep vLLM's router (vllm-router, `--enable-igw`) told which vLLM pods serve which model.
+"""Register each model's router with the front router, and keep them registered.
 
-vllm-router 0.1.17 routes by the `model` of a request only in its multi-model ("IGW") mode, and
-there it learns workers and their model names solely through its `POST /workers` API: its own
-Kubernetes discovery watches one label selector and names every pod's model "unknown". This sidecar
-is the missing link, and nothing more: every few seconds it reads the EndpointSlices of each model's
-Service (`vllm` in `vllm-<model>`), takes the ready endpoints, and makes the router's worker list
-equal to them (`POST /workers` with the served model name and the model's routing policy, `DELETE
-/workers/<url>` for pods that went away or stopped being ready). The router does the rest: per-model
-policy, health checks, circuit breaking, retries before the first byte.
+Why a sidecar: vllm-router 0.1.17 routes by the `model` of a request only in its multi-model mode
+(`--enable-igw`), and there it learns workers and their model names solely through its
+`POST /workers` API. In that mode its prefix-aware policy also does not track load (measured:
+every new prefix went to the first replica), while its single-model mode does (docs/routing.md).
+So a router pod runs one single-model vllm-router per model (upstream's own Kubernetes discovery
+finds that model's pods) and a front vllm-router in multi-model mode whose only workers are those
+per-model routers on localhost. This sidecar makes the front's worker list equal to that fixed list,
+every few seconds, so a restarted front container is re-registered within one interval.
 
-Stdlib only (it runs in the router image beside vllm-router). Run:
+Stdlib only (it runs in the router image). Run:
 
     python registrar.py --config /etc/vllm-router/registrar.json
 
 The config (rendered by components/router.py) is
-`{"router_url": ..., "interval_seconds": 5, "models": [{"model_id", "namespace", "service",
-"port_name", "policy"}]}`.
+`{"router_url": ..., "interval_seconds": 5, "workers": [{"url", "model_id", "policy"}]}`.
 """
 
 from __future__ import annotations
@@ -23,31 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import ssl
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 LOG = logging.getLogger("vllm-router-registrar")
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-
-
-@dataclass(frozen=True)
-class ModelTarget:
-    """One model the router serves: where its pods are listed and how the router balances them."""
-
-    model_id: str
-    namespace: str
-    service: str
-    port_name: str
-    policy: str
 
 
 @dataclass(frozen=True)
@@ -55,39 +40,6 @@ class Worker:
     url: str
     model_id: str
     policy: str
-
-
-def ready_endpoint_urls(endpoint_slices: Mapping[str, Any], port_name: str) -> list[str]:
-    """`http://<address>:<port>` of every ready, not terminating endpoint in an EndpointSliceList.
-
-    A terminating pod is left out even while it still finishes its streams (serving=true): the
-    router must stop sending it new requests the moment it starts to drain, as the ALB does.
-    """
-    urls: set[str] = set()
-    for item in endpoint_slices.get("items") or []:
-        ports = [p.get("port") for p in item.get("ports") or [] if p.get("name") == port_name]
-        if not ports or ports[0] is None:
-            continue
-        for endpoint in item.get("endpoints") or []:
-            conditions = endpoint.get("conditions") or {}
-            if conditions.get("ready") is not True or conditions.get("terminating") is True:
-                continue
-            for address in endpoint.get("addresses") or []:
-                host = f"[{address}]" if ":" in address else address
-                urls.add(f"http://{host}:{ports[0]}")
-    return sorted(urls)
-
-
-def desired_workers(
-    targets: Iterable[ModelTarget], list_endpoint_slices: Callable[[str, str], Mapping[str, Any]]
-) -> dict[str, Worker]:
-    """Every worker the router should know, by URL (the router keys workers by URL)."""
-    workers: dict[str, Worker] = {}
-    for target in targets:
-        slices = list_endpoint_slices(target.namespace, target.service)
-        for url in ready_endpoint_urls(slices, target.port_name):
-            workers[url] = Worker(url=url, model_id=target.model_id, policy=target.policy)
-    return workers
 
 
 class RouterClient:
@@ -129,7 +81,7 @@ class RouterClient:
 
 
 def reconcile(router: RouterClient, desired: Mapping[str, Worker]) -> tuple[list[str], list[str]]:
-    """Make the router's workers equal `desired`; returns (added, removed) URLs."""
+    """Make the router's workers equal `desired` (by URL); returns (added, removed) URLs."""
     current = router.workers()
     added = [url for url, worker in sorted(desired.items()) if current.get(url) != worker]
     removed = [url for url in sorted(current) if url not in desired]
@@ -140,60 +92,33 @@ def reconcile(router: RouterClient, desired: Mapping[str, Worker]) -> tuple[list
     return added, removed
 
 
-class KubernetesApi:
-    """Reads EndpointSlices with the pod's service-account token (RBAC: list in each model namespace)."""
-
-    def __init__(
-        self, host: str, port: str, account_dir: Path = SERVICE_ACCOUNT_DIR, timeout_seconds: float = 10
-    ) -> None:
-        self.base_url = f"https://{host}:{port}"
-        self.account_dir = account_dir
-        self.context = ssl.create_default_context(cafile=str(account_dir / "ca.crt"))
-        self.timeout_seconds = timeout_seconds
-
-    def list_endpoint_slices(self, namespace: str, service: str) -> Mapping[str, Any]:
-        selector = urllib.parse.quote(f"{SERVICE_NAME_LABEL}={service}")
-        path = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
-        url = f"{self.base_url}{path}?labelSelector={selector}"
-        # Re-read every time: the kubelet rotates projected tokens.
-        token = (self.account_dir / "token").read_text().strip()
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-        with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=self.context) as response:
-            result: Mapping[str, Any] = json.loads(response.read())
-            return result
+def desired_workers(config: Mapping[str, Any]) -> dict[str, Worker]:
+    return {
+        w["url"]: Worker(url=w["url"], model_id=w["model_id"], policy=w["policy"]) for w in config["workers"]
+    }
 
 
-def load_targets(config: Mapping[str, Any]) -> list[ModelTarget]:
-    return [ModelTarget(**model) for model in config["models"]]
-
-
-def run_forever(config: Mapping[str, Any], api: KubernetesApi) -> None:
+def run_forever(config: Mapping[str, Any]) -> None:
     router = RouterClient(config["router_url"])
-    targets = load_targets(config)
+    desired = desired_workers(config)
     interval = float(config.get("interval_seconds", 5))
     while True:
         try:
-            added, removed = reconcile(router, desired_workers(targets, api.list_endpoint_slices))
+            added, removed = reconcile(router, desired)
             if added or removed:
                 LOG.info("workers added %s, removed %s", added, removed)
         except (OSError, urllib.error.URLError, ValueError, KeyError) as error:
-            # The router may still be starting, or the API briefly unreachable: try again next round.
+            # The front router may still be starting or restarting: try again next round.
             LOG.warning("reconcile failed: %s", error)
         time.sleep(interval)
 
 
 def main(argv: list[str] | None = None) -> None:
-    import os
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    config = json.loads(args.config.read_text())
-    api = KubernetesApi(
-        os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    )
-    run_forever(config, api)
+    run_forever(json.loads(args.config.read_text()))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import pytest
 from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
 from infra.render import RenderResult
 from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
-from router.registrar import ready_endpoint_urls
 from tests.conftest import rendered
 from tests.test_serving_render import config_of
 
@@ -58,37 +57,45 @@ def test_router_pdb_lets_one_pod_go_at_a_time(prod: RenderResult) -> None:
     }
 
 
-def test_router_routes_by_model_name_in_multi_model_mode(prod: RenderResult) -> None:
-    (router,) = [c for c in pod_spec(prod)["containers"] if c["name"] == "router"]
-    assert router["args"][0] == "--enable-igw"
-    assert router["args"][router["args"].index("--policy") + 1] == "cache_aware"
-    assert {p["name"]: p["containerPort"] for p in router["ports"]} == {"http": 8000, "metrics": 29000}
-
-
-def test_registrar_knows_every_model_its_served_name_and_policy(prod: RenderResult) -> None:
+def test_front_routes_by_model_name_and_each_model_has_its_own_router(prod: RenderResult) -> None:
     config = config_of(prod)
+    containers = {c["name"]: c for c in pod_spec(prod)["containers"]}
+    front = containers["router"]
+    assert front["args"][0] == "--enable-igw"
+    assert {p["name"]: p["containerPort"] for p in front["ports"]} == {"http": 8000, "metrics": 29000}
+    for index, model in enumerate(config.models):
+        args = containers[f"route-{model.name}"]["args"]
+        # Upstream's Kubernetes discovery over exactly this model's pods, with the model's policy.
+        assert args[: args.index("--service-discovery-namespace")] == [
+            "--service-discovery",
+            "--selector",
+            *(f"{k}={v}" for k, v in model_selector_labels(model.name).items()),
+        ]
+        assert args[args.index("--service-discovery-namespace") + 1] == model.namespace
+        assert args[args.index("--service-discovery-port") + 1] == str(model.vllm.port)
+        assert args[args.index("--port") + 1] == str(8100 + index)
+        assert args[args.index("--policy") + 1] == (model.router_policy or config.router.default_policy)
+    # The registrar registers each model's router with the front, under the model's served name.
     registrar = json.loads(only(prod, "ConfigMap")["data"]["registrar.json"])
     assert registrar["router_url"] == "http://127.0.0.1:8000"
-    assert registrar["models"] == [
-        {
-            "model_id": m.openai_model_name,
-            "namespace": m.namespace,
-            "service": "vllm",
-            "port_name": "http",
-            "policy": m.router_policy or config.router.default_policy,
-        }
-        for m in config.models
+    assert registrar["workers"] == [
+        {"url": f"http://127.0.0.1:{8100 + i}", "model_id": m.openai_model_name, "policy": "round_robin"}
+        for i, m in enumerate(config.models)
     ]
 
 
-def test_only_the_registrar_gets_an_api_token(prod: RenderResult) -> None:
+def test_only_the_model_routers_get_an_api_token(prod: RenderResult) -> None:
     spec = pod_spec(prod)
     assert spec["automountServiceAccountToken"] is False
-    mounts = {c["name"]: [m["name"] for m in c.get("volumeMounts", [])] for c in spec["containers"]}
-    assert "api-token" in mounts["registrar"] and "api-token" not in mounts["router"]
+    with_token = {
+        c["name"]
+        for c in spec["containers"]
+        if any(m["name"] == "api-token" for m in c.get("volumeMounts", []))
+    }
+    assert with_token == {f"route-{m.name}" for m in config_of(prod).models}
 
 
-def test_router_rbac_reads_endpointslices_in_model_namespaces_only(prod: RenderResult) -> None:
+def test_router_rbac_watches_pods_in_model_namespaces_only(prod: RenderResult) -> None:
     config = config_of(prod)
     account = {"kind": "ServiceAccount", "name": "vllm-router", "namespace": ROUTER_NAMESPACE}
     bindings = [
@@ -97,7 +104,7 @@ def test_router_rbac_reads_endpointslices_in_model_namespaces_only(prod: RenderR
         for b in prod.find(kind)
         if account in b.get("subjects", [])
     ]
-    # Only namespaced bindings, one per model namespace, each to the endpoint-reader Role there.
+    # Only namespaced bindings, one per model namespace, each to the pod-reader Role there.
     assert sorted((b["kind"], b["metadata"]["namespace"]) for b in bindings) == sorted(
         ("RoleBinding", m.namespace) for m in config.models
     )
@@ -105,19 +112,15 @@ def test_router_rbac_reads_endpointslices_in_model_namespaces_only(prod: RenderR
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "Role",
-            "name": "vllm-router-endpoints",
+            "name": "vllm-router-pods",
         }
         (role,) = [
             r
             for r in prod.find("Role", namespace=binding["metadata"]["namespace"])
-            if r["metadata"]["name"] == "vllm-router-endpoints"
+            if r["metadata"]["name"] == "vllm-router-pods"
         ]
         assert role["rules"] == [
-            {
-                "apiGroups": ["discovery.k8s.io"],
-                "resources": ["endpointslices"],
-                "verbs": ["get", "list", "watch"],
-            }
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
         ]
 
 
@@ -187,7 +190,8 @@ def test_network_path_is_load_balancer_to_router_to_each_models_pods(prod: Rende
 def test_router_metrics_are_scraped(prod: RenderResult) -> None:
     (monitor,) = [m for m in prod.find("PodMonitor") if m["metadata"]["name"] == "vllm-router"]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [ROUTER_NAMESPACE]}
-    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
+    assert ports == ["metrics", *(f"metrics-{i}" for i in range(len(config_of(prod).models)))]
 
 
 def test_unified_endpoint_is_a_stack_output(prod: RenderResult) -> None:
@@ -204,30 +208,3 @@ def test_staging_without_the_router_renders_none_of_it() -> None:
     for model in config_of(staging).models:
         names = [p["metadata"]["name"] for p in staging.find("NetworkPolicy", namespace=model.namespace)]
         assert "allow-router" not in names
-
-
-def test_registrar_registers_ready_endpoints_and_drops_terminating_ones() -> None:
-    # An EndpointSlice as the API server returns it for a model Service with three pods.
-    slices = {
-        "items": [
-            {
-                "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}],
-                "endpoints": [
-                    {
-                        "addresses": ["10.0.1.5"],
-                        "conditions": {"ready": True, "serving": True, "terminating": False},
-                    },
-                    {
-                        "addresses": ["10.0.2.7"],
-                        "conditions": {"ready": False, "serving": True, "terminating": True},
-                    },
-                    {
-                        "addresses": ["10.0.3.9"],
-                        "conditions": {"ready": False, "serving": False, "terminating": False},
-                    },
-                ],
-            }
-        ]
-    }
-    assert ready_endpoint_urls(slices, "http") == ["http://10.0.1.5:8000"]
-    assert ready_endpoint_urls(slices, "metrics") == []

@@ -6,8 +6,8 @@
 #   bash bench/router/run.sh cpu   # rehearsal here: the vLLM 0.32.0 CPU build and the tiny test model
 #
 # Both modes: start replica 1 (port 8101), then replica 2 (8102); for each policy (round_robin,
-# then cache_aware) start the pinned router (--enable-igw, the stack's mode), register both
-# replicas with router/registrar.py's reconcile, reset both prefix caches, and run vLLM's own
+# then cache_aware) start the pinned router over both replicas as a router pod's per-model router
+# runs (single-model mode, components/router.py), reset both prefix caches, and run vLLM's own
 # client through the router: `vllm bench serve --dataset-name prefix_repetition` (NUM_PREFIXES
 # shared prefixes of PREFIX_LEN tokens, each prompt one of them plus SUFFIX_LEN own tokens).
 # Results (vLLM's JSON per policy, the replicas' prefix-cache counters, the router's metrics, the
@@ -96,14 +96,14 @@ PY
 
 for policy in round_robin cache_aware; do
   say "router with policy $policy"
-  setsid $router_python -m vllm_router.launch_router --enable-igw --policy "$policy" --host 127.0.0.1 \
-    --port 8200 --prometheus-host 127.0.0.1 --prometheus-port 8201 --health-check-interval-secs 5 \
-    > "$out/router-$policy.log" 2>&1 &
+  # The model's router as in a router pod (route-<model>: single-model mode, the policy under test);
+  # the front's model-name hop in front of it is a localhost proxy and is left out.
+  setsid $router_python -m vllm_router.launch_router --worker-urls http://127.0.0.1:8101 http://127.0.0.1:8102 \
+    --policy "$policy" --host 127.0.0.1 --port 8200 --prometheus-host 127.0.0.1 --prometheus-port 8201 \
+    --health-check-interval-secs 5 > "$out/router-$policy.log" 2>&1 &
   router_pid=$!
   pids+=($router_pid)
   wait_for http://127.0.0.1:8200/liveness 60 $router_pid || exit 1
-  $python bench/router/register.py http://127.0.0.1:8200 llama "$policy" \
-    http://127.0.0.1:8101 http://127.0.0.1:8102 || exit 1
   for port in 8101 8102; do curl -sf -X POST "http://127.0.0.1:$port/reset_prefix_cache" || exit 1; done
   prefix_counters > "$out/$policy-counters-before.json"
   $python bench/router/vllm_cli.py bench serve --backend vllm --base-url http://127.0.0.1:8200 \

@@ -101,10 +101,12 @@ class RouterConfig(StrictModel):
     on the `x-session-id` header), `power_of_two`, `random`."""
     per_model_hostnames: bool = True
     """Keep each model's own Ingress (`<model>.<domain>`) beside the unified one."""
-    cpu_request_cores: Annotated[float, Field(gt=0, le=64)] = 1
-    """CPU request of the router container (no limit: throttling would add latency to every token)."""
-    memory_request_gib: Annotated[float, Field(gt=0, le=256)] = 1
-    """Memory request; the limit is twice this (prefix trees grow with traffic until evicted)."""
+    cpu_request_cores: Annotated[float, Field(gt=0, le=64)] = 0.5
+    """CPU request of each router process in a pod (the front, and one per model); no limit:
+    throttling would add latency to every token."""
+    memory_request_gib: Annotated[float, Field(gt=0, le=256)] = 0.5
+    """Memory request of each router process; the limit is twice this (prefix trees grow with
+    traffic until evicted)."""
     health_check_interval_seconds: Annotated[int, Field(ge=1, le=300)] = 5
     """How often the router probes each vLLM pod's /health; a pod failing `health_failure_threshold`
     probes in a row gets no new requests until it passes again."""
@@ -114,7 +116,7 @@ class RouterConfig(StrictModel):
     """Attempts per request on another pod after a connection error or a 5xx/429 answer; only
     before the first byte reaches the client (a stream is never replayed)."""
     registration_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 5
-    """How often the registrar sidecar syncs the router's workers with the models' ready endpoints."""
+    """How often the registrar sidecar re-registers each model's router with the front router."""
     drain_seconds: Annotated[int, Field(ge=0, le=600)] = 30
     """preStop sleep of a router pod, so the load balancer deregisters it before it stops taking
     connections; streams in flight then get `request_timeout_seconds`-bounded time to finish."""

@@ -1,24 +1,27 @@
 """The pinned vLLM router (vllm-router 0.1.17) in front of two real vLLM 0.32.0 CPU servers.
 
-Topology (two servers, two served model names; the session's server is reused as replica A):
+As in a router pod (components/router.py): a front router (multi-model mode) routes by model name
+to one single-model router per model, which spreads the model's requests over its replicas:
 
-    router ──► A  127.0.0.1:<a>   serves ALPHA (the dev stack's model)           — ALPHA replica 1
-           └─► B  127.0.0.1:<b>   serves BETA                                     — BETA's only replica
-               B  localhost:<b>   the same server, also serving ALPHA             — ALPHA replica 2
+    front ──► ALPHA's router ──► A  127.0.0.1:<a>   serves ALPHA (the dev stack's model)
+          │                  └─► B  localhost:<b>   the same server as below, also serving ALPHA
+          └─► BETA's router ───► B  127.0.0.1:<b>   serves BETA (first name) and ALPHA
 
-vLLM serves one process under several `--served-model-name`s, and the router keys workers by URL,
-so B is registered twice under two URLs. The router runs with the arguments the dev stack renders
-for its Deployment (host, ports and the health-check pace changed for a loopback test), and its
-workers are registered by the real registrar's `reconcile` (router/registrar.py) with the model
-entries of the rendered registrar ConfigMap. Every loop is bounded in count and time.
+vLLM serves one process under several `--served-model-name`s, so B is a replica of both models. Every
+router runs with the arguments the dev stack renders for its container (host and ports changed for
+loopback, the Kubernetes discovery replaced by the two servers' URLs, the health checks faster),
+and the front's workers are registered by the real registrar's `reconcile` (router/registrar.py)
+from the rendered registrar ConfigMap's policy. Every loop is bounded in count and time.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -55,42 +58,51 @@ REQUEST_TIMEOUT_SECONDS = 120
 TEST_HEALTH_ARGS = {"--health-check-interval-secs": "1", "--health-failure-threshold": "1"}
 
 
-def rendered_router_deployment(stack: str = "dev") -> dict:
+def rendered_router_containers(stack: str = "dev") -> dict[str, list[str]]:
+    """`vllm-router` arguments of every router container of the stack's router Deployment, by name."""
     from tests.conftest import rendered
 
     (deployment,) = rendered(stack).find("Deployment", namespace="vllm-router")
-    return deployment
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return {c["name"]: list(c["args"]) for c in containers if c["command"] == ["vllm-router"]}
 
 
-def rendered_router_arguments(stack: str = "dev") -> list[str]:
-    containers = rendered_router_deployment(stack)["spec"]["template"]["spec"]["containers"]
-    (router,) = [c for c in containers if c["name"] == "router"]
-    assert router["command"] == ["vllm-router"]
-    return list(router["args"])
-
-
-def rendered_registrar_models(stack: str = "dev") -> list[dict]:
+def rendered_registrar_workers(stack: str = "dev") -> list[dict]:
     from tests.conftest import rendered
 
     (config_map,) = rendered(stack).find("ConfigMap", namespace="vllm-router")
-    return json.loads(config_map["data"]["registrar.json"])["models"]
+    return json.loads(config_map["data"]["registrar.json"])["workers"]
 
 
-def loopback_router_arguments() -> list[str]:
-    """The rendered arguments without host/ports (the helper picks loopback ones), faster probes."""
-    args, rendered_args, index = [], rendered_router_arguments(), 0
+def loopback_arguments(rendered_args: list[str], worker_urls: list[str] | None = None) -> list[str]:
+    """Rendered arguments without host/ports (the helper picks loopback ones) and with faster
+    probes; with `worker_urls`, those servers instead of the Kubernetes discovery."""
+    args, index = [], 0
+    dropped_pairs = {
+        "--host",
+        "--port",
+        "--prometheus-host",
+        "--prometheus-port",
+        "--service-discovery-namespace",
+        "--service-discovery-port",
+    }
     while index < len(rendered_args):
         token = rendered_args[index]
-        if token in ("--host", "--port", "--prometheus-host", "--prometheus-port"):
+        if token in dropped_pairs:
             index += 2
-            continue
-        if token in TEST_HEALTH_ARGS:
+        elif token == "--service-discovery":
+            index += 1
+        elif token == "--selector":
+            index += 1
+            while index < len(rendered_args) and not rendered_args[index].startswith("--"):
+                index += 1
+        elif token in TEST_HEALTH_ARGS:
             args += [token, TEST_HEALTH_ARGS[token]]
             index += 2
-            continue
-        args.append(token)
-        index += 1
-    return args
+        else:
+            args.append(token)
+            index += 1
+    return [*args, "--worker-urls", *worker_urls] if worker_urls else args
 
 
 def metric_sum(url: str, name: str, headers: dict[str, str] | None = None) -> float:
@@ -147,28 +159,53 @@ def replica_b(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     stop_vllm_server(server)
 
 
+@dataclass(frozen=True)
+class RouterPod:
+    front: RunningRouter
+    alpha: RunningRouter
+    beta: RunningRouter
+
+
 @pytest.fixture(scope="module")
-def router(
+def pod(
     router_python: Path,
     vllm_server: RunningVllmServer,
     replica_b: RunningVllmServer,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[RunningRouter]:
-    running = start_router(
-        loopback_router_arguments(), log_path=tmp_path_factory.mktemp("router") / "router.log"
-    )
+) -> Iterator[RouterPod]:
+    rendered_args = rendered_router_containers()
+    (model_container,) = [name for name in rendered_args if name.startswith("route-")]
+    logs = tmp_path_factory.mktemp("routers")
+    started: list[RunningRouter] = []
     try:
-        policy = {m["model_id"]: m["policy"] for m in rendered_registrar_models()}[ALPHA]
+        for name, workers in (
+            ("alpha", [vllm_server.base_url, f"http://localhost:{replica_b.port}"]),
+            ("beta", [replica_b.base_url]),
+        ):
+            started.append(
+                start_router(
+                    loopback_arguments(rendered_args[model_container], workers), log_path=logs / f"{name}.log"
+                )
+            )
+        started.append(start_router(loopback_arguments(rendered_args["router"]), log_path=logs / "front.log"))
+        alpha, beta, front = started
+        (policy,) = {w["policy"] for w in rendered_registrar_workers()}
         desired = {
-            vllm_server.base_url: Worker(vllm_server.base_url, ALPHA, policy),
-            f"http://localhost:{replica_b.port}": Worker(f"http://localhost:{replica_b.port}", ALPHA, policy),
-            replica_b.base_url: Worker(replica_b.base_url, BETA, "round_robin"),
+            alpha.base_url: Worker(alpha.base_url, ALPHA, policy),
+            beta.base_url: Worker(beta.base_url, BETA, policy),
         }
-        added, removed = reconcile(RouterClient(running.base_url), desired)
+        added, removed = reconcile(RouterClient(front.base_url), desired)
         assert sorted(added) == sorted(desired) and removed == []
-        yield running
+        yield RouterPod(front=front, alpha=alpha, beta=beta)
     finally:
-        stop_router(running)
+        for running in started:
+            stop_router(running)
+
+
+@pytest.fixture(scope="module")
+def router(pod: RouterPod) -> RunningRouter:
+    """The front: what the load balancer reaches."""
+    return pod.front
 
 
 def test_the_suite_runs_the_pinned_router_release(router_python: Path) -> None:
@@ -177,14 +214,20 @@ def test_the_suite_runs_the_pinned_router_release(router_python: Path) -> None:
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_rendered_router_arguments_are_accepted_by_the_pinned_router(router_python: Path, stack: str) -> None:
-    assert parse_router_arguments(rendered_router_arguments(stack)) is None
+    containers = rendered_router_containers(stack)
+    assert "router" in containers and any(name.startswith("route-") for name in containers)
+    for name, args in containers.items():
+        assert parse_router_arguments(args) is None, name
     assert parse_router_arguments(["--policy", "prefix_aware"]) is not None  # the check can fail
 
 
-def test_registrar_leaves_the_router_exactly_the_desired_workers(router: RunningRouter) -> None:
-    client = RouterClient(router.base_url)
+def test_registrar_leaves_the_front_exactly_one_router_per_model(pod: RouterPod) -> None:
+    client = RouterClient(pod.front.base_url)
     workers = client.workers()
-    assert sorted(w.model_id for w in workers.values()) == sorted([ALPHA, ALPHA, BETA])
+    assert {url: w.model_id for url, w in workers.items()} == {
+        pod.alpha.base_url: ALPHA,
+        pod.beta.base_url: BETA,
+    }
     # A second round with nothing changed touches nothing.
     assert reconcile(client, workers) == ([], [])
 
@@ -211,7 +254,7 @@ def test_each_request_goes_to_the_model_it_names(
 
 
 def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
-    router: RunningRouter, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
+    router: RunningRouter, pod: RouterPod, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
 ) -> None:
     replicas = {"A": vllm_server, "B": replica_b}
     prefixes = {
@@ -222,18 +265,17 @@ def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
     def counts() -> dict[str, tuple[float, float]]:
         return {name: (served_requests(s), prefix_cache_hits(s)) for name, s in replicas.items()}
 
-    # Seeds: the second is sent while the first is still streaming (its first token is in, 300
-    # more to come), so the cache-aware policy, with no prefix known yet, sends it to the less loaded
-    # replica; each prefix then has a home.
-    body = {"model": ALPHA, "prompt": prefixes["ops"] + " seed", "max_tokens": 300, "stream": True}
-    with httpx.stream(
-        "POST", f"{router.base_url}/v1/completions", headers=AUTH, json=body, timeout=REQUEST_TIMEOUT_SECONDS
-    ) as first:
-        assert first.status_code == 200
-        lines = first.iter_lines()
-        assert next(line for line in lines if line.startswith("data: "))
+    # Seeds: the second is sent while ALPHA's router counts the first as running (300 tokens to
+    # generate), so the cache-aware policy, with no prefix known yet, sends it to the less loaded
+    # replica; each prefix then has a home. (A stream does not count as running in 0.1.17.)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(complete, router, ALPHA, prefixes["ops"] + " seed", 300)
+        deadline = time.monotonic() + 60
+        while metric_sum(pod.alpha.metrics_url, "vllm_router_running_requests") < 1:
+            assert time.monotonic() < deadline and not first.done(), "the first seed never showed as running"
+            time.sleep(0.05)
         assert complete(router, ALPHA, prefixes["translate"] + " seed", 8).status_code == 200
-        assert "data: [DONE]" in list(lines)
+        assert first.result().status_code == 200
     homes: dict[str, str] = {}
     # Which replica each seed reached: send each prefix once more, alone, and watch the counters.
     for key, prefix in prefixes.items():
@@ -279,7 +321,7 @@ def test_smoke_streams_through_the_router(router: RunningRouter) -> None:
 
 
 def test_a_stopped_replica_is_ejected_without_failing_requests_beyond_those_in_flight(
-    router: RunningRouter, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
+    router: RunningRouter, pod: RouterPod, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
 ) -> None:
     """Last in the module: it stops replica B. The client sends one request at a time, so at most
     one is in flight when B goes away; every other request must succeed (retried or routed to A)."""
@@ -301,7 +343,7 @@ def test_a_stopped_replica_is_ejected_without_failing_requests_beyond_those_in_f
     failures = [status for status in statuses if status != 200]
     assert len(failures) <= 1, f"failed beyond the one in flight: {statuses}"
     # Ejected: the router reports B unhealthy, and A alone serves ALPHA now.
-    health = httpx.get(router.metrics_url, timeout=30).text
+    health = httpx.get(pod.alpha.metrics_url, timeout=30).text
     assert f'vllm_router_worker_health{{worker="http://localhost:{replica_b.port}"}} 0' in health
     before_a = served_requests(vllm_server)
     assert complete(router, ALPHA, "after the ejection").status_code == 200

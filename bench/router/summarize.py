@@ -16,19 +16,22 @@ def _counters(raw: Path, policy: str) -> dict[str, dict[str, float]]:
 
 
 def summarize(raw: Path) -> str:
-    rows = ["| policy | requests ok | output tok/s | req/s | TTFT mean ms | TTFT p99 ms | prefix-cache hit rate "
-            "| requests per replica |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| policy | requests ok | output tok/s | req/s | TTFT mean ms | TTFT p99 ms | prefix-cache hit rate "
+        "| requests per replica |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for policy in POLICIES:
         result = json.loads((raw / f"{policy}.json").read_text())
         counters = _counters(raw, policy)
         hits = sum(c["vllm:prefix_cache_hits_total"] for c in counters.values())
         queries = sum(c["vllm:prefix_cache_queries_total"] for c in counters.values())
         split = " / ".join(f"{c['vllm:request_success_total']:.0f}" for _, c in sorted(counters.items()))
+        ok = f"{result['completed']}/{result['num_prompts']}"
+        ttft = f"{result['mean_ttft_ms']:.1f} | {result['p99_ttft_ms']:.1f}"
         rows.append(
-            f"| {policy} | {result['completed']}/{result['num_prompts']} | {result['output_throughput']:.1f} "
-            f"| {result['request_throughput']:.2f} | {result['mean_ttft_ms']:.1f} | {result['p99_ttft_ms']:.1f} "
-            f"| {hits / queries:.1%} | {split} |"
+            f"| {policy} | {ok} | {result['output_throughput']:.1f} | {result['request_throughput']:.2f} "
+            f"| {ttft} | {hits / queries:.1%} | {split} |"
         )
     return "\n".join(rows)
 

@@ -445,6 +445,14 @@ def ingress_group_name(config: PlatformConfig) -> str:
 
 
 def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
+    return load_balancer_annotations(
+        config, probes.HEALTH_PATH, probes.load_balancer_deregistration_delay_seconds(model.drain)
+    )
+
+
+def load_balancer_annotations(config: PlatformConfig, healthcheck_path: str,
+                              deregistration_delay_seconds: int) -> dict[str, str]:
+    """The ingress controller's settings for a long-streaming OpenAI backend (models and the router)."""
     ingress = config.ingress
     idle = ingress.idle_timeout_seconds
     if ingress.class_name == "nginx":
@@ -462,12 +470,12 @@ def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str,
         f"{prefix}/listen-ports": json.dumps([{"HTTPS": 443}]),
         f"{prefix}/ssl-policy": ALB_SSL_POLICY,
         f"{prefix}/backend-protocol": "HTTP",
-        f"{prefix}/healthcheck-path": probes.HEALTH_PATH,
+        f"{prefix}/healthcheck-path": healthcheck_path,
         f"{prefix}/success-codes": "200",
         # SSE streams may sit idle while a request waits in vLLM's queue: never cut them sooner.
         f"{prefix}/load-balancer-attributes": f"idle_timeout.timeout_seconds={idle}",
         f"{prefix}/target-group-attributes":
-            f"deregistration_delay.timeout_seconds={probes.load_balancer_deregistration_delay_seconds(model.drain)}",
+            f"deregistration_delay.timeout_seconds={deregistration_delay_seconds}",
     }
     if ingress.certificate_arn:
         annotations[f"{prefix}/certificate-arn"] = ingress.certificate_arn
@@ -526,8 +534,14 @@ def in_cluster_url(model: ModelConfig) -> str:
     return f"http://{SERVER_NAME}.{model.namespace}.svc.cluster.local:{model.vllm.port}"
 
 
+def serves_own_hostname(config: PlatformConfig) -> bool:
+    """A model gets its own Ingress unless the router's unified endpoint replaces them
+    (router.per_model_hostnames: false)."""
+    return config.ingress.enabled and (not config.router.enabled or config.router.per_model_hostnames)
+
+
 def ingress_url(config: PlatformConfig, model: ModelConfig) -> str | None:
-    if not config.ingress.enabled or model.ingress_host is None:
+    if not serves_own_hostname(config) or model.ingress_host is None:
         return None
     return f"https://{model.ingress_host}"
 
@@ -660,7 +674,7 @@ class ModelService(pulumi.ComponentResource):
                                    opts=inside)
         kubernetes.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=meta(SERVER_NAME),
                                                  spec=pod_disruption_budget_spec(model), opts=inside)
-        if config.ingress.enabled:
+        if serves_own_hostname(config):
             kubernetes.networking.v1.Ingress(
                 f"{name}-ingress",
                 metadata={**meta(SERVER_NAME), "annotations": ingress_annotations(config, model)},

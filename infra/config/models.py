@@ -507,6 +507,10 @@ class ModelConfig(StrictModel):
     """Needed when source.requires_hf_token; defaults like api_key_secret with `hf-token`."""
     ingress_host: Hostname | None = None
     """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on."""
+    router_policy: (
+        Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"] | None
+    ) = None
+    """How the router spreads this model's requests over its replicas; null = router.default_policy."""
     min_available: Annotated[int, Field(ge=0)] = 1
     """PodDisruptionBudget: replicas kept serving during voluntary disruptions. When it is not below
     the fewest replicas (replicas, or autoscaling.min_replicas), the budget instead lets one pod go

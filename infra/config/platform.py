@@ -105,6 +105,49 @@ class IngressConfig(StrictModel):
     rate-based rule per client IP (docs/security.md); unset: none."""
 
 
+RoutingPolicy = Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"]
+"""vllm-router 0.1.17's policies that work in its multi-model mode (docs/routing.md, "Policies")."""
+
+
+class RouterConfig(StrictModel):
+    """One OpenAI endpoint for every model: vLLM's router, by model name and prefix (docs/routing.md)."""
+
+    enabled: bool = False
+    """Deploy the router (namespace `vllm-router`) in front of every model."""
+    replicas: Annotated[int, Field(ge=2, le=20)] = 2
+    """Router pods, spread over zones; at least two so a node drain or zone loss keeps the endpoint."""
+    host: str | None = None
+    """Public hostname of the unified endpoint; defaults to `api.<ingress.domain>` when ingress is on."""
+    default_policy: RoutingPolicy = "cache_aware"
+    """How a model's requests are spread over its replicas unless the model sets `router_policy`:
+    `cache_aware` (prefix-aware: the replica whose cache most likely holds the prompt's prefix, least
+    loaded when none does or load is unbalanced), `round_robin`, `consistent_hash` (session affinity
+    on the `x-session-id` header), `power_of_two`, `random`."""
+    per_model_hostnames: bool = True
+    """Keep each model's own Ingress (`<model>.<domain>`) beside the unified one."""
+    cpu_request_cores: Annotated[float, Field(gt=0, le=64)] = 0.5
+    """CPU request of each router process in a pod (the front, and one per model); no limit:
+    throttling would add latency to every token."""
+    memory_request_gib: Annotated[float, Field(gt=0, le=256)] = 0.5
+    """Memory request of each router process; the limit is twice this (prefix trees grow with
+    traffic until evicted)."""
+    health_check_interval_seconds: Annotated[int, Field(ge=1, le=300)] = 5
+    """How often the router probes each vLLM pod's /health; a pod failing `health_failure_threshold`
+    probes in a row gets no new requests until it passes again."""
+    health_failure_threshold: Annotated[int, Field(ge=1, le=10)] = 2
+    """Failed probes before a pod is ejected."""
+    max_retries: Annotated[int, Field(ge=1, le=10)] = 3
+    """Attempts per request on another pod after a connection error or a 5xx/429 answer; only
+    before the first byte reaches the client (a stream is never replayed)."""
+    registration_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 5
+    """How often the registrar sidecar re-registers each model's router with the front router."""
+    drain_seconds: Annotated[int, Field(ge=0, le=600)] = 30
+    """preStop sleep of a router pod, so the load balancer deregisters it before it stops taking
+    connections; streams in flight then get `request_timeout_seconds`-bounded time to finish."""
+    request_timeout_seconds: Annotated[int, Field(ge=30, le=86400)] = 1800
+    """Longest request the router proxies (a whole SSE stream)."""
+
+
 CHART_VERSION_KEYS = ("chart_version", "aws_provider_chart_version")
 
 
@@ -368,6 +411,7 @@ class PlatformConfig(StrictModel):
     ingress: IngressConfig = IngressConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     addons: AddonsConfig = AddonsConfig()
+    router: RouterConfig = RouterConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -10,8 +10,9 @@
 # Everything a step wrote is packed into $OUT/lab-<step>-<time>.tar.gz (the device tool returns at
 # most 8 files). bench/serving/README.md has the session's calls.
 set -u
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$repo" || exit 2
+# Runs from the repository root (the .gpu/ paths are relative to it); the scripts beside this file
+# may live elsewhere (the device tool sends the lead's checkout, so a helper carries them in .gpu/).
+here=$(cd "$(dirname "$0")" && pwd)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export TOKENIZERS_PARALLELISM=false
 out=${OUT:-/tmp/lab/out}
@@ -49,12 +50,12 @@ case "$step" in
     while [ $# -gt 0 ] && [ "$1" != -- ]; do configs+=("$1"); shift; done
     [ "${1:-}" = -- ] && shift
     say "load before: $(cat /proc/loadavg); GPU processes: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
-    PYTHONPATH=/tmp/site timeout -k 10 $((budget + 40)) python3 bench/serving/lab.py --out "$results" \
+    PYTHONPATH=/tmp/site timeout -k 10 $((budget + 40)) python3 "$here/lab.py" --out "$results" \
       --budget-s "$budget" "${configs[@]}" 2>&1 | tee -a "$results/lab.log" | grep --line-buffered -E "lab:|Error"
     say "lab.py exited ${PIPESTATUS[0]}"
     pack measure
     if [ "${1:-}" = baseline ]; then
-      PYTHONPATH=/tmp/site timeout -k 10 $(($2 + 40)) python3 bench/serving/baseline.py --model-dir /tmp/m/llama8b \
+      PYTHONPATH=/tmp/site timeout -k 10 $(($2 + 40)) python3 "$here/baseline.py" --model-dir /tmp/m/llama8b \
         --out "$results" --budget-s "$2"
       say "baseline exited $?"
       pack baseline
@@ -62,7 +63,7 @@ case "$step" in
   baseline)
     install
     trap 'pack baseline' EXIT
-    PYTHONPATH=/tmp/site timeout -k 10 $(($1 + 60)) python3 bench/serving/baseline.py --model-dir /tmp/m/llama8b \
+    PYTHONPATH=/tmp/site timeout -k 10 $(($1 + 60)) python3 "$here/baseline.py" --model-dir /tmp/m/llama8b \
       --out "$results" --budget-s "$1"
     say "baseline exited $?" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;

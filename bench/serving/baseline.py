@@ -89,7 +89,8 @@ def main() -> int:
         result["levels"][str(batch)] = {
             "output_throughput": round(batch * options.output_len / duration, 1),
             "ttft_ms": round(first_token * 1000, 1), "tpot_ms": round(step_s * 1000, 2),
-            "duration_s": round(duration, 2), "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+            "duration_s": round(duration, 2),
+            "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
             "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg()),
         }  # fmt: skip
         print(f"baseline batch {batch}: {result['levels'][str(batch)]}", flush=True)

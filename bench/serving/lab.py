@@ -18,6 +18,7 @@ Only the Python standard library and vLLM (on the GPU host) are needed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -149,9 +150,8 @@ def tuned_args(out: Path, plan: dict[str, Any]) -> tuple[list[str], list[str]]:
         if (
             gain >= rule["min_gain"]
             and row["p99_ttft_ms"] <= defaults["p99_ttft_ms"] * rule["max_p99_ttft_ratio"]
-        ):
-            if flag not in best or gain > best[flag][0]:
-                best[flag] = (gain, lever)
+        ) and (flag not in best or gain > best[flag][0]):
+            best[flag] = (gain, lever)
     winners = [
         lever
         for lever in rule["levers"]
@@ -200,10 +200,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)  # API-server and engine-core children
-        except ProcessLookupError:
-            pass
         self.handle.close()
 
 
@@ -316,7 +314,7 @@ def main() -> int:
                     f"CPU busy {record['levels'][str(level)]['host']['mean_cpu_busy_pct']} %"
                 )
                 session_file.write_text(json.dumps(session, indent=1))
-        except Exception as error:  # noqa: BLE001 - recorded, and the next configuration still runs
+        except Exception as error:
             record["error"] = str(error)
             say(f"{name}: FAILED {error}")
             status = 1

@@ -16,9 +16,10 @@ from components import model_service as serving
 from components.labels import model_selector_labels
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from infra.capacity import plan_platform
-from infra.config import PlatformConfig, load_stack
+from infra.config import PlatformConfig
 from infra.config.loader import stack_file_for
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import TEST_STACKS_DIR, rendered
 
 BUILT_IN_GROUPS = {

@@ -98,13 +98,13 @@ def compile_cache_dir(model: ModelConfig, gpu_type: str) -> str:
 def jit_cache_environment(model: ModelConfig, gpu_type: str) -> list[dict[str, str]]:
     """FlashInfer's and Triton's JIT kernel caches beside the compile cache on the shared volume.
 
-    Measured on the lab H200 (vLLM 0.26.0, bench/serving/results/RESULTS.md "What limits start
-    time"): every start, cold or warm, sat 100-130 s silent after CUDA-graph capture, in the kernel
-    warm-up that runs the sampler, where FlashInfer (vLLM's top-k/top-p sampler) JIT-compiles into
-    $HOME/.cache/flashinfer; HOME is a fresh emptyDir in every pod. Both caches key entries by their
-    own version and the GPU architecture, and write under file locks (FlashInfer) or by atomic
-    rename (Triton), which hold on NFS (EFS). vLLM points Triton at its compile-cache folder once
-    torch.compile runs; TRITON_CACHE_DIR covers eager models and what compiles before that.
+    Measured on the lab H200 (vLLM 0.26.0, 2026-11-29 lab runs: bench/serving/results/RESULTS.md "What
+    limits start time" at commit e4331ca): every start, cold or warm, sat 100-130 s silent after CUDA-
+    graph capture, in the kernel warm-up that runs the sampler, where FlashInfer (vLLM's top-k/top-p
+    sampler) JIT-compiles into $HOME/.cache/flashinfer; HOME is a fresh emptyDir in every pod. Both caches
+    key entries by their own version and the GPU architecture, and write under file locks (FlashInfer) or
+    by atomic rename (Triton), which hold on NFS (EFS). vLLM points Triton at its compile-cache folder
+    once torch.compile runs; TRITON_CACHE_DIR covers eager models and what compiles before that.
     XDG_CACHE_HOME stays in HOME: outlines keeps an SQLite cache there, unsafe on shared NFS.
     """
     root = compile_cache_dir(model, gpu_type)

@@ -13,8 +13,8 @@
 # Results (vLLM's JSON per policy, the replicas' prefix-cache counters, the router's metrics, the
 # logs) go to $OUT (device tool) or bench/router/results/raw-<mode>/; summarize.py prints the table.
 #
-# GPU host prerequisites (bench/NEXT_GPU_SESSION.md): vLLM 0.26.0 installed at /tmp/site and the
-# model directory /tmp/m/llama8b (bench/lab_session.sh stage NN ... install), and the router wheels
+# GPU host prerequisites (bench/serving/README.md): vLLM 0.26.0 installed at /tmp/site and the
+# model directory /tmp/m/llama8b (bench/serving/lab.sh stage NN for each part, then its install step), and the router wheels
 # carried as .gpu/router/ (bash bench/router/stage.sh .gpu/router, on a machine with PyPI).
 set -u
 mode=${1:?usage: run.sh gpu|cpu}

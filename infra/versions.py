@@ -56,8 +56,9 @@ MODEL_CACHE_IMAGE = ImagePin(
 # router (github.com/vllm-project/router), whose release pipeline (.buildkite/release-pipeline.yml)
 # publishes each tag v<version> to PyPI as `vllm-router` and publishes no release image (the
 # `vllm/vllm-router` Docker Hub repository carries `nightly-<date>-<sha>` tags only). So the image is
-# built from router/ here around exactly that wheel (router/requirements.lock pins its sha256), and
-# the suite runs the same release from PyPI (scripts/setup-vllm-router.sh, tests/e2e/test_router.py).
+# built from router/ here around exactly that wheel (router/requirements.lock pins its sha256) and
+# published by .github/workflows/release-vllm-router.yaml on tag router-v<version>, and the suite
+# runs the same release from PyPI (scripts/setup-vllm-router.sh, tests/e2e/test_router.py).
 VLLM_ROUTER_VERSION = "0.1.17"
 VLLM_ROUTER_WHEEL_SHA256 = "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d"
 """vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl as PyPI serves it (uploaded 2026-11-04)."""

@@ -79,9 +79,15 @@ def test_release_workflow_pushes_the_project_version_to_ghcr_only_from_its_relea
     assert _release_job()["permissions"] == {"contents": "read", "packages": "write"}
 
 
-def test_every_action_in_the_release_workflow_is_pinned_by_commit_sha_with_its_release() -> None:
-    uses = [line for line in RELEASE_WORKFLOW.read_text().splitlines() if re.match(r"^\s*(-\s+)?uses:", line)]
-    assert len(uses) >= 5
+ROUTER_WORKFLOW = WORKFLOWS / "release-vllm-router.yaml"
+
+
+@pytest.mark.parametrize("workflow", [RELEASE_WORKFLOW, ROUTER_WORKFLOW], ids=lambda path: path.name)
+def test_every_action_in_the_release_workflows_is_pinned_by_commit_sha_with_its_release(
+    workflow: Path,
+) -> None:
+    uses = [line for line in workflow.read_text().splitlines() if re.match(r"^\s*(-\s+)?uses:", line)]
+    assert len(uses) >= 4
     unpinned = [line.strip() for line in uses if not PINNED_ACTION.match(line)]
     assert unpinned == [], "pin each action as `uses: owner/repo@<full sha>  # vX.Y.Z`"
 
@@ -164,3 +170,19 @@ def test_shellcheck_finds_an_unquoted_expansion(tmp_path: Path) -> None:
     result = shellcheck(path)
     assert result.returncode != 0
     assert "SC2086" in result.stdout
+
+
+def test_the_router_image_is_built_by_its_workflow_at_the_pinned_router_version() -> None:
+    from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
+
+    workflow = yaml.safe_load(ROUTER_WORKFLOW.read_text())
+    assert workflow[True]["push"]["tags"] == ["router-v*"]  # YAML 1.1 reads `on` as True
+    text = ROUTER_WORKFLOW.read_text()
+    assert 'REF_NAME" != "router-v$version"' in text and "VLLM_ROUTER_VERSION" in text
+    assert VLLM_ROUTER_IMAGE.tag == VLLM_ROUTER_VERSION
+    assert (
+        VLLM_ROUTER_IMAGE.repository.endswith("/vllm-router")
+        and "image=ghcr.io/${OWNER,,}/vllm-router" in text
+    )
+    lock = (REPO_ROOT / "router" / "requirements.lock").read_text()
+    assert f"vllm-router=={VLLM_ROUTER_VERSION} " in lock

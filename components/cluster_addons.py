@@ -62,7 +62,11 @@ IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 NEEDS_EKS_MODE = {
     "aws_load_balancer_controller": "needs the VPC id and an IRSA role that only mode 'eks' creates",
     "cluster_autoscaler": "needs an IRSA role and node-group discovery tags that only mode 'eks' creates",
+    "ebs_csi_driver": "is an EKS managed add-on with an IRSA role, which only mode 'eks' creates",
 }
+EBS_STORAGE_CLASS = "gp3"
+"""Prometheus' volumes (monitoring.prometheus_persistent_volume) when addons.ebs_csi_driver is on."""
+EBS_CSI_PROVISIONER = "ebs.csi.aws.com"
 
 
 def pinned_release(
@@ -213,6 +217,7 @@ class ClusterAddons(pulumi.ComponentResource):
     releases: list[kubernetes.helm.v3.Release]
     keda_release: kubernetes.helm.v3.Release | None
     storage_class: kubernetes.storage.v1.StorageClass
+    ebs_storage_class: kubernetes.storage.v1.StorageClass | None
 
     def __init__(self, name: str, args: ClusterAddonsArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
@@ -245,6 +250,21 @@ class ClusterAddons(pulumi.ComponentResource):
             volume_binding_mode="Immediate",
             opts=pulumi.ResourceOptions(parent=self, depends_on=[efs_driver] if efs_driver else []),
         )
+        self.ebs_storage_class = None
+        if addons.ebs_csi_driver.enabled:
+            # The driver itself is an EKS managed add-on (infra/aws/addons.py); only its class is ours.
+            self.ebs_storage_class = kubernetes.storage.v1.StorageClass(
+                f"{name}-ebs-storage-class",
+                metadata={"name": EBS_STORAGE_CLASS, "labels": {"app.kubernetes.io/part-of": PART_OF}},
+                provisioner=EBS_CSI_PROVISIONER,
+                parameters={"type": "gp3", "encrypted": "true"},
+                # A volume in the zone the Prometheus pod was scheduled to; grown in place when
+                # monitoring.prometheus_storage_gib rises.
+                volume_binding_mode="WaitForFirstConsumer",
+                allow_volume_expansion=True,
+                reclaim_policy="Delete",
+                opts=child,
+            )
         if addons.secrets_store_csi_driver.enabled:
             driver = release("secrets-store-csi-driver", SECRETS_STORE_CSI_DRIVER_CHART,
                              secrets_store_csi_driver_values(config),

@@ -74,9 +74,20 @@ def device_plugin_values(config: PlatformConfig) -> dict[str, Any]:
     }
 
 
+DCGM_DEFAULT_COUNTERS = "/etc/dcgm-exporter/default-counters.csv"
+"""The counters file in the exporter image that the chart passes by default (infra/dcgm_metrics.py)."""
+
+
+def dcgm_exporter_arguments(config: PlatformConfig) -> list[str]:
+    """The chart's default counters, read every `collect_interval_seconds` instead of every 30 s."""
+    interval_ms = config.addons.dcgm_exporter.collect_interval_seconds * 1000
+    return ["-f", DCGM_DEFAULT_COUNTERS, "--collect-interval", str(interval_ms)]
+
+
 def dcgm_exporter_values(config: PlatformConfig) -> dict[str, Any]:
     monitoring = config.monitoring
     return {
+        "arguments": dcgm_exporter_arguments(config),
         "affinity": gpu_nodes_affinity(config.node_groups.gpu),
         "tolerations": gpu_addon_tolerations(config, config.addons.dcgm_exporter),
         "priorityClassName": "system-node-critical",

@@ -20,8 +20,11 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.adapter_rules import adapter_rules
-from components.cluster_addons import node_agent_tolerations, pinned_release
+from components.cluster_addons import EBS_STORAGE_CLASS, node_agent_tolerations, pinned_release
+from components.cluster_context import ClusterContext
 from components.labels import MODEL_LABEL, PART_OF, VLLM_APP_NAME
+from components.secrets import csi_volume, uses_csi
+from components.service_accounts import ALERTMANAGER_SERVICE_ACCOUNT_NAME, GRAFANA_SERVICE_ACCOUNT_NAME
 from infra.config.platform import MonitoringConfig, PlatformConfig
 from infra.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
 
@@ -52,42 +55,30 @@ def monitor_labels(monitoring: MonitoringConfig) -> dict[str, str]:
     return {"app.kubernetes.io/part-of": PART_OF, **monitoring.monitor_labels}
 
 
-def kube_prometheus_stack_values(config: PlatformConfig) -> dict[str, Any]:
-    monitoring = config.monitoring
-    prometheus_spec: dict[str, Any] = {
-        "scrapeInterval": f"{monitoring.scrape_interval_seconds}s",
-        "retention": f"{monitoring.retention_days}d",
-        # Whichever comes first: old blocks go before the volume fills and Prometheus stops.
-        "retentionSize": f"{int(monitoring.prometheus_storage_gib * 0.85 * 1024)}MiB",
-        # Select every PodMonitor/ServiceMonitor/rule in the cluster, not only the chart's own
-        # (the vLLM PodMonitor, DCGM's ServiceMonitor).
-        "podMonitorSelectorNilUsesHelmValues": False,
-        "serviceMonitorSelectorNilUsesHelmValues": False,
-        "ruleSelectorNilUsesHelmValues": False,
-        "probeSelectorNilUsesHelmValues": False,
-        "tolerations": [],
-    }
-    size = f"{monitoring.prometheus_storage_gib}Gi"
-    if monitoring.prometheus_persistent_volume:
-        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                                      "resources": {"requests": {"storage": size}}}
-        if monitoring.prometheus_storage_class:
-            claim_spec["storageClassName"] = monitoring.prometheus_storage_class
-        prometheus_spec["storageSpec"] = {"volumeClaimTemplate": {"spec": claim_spec}}
-    else:
-        # No StorageClass needed (EKS provisions EBS volumes only with the EBS CSI driver); the
-        # limit keeps the data from filling the node's disk.
-        prometheus_spec["storageSpec"] = {"emptyDir": {"sizeLimit": size}}
-    grafana: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
-    if monitoring.grafana:
-        grafana["admin"] = {"existingSecret": monitoring.grafana_admin_secret,
-                            "userKey": "admin-user", "passwordKey": "admin-password"}
+ALERTMANAGER_CONFIG_SECRET = "alertmanager-config"
+"""The Secret the Alertmanager reads (`configSecret`), synced by the CSI driver from the secret store."""
+ALERTMANAGER_CONFIG_KEY = "alertmanager.yaml"
+"""The key the Prometheus Operator reads the Alertmanager configuration from."""
+ALERTMANAGER_PROVIDER_CLASS = "alertmanager-config"
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+GRAFANA_PROVIDER_CLASS = "grafana-admin"
+GRAFANA_ADMIN_KEYS = {"admin-user": "admin-user", "admin-password": "admin-password"}
+"""Grafana's admin credential: file (and synced Secret key) -> key in the secret-store entry."""
+MONITORING_SECRETS_MOUNT = "/mnt/secrets-store"
+GRAFANA_DASHBOARD_LABEL = ("grafana_dashboard", "1")
+"""The label the chart's Grafana sidecar watches (`grafana.sidecar.dashboards.label/labelValue`)."""
+
+
+def kube_prometheus_stack_values(
+    config: PlatformConfig, context: ClusterContext | None = None
+) -> dict[str, Any]:
+    """The chart's values: the parts below, each built by its own function, merged."""
     values: dict[str, Any] = {
         "fullnameOverride": KUBE_PROMETHEUS_STACK_RELEASE,
         "crds": {"enabled": True},
-        "prometheus": {"prometheusSpec": prometheus_spec},
-        "alertmanager": {"enabled": monitoring.alertmanager, "alertmanagerSpec": {"tolerations": []}},
-        "grafana": grafana,
+        "prometheus": {"prometheusSpec": prometheus_values(config)},
+        "alertmanager": alertmanager_values(config, context),
+        "grafana": grafana_values(config, context),
         "prometheusOperator": {"tolerations": [], "admissionWebhooks": {"patch": {"tolerations": []}}},
         "kube-state-metrics": {"tolerations": []},
         # A node agent: GPU nodes' memory, disk and network are what an operator looks at first.
@@ -98,6 +89,118 @@ def kube_prometheus_stack_values(config: PlatformConfig) -> dict[str, Any]:
         # serves metrics on 127.0.0.1 only. Left on, they are targets that are always down.
         for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
             values[component] = {"enabled": False}
+    return values
+
+
+def prometheus_values(config: PlatformConfig) -> dict[str, Any]:
+    """`prometheus.prometheusSpec`: what is scraped, then replicas and storage (prometheus_storage_values)."""
+    monitoring = config.monitoring
+    return {
+        "scrapeInterval": f"{monitoring.scrape_interval_seconds}s",
+        # Select every PodMonitor/ServiceMonitor/rule in the cluster, not only the chart's own
+        # (the vLLM PodMonitor, DCGM's ServiceMonitor, the PrometheusRule vllm-platform).
+        "podMonitorSelectorNilUsesHelmValues": False,
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "ruleSelectorNilUsesHelmValues": False,
+        "probeSelectorNilUsesHelmValues": False,
+        "tolerations": [],
+        **prometheus_storage_values(config),
+    }
+
+
+def prometheus_storage_class(config: PlatformConfig) -> str | None:
+    monitoring = config.monitoring
+    if monitoring.prometheus_storage_class:
+        return monitoring.prometheus_storage_class
+    return EBS_STORAGE_CLASS if config.addons.ebs_csi_driver.enabled else None
+
+
+def prometheus_storage_values(config: PlatformConfig) -> dict[str, Any]:
+    """Replicas, retention and volumes: what makes the autoscalers' series survive a restart."""
+    monitoring = config.monitoring
+    values: dict[str, Any] = {
+        "replicas": monitoring.prometheus_replicas,
+        "retention": f"{monitoring.retention_days}d",
+        # Whichever comes first: old blocks go before the volume fills and Prometheus stops.
+        "retentionSize": f"{int(monitoring.prometheus_storage_gib * 0.85 * 1024)}MiB",
+    }
+    if monitoring.prometheus_replicas > 1:
+        # Two replicas on one node die together: keep them on different nodes.
+        values["podAntiAffinity"] = "hard"
+    size = f"{monitoring.prometheus_storage_gib}Gi"
+    if monitoring.prometheus_persistent_volume:
+        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                      "resources": {"requests": {"storage": size}}}
+        storage_class = prometheus_storage_class(config)
+        if storage_class:
+            claim_spec["storageClassName"] = storage_class
+        values["storageSpec"] = {"volumeClaimTemplate": {"spec": claim_spec}}
+    else:
+        # No StorageClass needed; the limit keeps the data from filling the node's disk.
+        values["storageSpec"] = {"emptyDir": {"sizeLimit": size}}
+    return values
+
+
+def _irsa_annotations(context: ClusterContext | None, namespace: str, name: str) -> dict[str, Any]:
+    role_arn = context.role_arn_for(namespace, name) if context is not None else None
+    return {"eks.amazonaws.com/role-arn": role_arn} if role_arn else {}
+
+
+def alertmanager_values(config: PlatformConfig, context: ClusterContext | None = None) -> dict[str, Any]:
+    """`alertmanager`: its configuration (receivers) is a Secret from the secret store, never values.
+
+    With a CSI provider the Alertmanager pod mounts the SecretProviderClass, which makes the driver
+    sync the Secret `alertmanager-config` that `configSecret` names (the driver syncs only while a
+    pod mounts it). The operator runs Alertmanager with an empty configuration until it exists.
+    """
+    monitoring = config.monitoring
+    values: dict[str, Any] = {"enabled": monitoring.alertmanager, "alertmanagerSpec": {"tolerations": []}}
+    if not monitoring.alertmanager:
+        return values
+    assert monitoring.alertmanager_config_secret is not None  # MonitoringConfig requires it
+    store = config.security.secret_store
+    spec = values["alertmanagerSpec"]
+    values["serviceAccount"] = {
+        "create": True, "name": ALERTMANAGER_SERVICE_ACCOUNT_NAME,
+        "annotations": _irsa_annotations(context, monitoring.namespace, ALERTMANAGER_SERVICE_ACCOUNT_NAME),
+    }
+    if uses_csi(store):
+        spec["configSecret"] = ALERTMANAGER_CONFIG_SECRET
+        spec["volumes"] = [csi_volume("alertmanager-config-store", ALERTMANAGER_PROVIDER_CLASS)]
+        spec["volumeMounts"] = [{"name": "alertmanager-config-store", "readOnly": True,
+                                 "mountPath": MONITORING_SECRETS_MOUNT}]
+    else:
+        spec["configSecret"] = monitoring.alertmanager_config_secret.name
+    return values
+
+
+def grafana_values(config: PlatformConfig, context: ClusterContext | None = None) -> dict[str, Any]:
+    """`grafana`: admin credential from the secret store, dashboards from labelled ConfigMaps."""
+    monitoring = config.monitoring
+    values: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
+    if not monitoring.grafana:
+        return values
+    assert monitoring.grafana_admin_secret is not None  # MonitoringConfig requires it
+    store = config.security.secret_store
+    label, label_value = GRAFANA_DASHBOARD_LABEL
+    values.update({
+        "serviceAccount": {
+            "create": True, "name": GRAFANA_SERVICE_ACCOUNT_NAME,
+            "annotations": _irsa_annotations(context, monitoring.namespace, GRAFANA_SERVICE_ACCOUNT_NAME),
+        },
+        "admin": {
+            "existingSecret": GRAFANA_ADMIN_SECRET if uses_csi(store) else monitoring.grafana_admin_secret,
+            "userKey": "admin-user", "passwordKey": "admin-password",
+        },
+        # Our three dashboards (components/dashboards.py) come as ConfigMaps with this label.
+        "sidecar": {"dashboards": {"enabled": True, "label": label, "labelValue": label_value,
+                                   "searchNamespace": "ALL"}},
+    })
+    if uses_csi(store):
+        values["extraSecretMounts"] = [{
+            "name": "grafana-admin-store", "mountPath": MONITORING_SECRETS_MOUNT, "readOnly": True,
+            "csi": csi_volume("grafana-admin-store", GRAFANA_PROVIDER_CLASS)["csi"],
+        }]
     return values
 
 
@@ -148,6 +251,8 @@ def prometheus_adapter_values(config: PlatformConfig) -> dict[str, Any]:
 @dataclass(frozen=True)
 class MonitoringArgs:
     config: PlatformConfig
+    context: ClusterContext | None = None
+    """Service-account roles (IRSA) for Alertmanager and Grafana, which read the secret store."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -167,7 +272,7 @@ class Monitoring(pulumi.ComponentResource):
         if monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack":
             self.prometheus_release = pinned_release(
                 KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART,
-                namespace=monitoring.namespace, values=kube_prometheus_stack_values(config),
+                namespace=monitoring.namespace, values=kube_prometheus_stack_values(config, args.context),
                 chart_version=monitoring.chart_version, create_namespace=True,
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -11,6 +11,7 @@ from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
+from components.operations import Operations, OperationsArgs
 from infra.capacity import PlatformPlan
 from infra.config import PlatformConfig
 
@@ -32,9 +33,20 @@ class KubernetesPlatform(pulumi.ComponentResource):
         super().__init__("vllm-platform:platform:KubernetesPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         priority_class = create_serving_priority_class(f"{name}-serving-priority", opts=child)
-        monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(config=args.config), opts=child)
+        monitoring = Monitoring(
+            f"{name}-monitoring", MonitoringArgs(config=args.config, context=args.context), opts=child
+        )
         cluster_addons = ClusterAddons(
             f"{name}-cluster-addons", ClusterAddonsArgs(config=args.config, context=args.context), opts=child
+        )
+        Operations(
+            f"{name}-operations",
+            OperationsArgs(
+                config=args.config,
+                region=args.context.region,
+                depends_on=[*filter(None, [monitoring.prometheus_release]), *cluster_addons.releases],
+            ),
+            opts=child,
         )
         gpu_addons = GpuAddons(
             f"{name}-gpu-addons",

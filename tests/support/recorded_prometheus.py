@@ -44,8 +44,9 @@ class Recording:
         )
 
 
-def target_series(openmetrics: str, *, namespace: str, model: str, pods: Sequence[str],
-                  extra: str = "") -> str:
+def target_series(
+    openmetrics: str, *, namespace: str, model: str, pods: Sequence[str], extra: str = ""
+) -> str:
     """The recording as Prometheus would store it for `pods` of one model (plus `extra` OpenMetrics
     lines, e.g. synthetic DCGM series, inserted before `# EOF`)."""
     out: list[str] = []
@@ -58,8 +59,10 @@ def target_series(openmetrics: str, *, namespace: str, model: str, pods: Sequenc
             continue
         own = (match["labels"] or "{}")[1:-1]
         for pod in pods:
-            target = (f'namespace="{namespace}",pod="{pod}",container="vllm",model="{model}",'
-                      f'job="{namespace}/vllm",instance="{pod}:8000"')
+            target = (
+                f'namespace="{namespace}",pod="{pod}",container="vllm",model="{model}",'
+                f'job="{namespace}/vllm",instance="{pod}:8000"'
+            )
             labels = f"{own},{target}" if own else target
             out.append(f"{match['name']}{{{labels}}} {match['rest']}")
     return "\n".join([*out, *([extra] if extra else []), "# EOF", ""])
@@ -85,7 +88,9 @@ class RecordedPrometheus:
     def query(self, expr: str, at: float) -> dict[str, float]:
         """Instant query: {labels as text: value}."""
         data = self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
-        return {json.dumps(item["metric"], sort_keys=True): float(item["value"][1]) for item in data["result"]}
+        return {
+            json.dumps(item["metric"], sort_keys=True): float(item["value"][1]) for item in data["result"]
+        }
 
     def scalar(self, expr: str, at: float) -> float | None:
         """An instant query with one series (or none: None)."""
@@ -108,19 +113,30 @@ def recorded_prometheus(openmetrics: str, workdir: Path) -> Iterator[RecordedPro
     prometheus, promtool = require_tools()
     source, data = workdir / "series.om", workdir / "tsdb"
     source.write_text(openmetrics)
-    created = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-                             capture_output=True, text=True, timeout=300)
+    created = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert created.returncode == 0, created.stdout + created.stderr
     config = workdir / "prometheus.yml"
     config.write_text("global: {}\nscrape_configs: []\n")
     port = _free_port()
     log = (workdir / "prometheus.log").open("wb")
     process = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
-         # The recording is minutes long and in the past: look back over its gaps.
-         "--query.lookback-delta=5m"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=100y",
+            # The recording is minutes long and in the past: look back over its gaps.
+            "--query.lookback-delta=5m",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         base_url = f"http://127.0.0.1:{port}"

@@ -4,7 +4,6 @@ adapter's Pods metrics, or a KEDA ScaledObject on the same queries (`autoscaling
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 from typing import Any
 

@@ -16,12 +16,13 @@ alert (ALERT_RUNBOOKS below is that list; a test keeps the two in step).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from components.model_service import PRELOAD_CONTAINER, SERVER_NAME
 from infra import dcgm_metrics, kube_state_metrics, vllm_metrics
 from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
+from infra.config.platform import AlertsConfig
 
 PROMETHEUS_RULE_NAME = "vllm-platform"
 RATE_WINDOW = "5m"
@@ -81,9 +82,9 @@ def _p95(histogram: str, namespace: str) -> str:
     )
 
 
-def model_alert_rules(model: ModelConfig, config: PlatformConfig) -> list[dict[str, Any]]:
+def model_alert_rules(model: ModelConfig, alerts: AlertsConfig) -> list[dict[str, Any]]:
     """The alerts of one model, on its namespace's series; thresholds from `model.slo`."""
-    slo, alerts, ns = model.slo, config.monitoring.alerts, model.namespace
+    slo, ns = model.slo, model.namespace
     model_labels = {"model": model.name, "namespace": ns}
     waiting = f'sum by (namespace) ({vllm_metrics.NUM_REQUESTS_WAITING}{{namespace="{ns}"}})'
     queue_window = f"{slo.queue_minutes}m"
@@ -189,7 +190,7 @@ def model_alert_rules(model: ModelConfig, config: PlatformConfig) -> list[dict[s
     return rules
 
 
-def gpu_alert_rules(config: PlatformConfig) -> list[dict[str, Any]]:
+def gpu_alert_rules(alerts: AlertsConfig) -> list[dict[str, Any]]:
     """GPU health from the DCGM exporter's default counters, per GPU."""
     per_gpu = "Hostname, gpu, UUID, modelName"
     return [
@@ -204,12 +205,11 @@ def gpu_alert_rules(config: PlatformConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             "GpuTemperatureHigh",
-            f"max by ({per_gpu}) ({dcgm_metrics.GPU_TEMPERATURE}) "
-            f"> {config.monitoring.alerts.gpu_temperature_celsius}",
+            f"max by ({per_gpu}) ({dcgm_metrics.GPU_TEMPERATURE}) > {alerts.gpu_temperature_celsius}",
             minutes=5,
             severity="warning",
             summary="GPU {{ $labels.gpu }} on {{ $labels.Hostname }} at {{ $value }} °C",
-            description=f"Above {config.monitoring.alerts.gpu_temperature_celsius} °C for 5 minutes "
+            description=f"Above {alerts.gpu_temperature_celsius} °C for 5 minutes "
             "(monitoring.alerts.gpu_temperature_celsius): the GPU will throttle its clocks.",
         ),
         _alert(
@@ -232,14 +232,16 @@ def gpu_alert_rules(config: PlatformConfig) -> list[dict[str, Any]]:
     ]
 
 
-def alert_rule_groups(config: PlatformConfig) -> list[dict[str, Any]]:
-    """`spec.groups` of the PrometheusRule; empty when monitoring.alerts.enabled is false."""
-    if not config.monitoring.alerts.enabled:
+def alert_rule_groups(
+    models: Sequence[ModelConfig], alerts: AlertsConfig, *, dcgm_exporter: bool
+) -> list[dict[str, Any]]:
+    """`spec.groups` of the PrometheusRule; empty when monitoring.alerts.enabled is false. GPU alerts
+    only with the DCGM exporter (addons.dcgm_exporter)."""
+    if not alerts.enabled:
         return []
     groups = [
-        {"name": f"vllm-platform.{model.name}", "rules": model_alert_rules(model, config)}
-        for model in config.models
+        {"name": f"vllm-platform.{model.name}", "rules": model_alert_rules(model, alerts)} for model in models
     ]
-    if config.addons.dcgm_exporter.enabled:
-        groups.append({"name": "vllm-platform.gpus", "rules": gpu_alert_rules(config)})
+    if dcgm_exporter:
+        groups.append({"name": "vllm-platform.gpus", "rules": gpu_alert_rules(alerts)})
     return groups

@@ -12,6 +12,7 @@ how to query each step.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,12 +21,16 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.adapter_rules import adapter_rules
-from components.cluster_addons import EBS_STORAGE_CLASS, node_agent_tolerations, pinned_release
 from components.cluster_context import ClusterContext
-from components.labels import MODEL_LABEL, PART_OF, VLLM_APP_NAME
+from components.helm.release import ChartRelease, install_chart, release_namespace
+from components.labels import MODEL_LABEL, VLLM_APP_NAME
+from components.scheduling import all_gpu_tolerations
+from components.scrape import ScrapeSettings, scrape_settings
 from components.secrets import csi_volume, uses_csi
 from components.service_accounts import ALERTMANAGER_SERVICE_ACCOUNT_NAME, GRAFANA_SERVICE_ACCOUNT_NAME
-from infra.config.platform import MonitoringConfig, PlatformConfig
+from infra.config.cluster import GpuNodeGroupConfig
+from infra.config.models import ModelConfig
+from infra.config.platform import MonitoringConfig, PrometheusAdapterConfig, SecretStoreConfig
 from infra.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
 
 KUBE_PROMETHEUS_STACK_RELEASE = "kube-prometheus-stack"
@@ -45,16 +50,6 @@ def prometheus_url(monitoring: MonitoringConfig) -> str:
     return f"http://{KUBE_PROMETHEUS_STACK_RELEASE}-prometheus.{monitoring.namespace}.svc:9090"
 
 
-def creates_monitor_objects(monitoring: MonitoringConfig) -> bool:
-    """PodMonitor/ServiceMonitors exist for a Prometheus Operator: ours, or an existing one."""
-    return monitoring.enabled and (monitoring.prometheus == "kube-prometheus-stack"
-                                   or monitoring.existing_prometheus_operator)
-
-
-def monitor_labels(monitoring: MonitoringConfig) -> dict[str, str]:
-    return {"app.kubernetes.io/part-of": PART_OF, **monitoring.monitor_labels}
-
-
 ALERTMANAGER_CONFIG_SECRET = "alertmanager-config"
 """The Secret the Alertmanager reads (`configSecret`), synced by the CSI driver from the secret store."""
 ALERTMANAGER_CONFIG_KEY = "alertmanager.yaml"
@@ -67,35 +62,21 @@ GRAFANA_ADMIN_KEYS = {"admin-user": "admin-user", "admin-password": "admin-passw
 MONITORING_SECRETS_MOUNT = "/mnt/secrets-store"
 GRAFANA_DASHBOARD_LABEL = ("grafana_dashboard", "1")
 """The label the chart's Grafana sidecar watches (`grafana.sidecar.dashboards.label/labelValue`)."""
+DEFAULT_SECRET_STORE = SecretStoreConfig()
 
 
 def kube_prometheus_stack_values(
-    config: PlatformConfig, context: ClusterContext | None = None
+    monitoring: MonitoringConfig,
+    gpu_groups: Mapping[str, GpuNodeGroupConfig],
+    cluster_mode: str,
+    *,
+    secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+    default_storage_class: str | None = None,
+    context: ClusterContext | None = None,
 ) -> dict[str, Any]:
-    """The chart's values: the parts below, each built by its own function, merged."""
-    values: dict[str, Any] = {
-        "fullnameOverride": KUBE_PROMETHEUS_STACK_RELEASE,
-        "crds": {"enabled": True},
-        "prometheus": {"prometheusSpec": prometheus_values(config)},
-        "alertmanager": alertmanager_values(config, context),
-        "grafana": grafana_values(config, context),
-        "prometheusOperator": {"tolerations": [], "admissionWebhooks": {"patch": {"tolerations": []}}},
-        "kube-state-metrics": {"tolerations": []},
-        # A node agent: GPU nodes' memory, disk and network are what an operator looks at first.
-        "prometheus-node-exporter": {"tolerations": node_agent_tolerations(config)},
-    }
-    if config.cluster.mode == "eks":
-        # EKS runs the control plane and does not expose these to in-cluster scrapes; kube-proxy
-        # serves metrics on 127.0.0.1 only. Left on, they are targets that are always down.
-        for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
-            values[component] = {"enabled": False}
-    return values
-
-
-def prometheus_values(config: PlatformConfig) -> dict[str, Any]:
-    """`prometheus.prometheusSpec`: what is scraped, then replicas and storage (prometheus_storage_values)."""
-    monitoring = config.monitoring
-    return {
+    """The chart's values; Prometheus' storage, Alertmanager and Grafana come from their own
+    functions below (issue 19), merged here."""
+    prometheus_spec: dict[str, Any] = {
         "scrapeInterval": f"{monitoring.scrape_interval_seconds}s",
         # Select every PodMonitor/ServiceMonitor/rule in the cluster, not only the chart's own
         # (the vLLM PodMonitor, DCGM's ServiceMonitor, the PrometheusRule vllm-platform).
@@ -104,20 +85,38 @@ def prometheus_values(config: PlatformConfig) -> dict[str, Any]:
         "ruleSelectorNilUsesHelmValues": False,
         "probeSelectorNilUsesHelmValues": False,
         "tolerations": [],
-        **prometheus_storage_values(config),
+        **prometheus_storage_values(monitoring, default_storage_class),
     }
+    values: dict[str, Any] = {
+        "fullnameOverride": KUBE_PROMETHEUS_STACK_RELEASE,
+        "crds": {"enabled": True},
+        "prometheus": {"prometheusSpec": prometheus_spec},
+        "alertmanager": alertmanager_values(monitoring, secret_store, context),
+        "grafana": grafana_values(monitoring, secret_store, context),
+        # The chart makes the admission webhook's certificate with hook Jobs, which helm.v4.Chart does
+        # not run; without them the operator would wait for a Secret that never exists. Our rules are
+        # checked by promtool in the suite instead of by the webhook at apply time (docs/charts.md).
+        "prometheusOperator": {"tolerations": [], "admissionWebhooks": {"enabled": False},
+                               "tls": {"enabled": False}},
+        "kube-state-metrics": {"tolerations": []},
+        # A node agent: GPU nodes' memory, disk and network are what an operator looks at first.
+        "prometheus-node-exporter": {"tolerations": all_gpu_tolerations(gpu_groups.values())},
+    }
+    if cluster_mode == "eks":
+        # EKS runs the control plane and does not expose these to in-cluster scrapes; kube-proxy
+        # serves metrics on 127.0.0.1 only. Left on, they are targets that are always down.
+        for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
+            values[component] = {"enabled": False}
+    return values
 
 
-def prometheus_storage_class(config: PlatformConfig) -> str | None:
-    monitoring = config.monitoring
-    if monitoring.prometheus_storage_class:
-        return monitoring.prometheus_storage_class
-    return EBS_STORAGE_CLASS if config.addons.ebs_csi_driver.enabled else None
+def prometheus_storage_values(
+    monitoring: MonitoringConfig, default_storage_class: str | None
+) -> dict[str, Any]:
+    """Replicas, retention and volumes: what makes the autoscalers' series survive a restart.
 
-
-def prometheus_storage_values(config: PlatformConfig) -> dict[str, Any]:
-    """Replicas, retention and volumes: what makes the autoscalers' series survive a restart."""
-    monitoring = config.monitoring
+    `default_storage_class`: the class for persistent volumes when monitoring.prometheus_storage_class
+    is null (`gp3` with addons.ebs_csi_driver; else None, the cluster's default)."""
     values: dict[str, Any] = {
         "replicas": monitoring.prometheus_replicas,
         "retention": f"{monitoring.retention_days}d",
@@ -131,7 +130,7 @@ def prometheus_storage_values(config: PlatformConfig) -> dict[str, Any]:
     if monitoring.prometheus_persistent_volume:
         claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                       "resources": {"requests": {"storage": size}}}
-        storage_class = prometheus_storage_class(config)
+        storage_class = monitoring.prometheus_storage_class or default_storage_class
         if storage_class:
             claim_spec["storageClassName"] = storage_class
         values["storageSpec"] = {"volumeClaimTemplate": {"spec": claim_spec}}
@@ -146,25 +145,24 @@ def _irsa_annotations(context: ClusterContext | None, namespace: str, name: str)
     return {"eks.amazonaws.com/role-arn": role_arn} if role_arn else {}
 
 
-def alertmanager_values(config: PlatformConfig, context: ClusterContext | None = None) -> dict[str, Any]:
+def alertmanager_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+                        context: ClusterContext | None = None) -> dict[str, Any]:
     """`alertmanager`: its configuration (receivers) is a Secret from the secret store, never values.
 
     With a CSI provider the Alertmanager pod mounts the SecretProviderClass, which makes the driver
     sync the Secret `alertmanager-config` that `configSecret` names (the driver syncs only while a
     pod mounts it). The operator runs Alertmanager with an empty configuration until it exists.
     """
-    monitoring = config.monitoring
     values: dict[str, Any] = {"enabled": monitoring.alertmanager, "alertmanagerSpec": {"tolerations": []}}
     if not monitoring.alertmanager:
         return values
     assert monitoring.alertmanager_config_secret is not None  # MonitoringConfig requires it
-    store = config.security.secret_store
     spec = values["alertmanagerSpec"]
     values["serviceAccount"] = {
         "create": True, "name": ALERTMANAGER_SERVICE_ACCOUNT_NAME,
         "annotations": _irsa_annotations(context, monitoring.namespace, ALERTMANAGER_SERVICE_ACCOUNT_NAME),
     }
-    if uses_csi(store):
+    if uses_csi(secret_store):
         spec["configSecret"] = ALERTMANAGER_CONFIG_SECRET
         spec["volumes"] = [csi_volume("alertmanager-config-store", ALERTMANAGER_PROVIDER_CLASS)]
         spec["volumeMounts"] = [{"name": "alertmanager-config-store", "readOnly": True,
@@ -174,29 +172,29 @@ def alertmanager_values(config: PlatformConfig, context: ClusterContext | None =
     return values
 
 
-def grafana_values(config: PlatformConfig, context: ClusterContext | None = None) -> dict[str, Any]:
+def grafana_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+                   context: ClusterContext | None = None) -> dict[str, Any]:
     """`grafana`: admin credential from the secret store, dashboards from labelled ConfigMaps."""
-    monitoring = config.monitoring
     values: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
     if not monitoring.grafana:
         return values
     assert monitoring.grafana_admin_secret is not None  # MonitoringConfig requires it
-    store = config.security.secret_store
     label, label_value = GRAFANA_DASHBOARD_LABEL
+    csi = uses_csi(secret_store)
     values.update({
         "serviceAccount": {
             "create": True, "name": GRAFANA_SERVICE_ACCOUNT_NAME,
             "annotations": _irsa_annotations(context, monitoring.namespace, GRAFANA_SERVICE_ACCOUNT_NAME),
         },
         "admin": {
-            "existingSecret": GRAFANA_ADMIN_SECRET if uses_csi(store) else monitoring.grafana_admin_secret,
+            "existingSecret": GRAFANA_ADMIN_SECRET if csi else monitoring.grafana_admin_secret,
             "userKey": "admin-user", "passwordKey": "admin-password",
         },
         # Our three dashboards (components/dashboards.py) come as ConfigMaps with this label.
         "sidecar": {"dashboards": {"enabled": True, "label": label, "labelValue": label_value,
                                    "searchNamespace": "ALL"}},
     })
-    if uses_csi(store):
+    if csi:
         values["extraSecretMounts"] = [{
             "name": "grafana-admin-store", "mountPath": MONITORING_SECRETS_MOUNT, "readOnly": True,
             "csi": csi_volume("grafana-admin-store", GRAFANA_PROVIDER_CLASS)["csi"],
@@ -209,16 +207,16 @@ def _meta_label(label: str) -> str:
     return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
 
 
-def vllm_pod_monitor_spec(config: PlatformConfig) -> dict[str, Any]:
+def vllm_pod_monitor_spec(models: Sequence[ModelConfig], scrape: ScrapeSettings) -> dict[str, Any]:
     """One PodMonitor for every model's vLLM pods (they share labels and port name)."""
     return {
-        "namespaceSelector": {"matchNames": sorted(model.namespace for model in config.models)},
+        "namespaceSelector": {"matchNames": sorted(model.namespace for model in models)},
         "selector": {"matchLabels": {"app.kubernetes.io/name": VLLM_APP_NAME}},
         "podMetricsEndpoints": [
             {
                 "port": VLLM_METRICS_PORT_NAME,
                 "path": "/metrics",
-                "interval": f"{config.monitoring.scrape_interval_seconds}s",
+                "interval": f"{scrape.interval_seconds}s",
                 # `namespace` and `pod` come with every target (the adapter maps them to resources);
                 # `model` makes dashboards readable.
                 "relabelings": [{"sourceLabels": [_meta_label(MODEL_LABEL)], "targetLabel": "model"}],
@@ -234,23 +232,31 @@ def adapter_prometheus_values(url: str) -> dict[str, Any]:
     return {"url": f"{parsed.scheme}://{parsed.hostname}", "port": port, "path": parsed.path.rstrip("/")}
 
 
-def prometheus_adapter_values(config: PlatformConfig) -> dict[str, Any]:
-    settings = config.addons.prometheus_adapter
+def prometheus_adapter_values(settings: PrometheusAdapterConfig, monitoring: MonitoringConfig,
+                              models: Sequence[ModelConfig]) -> dict[str, Any]:
     return {
         "replicas": settings.replicas,
         "podDisruptionBudget": {"enabled": settings.replicas > 1, "maxUnavailable": 1},
-        "prometheus": adapter_prometheus_values(prometheus_url(config.monitoring)),
+        "prometheus": adapter_prometheus_values(prometheus_url(monitoring)),
         "metricsRelistInterval": f"{settings.metrics_relist_interval_seconds}s",
         # Only our rules: the chart's defaults expose every container metric, and no `resource` or
         # `external` rules, so metrics-server and KEDA keep their APIServices.
-        "rules": {"default": False, "custom": adapter_rules(config.models), "external": []},
+        "rules": {"default": False, "custom": adapter_rules(models), "external": []},
         "tolerations": [],
     }
 
 
 @dataclass(frozen=True)
 class MonitoringArgs:
-    config: PlatformConfig
+    monitoring: MonitoringConfig
+    prometheus_adapter: PrometheusAdapterConfig
+    models: Sequence[ModelConfig]
+    gpu_groups: Mapping[str, GpuNodeGroupConfig]
+    cluster_mode: str
+    secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE
+    """Where Alertmanager's configuration and Grafana's admin credential come from."""
+    default_storage_class: str | None = None
+    """Prometheus' volumes when monitoring.prometheus_storage_class is null (gp3 with the EBS driver)."""
     context: ClusterContext | None = None
     """Service-account roles (IRSA) for Alertmanager and Grafana, which read the secret store."""
 
@@ -258,44 +264,50 @@ class MonitoringArgs:
 class Monitoring(pulumi.ComponentResource):
     """`prometheus_release` installs the monitoring CRDs; `adapter_release` serves custom metrics."""
 
-    prometheus_release: kubernetes.helm.v3.Release | None
-    adapter_release: kubernetes.helm.v3.Release | None
+    prometheus_release: pulumi.Resource | None
+    adapter_release: pulumi.Resource | None
     prometheus_url: str
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-platform:monitoring:Monitoring", name, None, opts)
-        config = args.config
-        monitoring = config.monitoring
+        monitoring = args.monitoring
+        scrape = scrape_settings(monitoring)
         self.prometheus_url = prometheus_url(monitoring)
         self.prometheus_release = None
         self.adapter_release = None
-        if monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack":
-            self.prometheus_release = pinned_release(
-                KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART,
-                namespace=monitoring.namespace, values=kube_prometheus_stack_values(config, args.context),
-                chart_version=monitoring.chart_version, create_namespace=True,
-                opts=pulumi.ResourceOptions(parent=self),
+        installs_prometheus = monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack"
+        installs_adapter = monitoring.enabled and args.prometheus_adapter.enabled
+        namespace = None
+        if installs_prometheus or installs_adapter:
+            namespace = release_namespace(f"{name}-namespace", monitoring.namespace,
+                                          pulumi.ResourceOptions(parent=self))
+        in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[namespace] if namespace else [])
+        if installs_prometheus:
+            self.prometheus_release = install_chart(
+                ChartRelease(KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART, monitoring.namespace,
+                             kube_prometheus_stack_values(
+                                 monitoring, args.gpu_groups, args.cluster_mode,
+                                 secret_store=args.secret_store,
+                                 default_storage_class=args.default_storage_class, context=args.context)),
+                in_namespace,
             )
-        after_prometheus = pulumi.ResourceOptions(
-            parent=self, depends_on=[self.prometheus_release] if self.prometheus_release else [],
-        )
-        if monitoring.enabled and config.addons.prometheus_adapter.enabled:
-            self.adapter_release = pinned_release(
-                PROMETHEUS_ADAPTER_RELEASE, PROMETHEUS_ADAPTER_CHART,
-                namespace=monitoring.namespace, values=prometheus_adapter_values(config),
-                chart_version=config.addons.prometheus_adapter.chart_version, create_namespace=True,
-                opts=after_prometheus,
+        if installs_adapter:
+            self.adapter_release = install_chart(
+                ChartRelease(PROMETHEUS_ADAPTER_RELEASE, PROMETHEUS_ADAPTER_CHART, monitoring.namespace,
+                             prometheus_adapter_values(args.prometheus_adapter, monitoring, args.models)),
+                pulumi.ResourceOptions(parent=self, depends_on=[
+                    resource for resource in (namespace, self.prometheus_release) if resource]),
             )
-        if creates_monitor_objects(monitoring):
-            # After the releases that create its CRD (kube-prometheus-stack) and its namespace.
-            in_namespace = [release for release in (self.prometheus_release, self.adapter_release) if release]
+        if scrape.monitor_objects:
+            # After the release that creates its CRD (kube-prometheus-stack) and its namespace.
+            after = [resource for resource in (namespace, self.prometheus_release) if resource]
             kubernetes.apiextensions.CustomResource(
                 f"{name}-vllm-pod-monitor",
                 api_version=PROMETHEUS_OPERATOR_API_VERSION,
                 kind="PodMonitor",
                 metadata={"name": VLLM_POD_MONITOR, "namespace": monitoring.namespace,
-                          "labels": monitor_labels(monitoring)},
-                spec=vllm_pod_monitor_spec(config),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=in_namespace),
+                          "labels": scrape.labels},
+                spec=vllm_pod_monitor_spec(args.models, scrape),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
             )
         self.register_outputs({"prometheus_url": self.prometheus_url})

@@ -11,7 +11,9 @@ SecretProviderClass alertmanager-config / grafana-admin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -28,24 +30,29 @@ from components.monitoring import (
     GRAFANA_DASHBOARD_LABEL,
     GRAFANA_PROVIDER_CLASS,
     PROMETHEUS_OPERATOR_API_VERSION,
-    creates_monitor_objects,
-    monitor_labels,
 )
+from components.scrape import scrape_settings
 from components.secrets import SPC_API_VERSION, keys_provider_class_spec, uses_csi
-from infra.config.platform import PlatformConfig
+from infra.config.models import ModelConfig
+from infra.config.platform import MonitoringConfig, SecretStoreConfig
 
 
 @dataclass(frozen=True)
 class OperationsArgs:
-    config: PlatformConfig
+    monitoring: MonitoringConfig
+    models: Sequence[ModelConfig]
+    secret_store: SecretStoreConfig
+    dcgm_exporter: bool
+    """addons.dcgm_exporter is on: the GPU alerts have series to read."""
     region: str
-    depends_on: list[pulumi.Resource]
+    depends_on: Sequence[pulumi.Resource]
     """The kube-prometheus-stack release (CRDs, namespace) and the Secrets Store CSI driver."""
 
 
-def monitoring_provider_classes(config: PlatformConfig, region: str) -> dict[str, dict]:
+def monitoring_provider_classes(
+    monitoring: MonitoringConfig, store: SecretStoreConfig, region: str
+) -> dict[str, dict[str, Any]]:
     """SecretProviderClass name -> spec, for Alertmanager and Grafana (CSI providers only)."""
-    monitoring, store = config.monitoring, config.security.secret_store
     if not (monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack" and uses_csi(store)):
         return {}
     classes = {}
@@ -69,19 +76,19 @@ def monitoring_provider_classes(config: PlatformConfig, region: str) -> dict[str
     return classes
 
 
-def ships_dashboards(config: PlatformConfig) -> bool:
-    monitoring = config.monitoring
+def ships_dashboards(monitoring: MonitoringConfig) -> bool:
     return monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack" and monitoring.grafana
 
 
 class Operations(pulumi.ComponentResource):
     def __init__(self, name: str, args: OperationsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-platform:operations:Operations", name, None, opts)
-        config, monitoring = args.config, args.config.monitoring
-        after = pulumi.ResourceOptions(parent=self, depends_on=args.depends_on)
+        monitoring = args.monitoring
+        scrape = scrape_settings(monitoring)
+        after = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         labels = {"app.kubernetes.io/part-of": PART_OF}
-        groups = alert_rule_groups(config)
-        if creates_monitor_objects(monitoring) and groups:
+        groups = alert_rule_groups(args.models, monitoring.alerts, dcgm_exporter=args.dcgm_exporter)
+        if scrape.monitor_objects and groups:
             kubernetes.apiextensions.CustomResource(
                 f"{name}-alert-rules",
                 api_version=PROMETHEUS_OPERATOR_API_VERSION,
@@ -89,12 +96,12 @@ class Operations(pulumi.ComponentResource):
                 metadata={
                     "name": PROMETHEUS_RULE_NAME,
                     "namespace": monitoring.namespace,
-                    "labels": monitor_labels(monitoring),
+                    "labels": scrape.labels,
                 },
                 spec={"groups": groups},
                 opts=after,
             )
-        if ships_dashboards(config):
+        if ships_dashboards(monitoring):
             label, value = GRAFANA_DASHBOARD_LABEL
             for config_map, data in dashboard_config_maps().items():
                 kubernetes.core.v1.ConfigMap(
@@ -107,7 +114,9 @@ class Operations(pulumi.ComponentResource):
                     data=data,
                     opts=after,
                 )
-        for provider_class, spec in monitoring_provider_classes(config, args.region).items():
+        for provider_class, spec in monitoring_provider_classes(
+            monitoring, args.secret_store, args.region
+        ).items():
             kubernetes.apiextensions.CustomResource(
                 f"{name}-{provider_class}-provider-class",
                 api_version=SPC_API_VERSION,

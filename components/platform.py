@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.cluster_addons import ClusterAddons, ClusterAddonsArgs
+from components.cluster_addons import EBS_STORAGE_CLASS, ClusterAddons, ClusterAddonsArgs
 from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
 from components.operations import Operations, OperationsArgs
+from components.scrape import scrape_settings
 from infra.capacity import PlatformPlan
 from infra.config import PlatformConfig
 
@@ -33,16 +34,40 @@ class KubernetesPlatform(pulumi.ComponentResource):
         super().__init__("vllm-platform:platform:KubernetesPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         priority_class = create_serving_priority_class(f"{name}-serving-priority", opts=child)
+        config = args.config
+        gpu_groups = config.node_groups.gpu
         monitoring = Monitoring(
-            f"{name}-monitoring", MonitoringArgs(config=args.config, context=args.context), opts=child
+            f"{name}-monitoring",
+            MonitoringArgs(
+                monitoring=config.monitoring,
+                prometheus_adapter=config.addons.prometheus_adapter,
+                models=config.models,
+                gpu_groups=gpu_groups,
+                cluster_mode=config.cluster.mode,
+                secret_store=config.security.secret_store,
+                default_storage_class=EBS_STORAGE_CLASS if config.addons.ebs_csi_driver.enabled else None,
+                context=args.context,
+            ),
+            opts=child,
         )
         cluster_addons = ClusterAddons(
-            f"{name}-cluster-addons", ClusterAddonsArgs(config=args.config, context=args.context), opts=child
+            f"{name}-cluster-addons",
+            ClusterAddonsArgs(
+                addons=config.addons,
+                gpu_groups=gpu_groups,
+                secret_store=config.security.secret_store,
+                context=args.context,
+            ),
+            opts=child,
         )
+        # Alerts, dashboards and the monitoring stack's secrets (docs/operations.md).
         Operations(
             f"{name}-operations",
             OperationsArgs(
-                config=args.config,
+                monitoring=config.monitoring,
+                models=config.models,
+                secret_store=config.security.secret_store,
+                dcgm_exporter=bool(config.addons.dcgm_exporter.enabled),
                 region=args.context.region,
                 depends_on=[*filter(None, [monitoring.prometheus_release]), *cluster_addons.releases],
             ),
@@ -50,7 +75,14 @@ class KubernetesPlatform(pulumi.ComponentResource):
         )
         gpu_addons = GpuAddons(
             f"{name}-gpu-addons",
-            GpuAddonsArgs(config=args.config, monitoring_crds=monitoring.prometheus_release),
+            GpuAddonsArgs(
+                gpu_groups=gpu_groups,
+                device_plugin=config.addons.nvidia_device_plugin,
+                dcgm_exporter=config.addons.dcgm_exporter,
+                image_prepull=config.addons.image_prepull,
+                scrape=scrape_settings(config.monitoring),
+                monitoring_crds=monitoring.prometheus_release,
+            ),
             opts=child,
         )
         # What model objects need first: the efs-sc StorageClass, the CSI drivers, the load balancer

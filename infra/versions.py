@@ -57,111 +57,130 @@ DEFAULT_KUBERNETES_VERSION = "1.34"
 # kubernetes-validate 1.37.0 ships schemas for.
 SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 
-# Third-party add-ons (components/gpu_addons.py, monitoring.py, cluster_addons.py). Each version is
-# one its chart repository's index lists; pins were chosen from releases known to exist (the
-# upstream release pages named in `source`) rather than the newest, so a bump is a reviewed change:
-# `helm search repo <repo>/<chart> --versions`, read the chart's values diff, update pin and date.
-_KNOWN_RELEASE = "pinned to a release known to exist; re-check the index before bumping"
+# Third-party add-ons (components/gpu_addons.py, monitoring.py, cluster_addons.py). Each chart is
+# vendored under charts/<chart>/ from its upstream git repository at the release tag named in
+# `source` and locked in charts/charts.lock.yaml (tag, commit, digest; tests/test_chart_lock.py
+# checks pin, lock and files agree). Each is the newest published release as of the pin date that
+# supports Kubernetes 1.32-1.35 (its Chart.yaml kubeVersion). To bump: scripts/vendor-chart.py
+# (docs/charts.md), read the chart's values diff against our *_values code, update pin and date.
+_VENDORED = "vendored in charts/ (charts/charts.lock.yaml)"
 NVIDIA_DEVICE_PLUGIN_CHART = ChartPin(
     chart="nvidia-device-plugin",
-    version="0.17.1",
+    version="0.20.0",
     repository="https://nvidia.github.io/k8s-device-plugin",
-    source=f"https://github.com/NVIDIA/k8s-device-plugin/releases/tag/v0.17.1 (chart bundles GFD and the "
-    f"node-feature-discovery subchart as `nfd`); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/NVIDIA/k8s-device-plugin/releases/tag/v0.20.0 (commit 2026-08-19; device "
+    f"plugin and GFD v0.20.0; bundles the node-feature-discovery chart 0.19.0 as `nfd`); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 DCGM_EXPORTER_CHART = ChartPin(
     chart="dcgm-exporter",
-    version="4.1.1",
+    version="4.8.2",
     repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
-    source=f"https://github.com/NVIDIA/dcgm-exporter/releases/tag/4.1.1-4.0.4 (chart 4.1.1); "
-    f"{_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/NVIDIA/dcgm-exporter/releases/tag/4.5.3-4.8.2 (commit 2026-05-06; chart "
+    f"4.8.2, DCGM 4.5.3, exporter 4.8.2); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 KUBE_PROMETHEUS_STACK_CHART = ChartPin(
     chart="kube-prometheus-stack",
-    version="70.0.0",
+    version="88.5.3",
     repository="https://prometheus-community.github.io/helm-charts",
-    source=f"https://github.com/prometheus-community/helm-charts/releases/tag/kube-prometheus-stack-70.0.0 "
-    f"(ships the monitoring.coreos.com CRDs the PodMonitor/ServiceMonitors need); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/prometheus-community/helm-charts/releases/tag/kube-prometheus-stack-88.5.3 "
+    "(commit 2026-08-21; Prometheus Operator v0.93.1 and its monitoring.coreos.com CRDs, which the "
+    "PodMonitor/ServiceMonitors need; subcharts kube-state-metrics 8.4.0, prometheus-node-exporter "
+    f"4.56.1, prometheus-windows-exporter 0.12.8, grafana 12.11.1); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 PROMETHEUS_ADAPTER_CHART = ChartPin(
     chart="prometheus-adapter",
-    version="4.11.0",
+    version="5.3.0",
     repository="https://prometheus-community.github.io/helm-charts",
-    source=f"https://github.com/prometheus-community/helm-charts/releases/tag/prometheus-adapter-4.11.0 "
-    f"(adapter v0.12.0); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/prometheus-community/helm-charts/releases/tag/prometheus-adapter-5.3.0 "
+    f"(commit 2026-02-19; adapter v0.12.0); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 KEDA_CHART = ChartPin(
     chart="keda",
-    version="2.17.0",
+    version="2.20.2",
     repository="https://kedacore.github.io/charts",
-    source=f"https://github.com/kedacore/charts/releases/tag/v2.17.0 (KEDA v2.17.0); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/kedacore/charts/releases/tag/v2.20.2 (commit 2026-07-31; KEDA 2.20.2); "
+    f"{_VENDORED}",
+    pinned_on="2026-12-01",
 )
 AWS_EFS_CSI_DRIVER_CHART = ChartPin(
     chart="aws-efs-csi-driver",
-    version="3.1.0",
+    version="4.4.1",
     repository="https://kubernetes-sigs.github.io/aws-efs-csi-driver",
     source="https://github.com/kubernetes-sigs/aws-efs-csi-driver/releases/tag/"
-    f"helm-chart-aws-efs-csi-driver-3.1.0 (driver v2.1.0); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    f"helm-chart-aws-efs-csi-driver-4.4.1 (commit 2026-07-23; driver v3.4.1); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 SECRETS_STORE_CSI_DRIVER_CHART = ChartPin(
     chart="secrets-store-csi-driver",
-    version="1.4.7",
+    version="1.6.0",
     repository="https://kubernetes-sigs.github.io/secrets-store-csi-driver/charts",
-    source=f"https://github.com/kubernetes-sigs/secrets-store-csi-driver/releases/tag/v1.4.7; "
-    f"{_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/kubernetes-sigs/secrets-store-csi-driver/releases/tag/v1.6.0 (commit "
+    f"2026-04-29; driver 1.6.0; kubeVersion >=1.30); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 SECRETS_STORE_AWS_PROVIDER_CHART = ChartPin(
     chart="secrets-store-csi-driver-provider-aws",
-    version="0.3.11",
+    version="2.1.1",
     repository="https://aws.github.io/secrets-store-csi-driver-provider-aws",
-    source=f"https://github.com/aws/secrets-store-csi-driver-provider-aws (chart 0.3.11; its optional driver "
-    f"subchart stays off, the driver comes from SECRETS_STORE_CSI_DRIVER_CHART); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/aws/secrets-store-csi-driver-provider-aws/releases/tag/"
+    "secrets-store-csi-driver-provider-aws-2.1.1 (commit 2025-09-23; its driver subchart, 1.5.3 as its "
+    "Chart.lock pins, is switched off with `secrets-store-csi-driver.install: false` (a key since 2.0.0): "
+    f"the driver comes from SECRETS_STORE_CSI_DRIVER_CHART); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 VAULT_CSI_PROVIDER_CHART = ChartPin(
     chart="vault",
-    version="0.29.1",
+    version="0.34.1",
     repository="https://helm.releases.hashicorp.com",
-    source=f"https://github.com/hashicorp/vault-helm/releases/tag/v0.29.1 (installed with server and "
-    f"injector off: only the Secrets Store CSI provider runs in the cluster); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/hashicorp/vault-helm/releases/tag/v0.34.1 (commit 2026-08-13; "
+    "vault-csi-provider 1.7.4; installed with server and injector off: only the Secrets Store CSI "
+    f"provider runs in the cluster); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 AWS_LOAD_BALANCER_CONTROLLER_CHART = ChartPin(
     chart="aws-load-balancer-controller",
-    version="1.13.0",
+    version="3.5.0",
     repository="https://aws.github.io/eks-charts",
-    source="https://github.com/kubernetes-sigs/aws-load-balancer-controller/releases/tag/v2.13.0 "
-    f"(chart 1.13.0 in aws/eks-charts); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/aws/eks-charts/releases/tag/v0.0.242 (commit 2026-08-03; chart 3.5.0 in "
+    f"stable/aws-load-balancer-controller, controller v3.5.0); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 METRICS_SERVER_CHART = ChartPin(
     chart="metrics-server",
-    version="3.12.2",
+    version="3.13.1",
     repository="https://kubernetes-sigs.github.io/metrics-server",
-    source=f"https://github.com/kubernetes-sigs/metrics-server/releases/tag/metrics-server-helm-chart-3.12.2 "
-    f"(metrics-server v0.7.2); {_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/kubernetes-sigs/metrics-server/releases/tag/metrics-server-helm-chart-3.13.1 "
+    f"(commit 2026-06-11; metrics-server v0.8.1); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 CLUSTER_AUTOSCALER_CHART = ChartPin(
     chart="cluster-autoscaler",
-    version="9.43.2",
+    version="9.59.0",
     repository="https://kubernetes.github.io/autoscaler",
-    source="https://github.com/kubernetes/autoscaler/releases/tag/cluster-autoscaler-chart-9.43.2; "
-    f"{_KNOWN_RELEASE}",
-    pinned_on="2026-11-29",
+    source="https://github.com/kubernetes/autoscaler/releases/tag/cluster-autoscaler-chart-9.59.0 (commit "
+    "2026-07-21; its ClusterRole grants the volumeattachments the autoscaler reads since 1.32, added in "
+    f"chart 9.46.3; the image is chosen per Kubernetes minor below); {_VENDORED}",
+    pinned_on="2026-12-01",
+)
+# Argo Rollouts (canary rollouts, issue 16): vendored and locked, not installed yet.
+ARGO_ROLLOUTS_CHART = ChartPin(
+    chart="argo-rollouts",
+    version="2.41.0",
+    repository="https://argoproj.github.io/argo-helm",
+    source="https://github.com/argoproj/argo-helm/releases/tag/argo-rollouts-2.41.0 (commit 2026-06-05; "
+    f"Argo Rollouts v1.9.0); {_VENDORED}",
+    pinned_on="2026-12-01",
 )
 # Cluster Autoscaler must match the control plane's minor version (its scheduler simulation is
 # built from that Kubernetes release), so the image is chosen per cluster.kubernetes_version
-# instead of the chart's default. Source: https://github.com/kubernetes/autoscaler/releases
-# (cluster-autoscaler-1.MM.0 is the first release of each minor).
-CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.32": "v1.32.1", "1.33": "v1.33.0", "1.34": "v1.34.0", "1.35": "v1.35.0"}
+# instead of the chart's default. Each is the newest patch of its minor among the upstream release
+# tags (https://github.com/kubernetes/autoscaler/releases/tag/cluster-autoscaler-1.MM.N), checked
+# 2026-12-01: 1.32.7 (tag 2026-02-13), 1.33.6, 1.34.5 and 1.35.2 (tags 2026-07-22).
+CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.32": "v1.32.7", "1.33": "v1.33.6", "1.34": "v1.34.5", "1.35": "v1.35.2"}
 CLUSTER_AUTOSCALER_IMAGE_REPOSITORY = "registry.k8s.io/autoscaling/cluster-autoscaler"
 
 # The image pre-pull DaemonSet's main container: does nothing, holds no resources.

@@ -21,9 +21,16 @@ import yaml
 
 from components.alert_rules import ALERT_RUNBOOKS, PROMETHEUS_RULE_NAME, alert_rule_groups
 from infra import dcgm_metrics, kube_state_metrics, vllm_metrics
-from infra.config import load_stack
+from infra.config import PlatformConfig, load_stack
 from tests.conftest import REPO_ROOT, STACKS, rendered
 from tests.support.promql_names import EXPOSITION
+
+
+def _groups(config: PlatformConfig) -> list[dict[str, Any]]:
+    return alert_rule_groups(
+        config.models, config.monitoring.alerts, dcgm_exporter=bool(config.addons.dcgm_exporter.enabled)
+    )
+
 
 MODEL = "llama-3-1-8b"
 NAMESPACE = f"vllm-{MODEL}"
@@ -221,7 +228,7 @@ EVAL_TIME = "25m"
 
 
 def prod_groups() -> list[dict[str, Any]]:
-    return alert_rule_groups(load_stack("prod"))
+    return _groups(load_stack("prod"))
 
 
 def _without_annotations(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -318,7 +325,7 @@ def test_thresholds_come_from_each_models_slo() -> None:
     config = load_stack("prod")
     slo = config.models[0].slo.model_copy(update={"time_to_first_token_p95_seconds": 0.75})
     model = config.models[0].model_copy(update={"slo": slo})
-    groups = alert_rule_groups(config.model_copy(update={"models": [model, *config.models[1:]]}))
+    groups = _groups(config.model_copy(update={"models": [model, *config.models[1:]]}))
     [ttft] = [r for r in groups[0]["rules"] if r["alert"] == "VllmTimeToFirstTokenHigh"]
     assert ttft["expr"].endswith("> 0.75")
     assert ttft["for"] == "10m"
@@ -326,12 +333,12 @@ def test_thresholds_come_from_each_models_slo() -> None:
 
 def test_only_autoscaled_models_get_the_autoscaler_alert_and_gpu_alerts_need_dcgm() -> None:
     dev = load_stack("dev")
-    alerts = {rule["alert"] for group in alert_rule_groups(dev) for rule in group["rules"]}
+    alerts = {rule["alert"] for group in _groups(dev) for rule in group["rules"]}
     assert "AutoscalerAtMaximum" not in alerts  # dev runs one fixed replica
     addons = dev.addons.model_copy(
         update={"dcgm_exporter": dev.addons.dcgm_exporter.model_copy(update={"enabled": False})}
     )
-    groups = alert_rule_groups(dev.model_copy(update={"addons": addons}))
+    groups = _groups(dev.model_copy(update={"addons": addons}))
     assert "vllm-platform.gpus" not in {group["name"] for group in groups}
 
 

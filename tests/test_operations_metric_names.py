@@ -6,21 +6,29 @@ anywhere fails here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from components.adapter_rules import SIGNALS, keda_query
 from components.alert_rules import alert_rule_groups
 from components.dashboards import DASHBOARDS, dashboard_expressions
-from infra.config import load_stack
+from infra.config import PlatformConfig, load_stack
 from tests.conftest import STACKS
 from tests.support.promql_names import exported_by, series_names, unknown_series
+
+
+def _groups(config: PlatformConfig) -> list[dict[str, Any]]:
+    return alert_rule_groups(
+        config.models, config.monitoring.alerts, dcgm_exporter=bool(config.addons.dcgm_exporter.enabled)
+    )
 
 
 def _alert_expressions() -> list[tuple[str, str]]:
     return [
         (f"{stack} {rule['alert']}", rule["expr"])
         for stack in STACKS
-        for group in alert_rule_groups(load_stack(stack))
+        for group in _groups(load_stack(stack))
         for rule in group["rules"]
     ]
 

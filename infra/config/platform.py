@@ -81,8 +81,19 @@ class IngressConfig(StrictModel):
     """CIDRs allowed to reach the load balancer (empty: the controller's default)."""
 
 
-_CHART_VERSION = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
-ChartVersion = Annotated[str, Field(pattern=_CHART_VERSION)]
+CHART_VERSION_KEYS = ("chart_version", "aws_provider_chart_version")
+
+
+def reject_chart_version(data: Any) -> None:
+    """Charts are vendored and locked: a stack cannot install a version that is not in the repository."""
+    keys = [key for key in CHART_VERSION_KEYS if isinstance(data, dict) and key in data]
+    if keys:
+        raise ValueError(
+            f"{keys[0]} is no longer a setting: every chart is vendored in charts/ and locked in "
+            "charts/charts.lock.yaml, so a stack cannot pick another version; remove the key, or vendor "
+            "the version you need (scripts/vendor-chart.py) and change its pin in infra/versions.py "
+            "(docs/charts.md)"
+        )
 
 
 def _check_prometheus_url(value: str) -> str:
@@ -109,6 +120,12 @@ class AlertsConfig(StrictModel):
 
 class MonitoringConfig(StrictModel):
     """Prometheus scraping vLLM and DCGM, which the Prometheus Adapter and KEDA read (docs/autoscaling.md)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_chart_version(cls, data: Any) -> Any:
+        reject_chart_version(data)
+        return data
 
     enabled: bool = True
     """Create the scrape configuration (PodMonitor/ServiceMonitor) and, with `prometheus:
@@ -144,8 +161,6 @@ class MonitoringConfig(StrictModel):
     prometheus_replicas: Annotated[int, Field(ge=1, le=3)] = 1
     """Prometheus replicas, each scraping everything into its own volume: with 2 a restart or a
     node drain leaves the autoscalers' series (and alerts) served by the other."""
-    chart_version: ChartVersion | None = None
-    """kube-prometheus-stack chart version; null = the pin in infra/versions.py."""
     grafana: bool = False
     """kube-prometheus-stack's Grafana. Off by default: it needs `grafana_admin_secret`, because the
     chart's built-in admin password is public."""
@@ -214,13 +229,14 @@ class AddonConfig(StrictModel):
 
     enabled: bool | None = None
     """Null: the default for `cluster.mode` (docs/autoscaling.md, "Add-ons per cluster mode")."""
-    chart_version: ChartVersion | None = None
-    """Overrides the chart version pinned in infra/versions.py for this stack only."""
 
     @model_validator(mode="before")
     @classmethod
     def _bool_is_short_for_enabled(cls, data: Any) -> Any:
-        return {"enabled": data} if isinstance(data, bool) else data
+        if isinstance(data, bool):
+            return {"enabled": data}
+        reject_chart_version(data)
+        return data
 
 
 class GpuAddonConfig(AddonConfig):
@@ -247,8 +263,8 @@ class DcgmExporterConfig(GpuAddonConfig):
 
 class EbsCsiDriverConfig(AddonConfig):
     """Mode `eks`: the EBS CSI driver as an EKS managed add-on (IRSA role; EKS picks the add-on
-    version for the cluster's Kubernetes version, so `chart_version` does not apply) and the
-    StorageClass `gp3`, for Prometheus' persistent volumes."""
+    version for the cluster's Kubernetes version) and the StorageClass `gp3`, for Prometheus'
+    persistent volumes."""
 
 
 class ImagePrepullConfig(GpuAddonConfig):
@@ -277,8 +293,6 @@ class SecretsStoreCsiDriverConfig(AddonConfig):
     """Secrets Store CSI driver (secret sync on) plus the AWS provider when the secret store is AWS
     Secrets Manager."""
 
-    aws_provider_chart_version: ChartVersion | None = None
-    """Overrides the pinned secrets-store-csi-driver-provider-aws chart version."""
     rotation_poll_interval_seconds: Annotated[int, Field(ge=30, le=86400)] = 120
     """How often mounted secrets are re-read from the store (rotation)."""
 

@@ -1,0 +1,1 @@
+"""Helm charts the stack installs: the vendored, locked copies under charts/."""

@@ -190,6 +190,8 @@ def grafana_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig
             "existingSecret": GRAFANA_ADMIN_SECRET if csi else monitoring.grafana_admin_secret,
             "userKey": "admin-user", "passwordKey": "admin-password",
         },
+        # The chart's `helm test` Pod is a hook, which helm.v4.Chart does not run (docs/charts.md).
+        "testFramework": {"enabled": False},
         # Our three dashboards (components/dashboards.py) come as ConfigMaps with this label.
         "sidecar": {"dashboards": {"enabled": True, "label": label, "labelValue": label_value,
                                    "searchNamespace": "ALL"}},

@@ -345,7 +345,9 @@ def test_only_autoscaled_models_get_the_autoscaler_alert_and_gpu_alerts_need_dcg
 def test_every_alert_has_a_runbook_line_in_the_operations_doc() -> None:
     doc = (REPO_ROOT / "docs" / "operations.md").read_text()
     for alert in ALERT_RUNBOOKS:
-        assert re.search(rf"^\| `{alert}` \|", doc, re.MULTILINE), f"no runbook row for {alert}"
+        assert re.search(rf'^\| `{alert}` <a id="{alert.lower()}"></a> \|', doc, re.MULTILINE), (
+            f"no runbook row for {alert}"
+        )
     for group in prod_groups():
         for rule in group["rules"]:
             assert rule["annotations"]["runbook_url"] == f"docs/operations.md#{rule['alert'].lower()}"

@@ -13,7 +13,6 @@ largest over the metrics, within min/max replicas.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from components.adapter_rules import SIGNALS, adapter_query, adapter_rule
 from infra.config import load_stack
 from infra.config.models import ModelConfig
+from tests.support.hpa_formula import HPA_SYNC_SECONDS, desired_replicas
 from tests.support.recorded_prometheus import (
     RecordedPrometheus,
     Recording,
@@ -29,20 +29,11 @@ from tests.support.recorded_prometheus import (
     target_series,
 )
 
-HPA_SYNC_SECONDS = 15
-HPA_TOLERANCE = 0.1
 PODS = ["vllm-5f4c9d8b7-q1w2e", "vllm-5f4c9d8b7-r3t4y"]
 # issue 19: on an H200 with vLLM serving one stream, DCGM_FI_DEV_GPU_UTIL read 100 % (sampled every
 # 0.5 s); the old default target was 80.
 GPU_UTIL_AT_ONE_STREAM = 100
 OLD_GPU_UTIL_TARGET = 80
-
-
-def desired_replicas(current: int, average: float, target: float) -> int:
-    ratio = average / target
-    if abs(ratio - 1) <= HPA_TOLERANCE:
-        return current
-    return math.ceil(current * ratio)
 
 
 def test_the_formula_is_kubernetes(tmp_path: Path) -> None:

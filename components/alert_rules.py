@@ -9,7 +9,7 @@
 Every metric name comes from a catalogue that is checked against the real exporter:
 infra/vllm_metrics.py (a real vLLM 0.32.0 server), infra/dcgm_metrics.py (the pinned exporter's
 default counters), infra/kube_state_metrics.py (kube-state-metrics' docs at its pinned version).
-tests/test_alert_rules_promtool.py runs `promtool test rules` for every alert on series labelled
+tests/test_alert_rules.py runs `promtool test rules` for every alert on series labelled
 like the real exporters' (tests/data/vllm-metrics/), and docs/operations.md has a runbook line per
 alert (ALERT_RUNBOOKS below is that list; a test keeps the two in step).
 """

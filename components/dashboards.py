@@ -9,7 +9,7 @@
 
 Written here rather than vendored: the upstream dashboards (vLLM's examples/observability
 dashboards, NVIDIA's grafana/dcgm-exporter-dashboard.json) cannot be committed from this
-workspace's copies; docs/dashboards.md names them with tag and sha256, and
+workspace's copies; docs/operations.md names them with tag and sha256, and
 `scripts/check-dashboard-metrics.py` checks any Grafana JSON (theirs included) against the pinned
 exporters. Every expression here uses catalogue constants, and tests/test_dashboards.py parses each
 one (promtool and a PromQL parser) and checks every metric against the catalogues.

@@ -144,7 +144,10 @@ def vault_csi_provider_values(secret_store: SecretStoreConfig, gpu_groups: GpuGr
     return {
         # Only the CSI provider: Vault itself runs elsewhere (security.secret_store.vault_address), and
         # the provider authenticates with the mounting pod's service account (Vault kubernetes auth).
-        "server": {"enabled": False},
+        # `global.enabled` still renders the server's ServiceAccount and its system:auth-delegator
+        # binding with the server off: neither is used by the CSI provider.
+        "server": {"enabled": False, "authDelegator": {"enabled": False},
+                   "serviceAccount": {"create": False}},
         "injector": {"enabled": False},
         "global": {"externalVaultAddr": secret_store.vault_address},
         "csi": {"enabled": True, "pod": {"tolerations": node_agent_tolerations(gpu_groups)}},

@@ -238,7 +238,9 @@ def prometheus_adapter_values(settings: PrometheusAdapterConfig, monitoring: Mon
                               models: Sequence[ModelConfig]) -> dict[str, Any]:
     return {
         "replicas": settings.replicas,
-        "podDisruptionBudget": {"enabled": settings.replicas > 1, "maxUnavailable": 1},
+        "podDisruptionBudget": {"enabled": settings.replicas > 1, "maxUnavailable": 1,
+                                # An adapter pod that never gets ready must not block node drains.
+                                "unhealthyPodEvictionPolicy": "AlwaysAllow"},
         "prometheus": adapter_prometheus_values(prometheus_url(monitoring)),
         "metricsRelistInterval": f"{settings.metrics_relist_interval_seconds}s",
         # Only our rules: the chart's defaults expose every container metric, and no `resource` or

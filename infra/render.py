@@ -75,6 +75,22 @@ class RenderResult:
         return [item.object for item in self.chart_objects if not item.is_hook]
 
     @property
+    def chart_resources(self) -> list[RecordedResource]:
+        """The chart objects as the resources `helm.v4.Chart` registers (what the policy pack sees)."""
+        return [
+            RecordedResource(
+                type=kubernetes_resource_type(item.object),
+                name=f"{item.release}:{item.namespace + '/' if item.namespace else ''}{item.name}",
+                inputs=item.object,
+                parent_urn=item.release,
+                custom=True,
+                urn=f"chart:{item.release}:{item.kind}:{item.namespace or ''}:{item.name}",
+            )
+            for item in self.chart_objects
+            if not item.is_hook
+        ]
+
+    @property
     def all_kubernetes_objects(self) -> list[dict[str, Any]]:
         """Everything that would exist in the cluster: ours and the charts'."""
         return [*self.kubernetes_objects, *self.deployed_chart_objects]
@@ -103,6 +119,12 @@ class RenderResult:
 
     def aws(self, type_: str) -> list[RecordedResource]:
         return [r for r in self.aws_resources if r.type == type_]
+
+
+def kubernetes_resource_type(obj: dict[str, Any]) -> str:
+    """Pulumi's type token of a Kubernetes object (`v1` is the `core` group: kubernetes:core/v1:Pod)."""
+    api_version = obj["apiVersion"]
+    return f"kubernetes:{api_version if '/' in api_version else 'core/' + api_version}:{obj['kind']}"
 
 
 def unwrap_secrets(value: Any) -> Any:
@@ -271,6 +293,15 @@ def render_stack(stack: str, *, stack_file: Path | None = None) -> RenderResult:
     return result
 
 
+KUBERNETES_API_VERSIONS = Path(__file__).resolve().parent / "data" / "kubernetes-api-versions.json"
+"""Built-in API versions per Kubernetes version (scripts/snapshot-kubernetes-api-versions.py)."""
+
+
+def builtin_api_versions(kubernetes_version: str) -> set[str]:
+    """What the cluster's API server serves before any CRD: `.Capabilities.APIVersions` of a real install."""
+    return set(json.loads(KUBERNETES_API_VERSIONS.read_text())[kubernetes_version])
+
+
 def _operator_api_versions(config: PlatformConfig) -> set[str]:
     """API versions an existing cluster already serves that charts may ask `.Capabilities` about."""
     monitoring = config.monitoring
@@ -301,9 +332,10 @@ def expand_chart_releases(result: RenderResult, config: PlatformConfig) -> list[
             cluster_scoped_kinds=cluster_scoped,
         )
 
-    first = [render(release, set(), set()) for release in releases]
+    builtin = builtin_api_versions(config.cluster.kubernetes_version)
+    first = [render(release, builtin, set()) for release in releases]
     api_versions, cluster_scoped = crd_api_versions(item for objects in first for item in objects)
-    api_versions |= _operator_api_versions(config)
+    api_versions |= builtin | _operator_api_versions(config)
     objects: list[ChartObject] = []
     for release, rendered in zip(releases, first, strict=True):
         custom_cluster_scoped = any(item.kind in cluster_scoped for item in rendered)

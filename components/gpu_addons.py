@@ -94,7 +94,9 @@ DCGM_DEFAULT_COUNTERS = "/etc/dcgm-exporter/default-counters.csv"
 
 def dcgm_exporter_arguments(settings: DcgmExporterConfig) -> list[str]:
     """The chart's default counters, read every `collect_interval_seconds` instead of every 30 s."""
-    return ["-f", DCGM_DEFAULT_COUNTERS, "--collect-interval", str(settings.collect_interval_seconds * 1000)]
+    # One `--flag=value` string: the chart writes each argument unquoted, so a bare 5000 would
+    # become a YAML integer in the container's args.
+    return ["-f", DCGM_DEFAULT_COUNTERS, f"--collect-interval={settings.collect_interval_seconds * 1000}"]
 
 
 def dcgm_exporter_values(gpu_groups: GpuGroups, settings: DcgmExporterConfig,

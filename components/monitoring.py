@@ -162,6 +162,8 @@ def alertmanager_values(monitoring: MonitoringConfig, secret_store: SecretStoreC
         "create": True, "name": ALERTMANAGER_SERVICE_ACCOUNT_NAME,
         "annotations": _irsa_annotations(context, monitoring.namespace, ALERTMANAGER_SERVICE_ACCOUNT_NAME),
     }
+    # The chart would otherwise render its own Secret with a default configuration (literal data).
+    spec["useExistingSecret"] = True
     if uses_csi(secret_store):
         spec["configSecret"] = ALERTMANAGER_CONFIG_SECRET
         spec["volumes"] = [csi_volume("alertmanager-config-store", ALERTMANAGER_PROVIDER_CLASS)]

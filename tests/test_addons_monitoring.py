@@ -254,3 +254,19 @@ def test_adapter_url_is_split_the_way_the_chart_joins_it(url: str, expected: tup
 def test_prometheus_url_follows_the_monitoring_namespace() -> None:
     monitoring = load_stack("prod").monitoring.model_copy(update={"namespace": "observability"})
     assert prometheus_url(monitoring) == "http://kube-prometheus-stack-prometheus.observability.svc:9090"
+
+
+def test_dcgm_exporter_reads_the_gpus_every_five_seconds_with_the_default_counters() -> None:
+    [daemonset] = [o for o in rendered("prod").deployed_chart_objects
+                   if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "dcgm-exporter"]
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-3:] == ["-f", "/etc/dcgm-exporter/default-counters.csv",
+                                      "--collect-interval=5000"]
+
+
+def test_prod_alertmanager_chart_renders_no_secret_of_its_own() -> None:
+    secrets = [o for o in rendered("prod").deployed_chart_objects
+               if o["kind"] == "Secret" and "alertmanager" in o["metadata"]["name"]]
+    assert secrets == []
+    [alertmanager] = [o for o in rendered("prod").deployed_chart_objects if o["kind"] == "Alertmanager"]
+    assert alertmanager["spec"]["configSecret"] == "alertmanager-config"

@@ -194,9 +194,20 @@ def grafana_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig
         },
         # The chart's `helm test` Pod is a hook, which helm.v4.Chart does not run (docs/charts.md).
         "testFramework": {"enabled": False},
+        # Bounded like every workload of the stack (the chart sets none); dashboards and a few
+        # operators' queries fit well inside these.
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}},
+        # The sidecars read ConfigMaps and Secrets: in the monitoring namespace only (where our
+        # dashboards and the chart's live), not cluster-wide.
+        "rbac": {"namespaced": True},
         # Our three dashboards (components/dashboards.py) come as ConfigMaps with this label.
-        "sidecar": {"dashboards": {"enabled": True, "label": label, "labelValue": label_value,
-                                   "searchNamespace": "ALL"}},
+        "sidecar": {
+            "dashboards": {"enabled": True, "label": label, "labelValue": label_value,
+                           "searchNamespace": monitoring.namespace},
+            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"},
+                          "limits": {"cpu": "200m", "memory": "256Mi"}},
+        },
     })
     if csi:
         values["extraSecretMounts"] = [{

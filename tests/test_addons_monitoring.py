@@ -112,6 +112,10 @@ def test_prod_grafana_reads_its_admin_credential_from_the_secret_store_and_watch
     assert mount["csi"]["volumeAttributes"] == {"secretProviderClass": "grafana-admin"}
     assert values["sidecar"]["dashboards"]["label"] == "grafana_dashboard"
     assert values["sidecar"]["dashboards"]["labelValue"] == "1"
+    assert values["rbac"] == {"namespaced": True}  # the sidecars read the monitoring namespace only
+    [config_map] = [o for o in rendered("prod").find("ConfigMap")
+                    if o["metadata"]["name"] == "vllm-platform-dashboard-autoscaling"]
+    assert config_map["metadata"]["namespace"] == "monitoring"
     [provider_class] = [o for o in rendered("prod").find("SecretProviderClass")
                         if o["metadata"]["name"] == "grafana-admin"]
     keys = {item["key"] for item in provider_class["spec"]["secretObjects"][0]["data"]}

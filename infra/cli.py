@@ -26,7 +26,7 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_validate(args: argparse.Namespace) -> int:
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(args.stack, stack_file=_stack_file(args))
     print(
@@ -47,10 +47,29 @@ def command_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_images(args: argparse.Namespace) -> int:
+    from infra.images import format_inventory, inventory, unpinned
+    from infra.render import render_stack
+
+    images = inventory(render_stack(args.stack, stack_file=_stack_file(args)))
+    if args.json:
+        print(
+            json.dumps([{"image": use.reference, "used_by": sorted(use.users)} for use in images], indent=2)
+        )
+    elif args.plain:
+        print("\n".join(use.reference for use in images))
+    else:
+        print(format_inventory(images))
+    problems = [f"{use.reference}: {reason}" for use in images if (reason := unpinned(use.reference))]
+    for problem in problems:
+        print(f"unpinned image {problem}", file=sys.stderr)
+    return EXIT_FAILED if problems else 0
+
+
 def command_plan(args: argparse.Namespace) -> int:
     from infra.capacity import plan_platform
     from infra.capacity.report import format_plan_table, plan_as_json
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(args.stack, stack_file=_stack_file(args))
     plan = plan_platform(config)
@@ -92,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_arguments(render)
     render.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
     render.set_defaults(handler=command_render)
+
+    images = commands.add_parser(
+        "images", help="every container image the stack pulls (ours and the charts'), for mirroring"
+    )
+    _add_stack_arguments(images)
+    images.add_argument("--json", action="store_true", help="print JSON with the objects using each image")
+    images.add_argument(
+        "--plain", action="store_true", help="one image reference a line (for a mirror script)"
+    )
+    images.set_defaults(handler=command_images)
 
     plan = commands.add_parser("plan", help="capacity plan per model and GPU group")
     _add_stack_arguments(plan)

@@ -40,12 +40,16 @@ VLLM_IMAGE = ImagePin(
     pinned_on="2026-11-29",
 )
 
-# The preloader init container built from model-cache/Dockerfile (see model-cache/README.md).
+# The preloader init container built from model-cache/Dockerfile (see model-cache/README.md): the
+# default of `storage.preloader_image`. Its tag is always the project's version (pyproject.toml), the
+# tag .github/workflows/release-model-cache.yaml publishes on release tag v<version>;
+# tests/test_model_cache_release.py fails when the two differ.
 MODEL_CACHE_IMAGE = ImagePin(
     repository="ghcr.io/vllm-platform/model-cache",
     tag="0.1.0",
-    source="built from model-cache/ in this repository",
-    pinned_on="2026-11-29",
+    source="published from model-cache/ in this repository by .github/workflows/release-model-cache.yaml "
+    "(release tag v0.1.0; linux/amd64 and linux/arm64)",
+    pinned_on="2026-12-01",
 )
 
 # The vLLM the lab GPU runs (its PyTorch 2.11 limits it to this release); GPU results name it.

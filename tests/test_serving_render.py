@@ -16,9 +16,10 @@ from components import model_service as serving
 from components.labels import model_selector_labels
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from infra.capacity import plan_platform
-from infra.config import PlatformConfig, load_stack
+from infra.config import PlatformConfig
 from infra.config.loader import stack_file_for
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import TEST_STACKS_DIR, rendered
 
 BUILT_IN_GROUPS = {
@@ -398,6 +399,15 @@ def test_existing_clusters_get_no_irsa_annotation(existing_mode_render: RenderRe
 # --- the preloader ----------------------------------------------------------------------------------
 
 
+def test_a_mirrored_preloader_image_is_the_one_every_pod_pulls(existing_mode_render: RenderResult) -> None:
+    # tests/stacks/Pulumi.existing.yaml points storage.preloader_image at a private mirror.
+    config = config_of(existing_mode_render)
+    assert config.storage.preloader_image == "registry.internal.example.com/mirror/model-cache:0.1.0"
+    for model in config.models:
+        preload = container(pod_spec(existing_mode_render, model.name), "model-cache")
+        assert preload["image"] == config.storage.preloader_image
+
+
 def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderResult) -> None:
     from model_cache.cli import build_parser
     from model_cache.s3_source import parse_s3_uri
@@ -408,7 +418,7 @@ def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderR
     plan = plan_platform(config)
     for model in config.models:
         preload = container(pod_spec(stack_render, model.name), "model-cache")
-        assert preload["image"] == MODEL_CACHE_IMAGE.reference
+        assert preload["image"] == config.storage.preloader_image == MODEL_CACHE_IMAGE.reference
         assert preload["command"] == ["model-cache"]
         parsed = build_parser().parse_args(preload["args"])  # the preloader's own parser
         assert parsed.command == "preload"

@@ -21,7 +21,8 @@ import yaml
 
 from components.alert_rules import ALERT_RUNBOOKS, PROMETHEUS_RULE_NAME, alert_rule_groups
 from infra import dcgm_metrics, kube_state_metrics, vllm_metrics
-from infra.config import PlatformConfig, load_stack
+from infra.config import PlatformConfig
+from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT, STACKS, rendered
 from tests.support.promql_names import EXPOSITION
 

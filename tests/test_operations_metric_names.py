@@ -13,7 +13,8 @@ import pytest
 from components.adapter_rules import SIGNALS, keda_query
 from components.alert_rules import alert_rule_groups
 from components.dashboards import DASHBOARDS, dashboard_expressions
-from infra.config import PlatformConfig, load_stack
+from infra.config import PlatformConfig
+from infra.stack_checks import load_stack
 from tests.conftest import STACKS
 from tests.support.promql_names import exported_by, series_names, unknown_series
 

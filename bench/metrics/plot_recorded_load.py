@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 
 from components.adapter_rules import SIGNALS, adapter_query, adapter_rule
 from components.alert_rules import model_alert_rules
-from infra.config import load_stack
+from infra.stack_checks import load_stack
 from tests.support.hpa_formula import desired_replicas
 from tests.support.recorded_prometheus import (
     RECORDING_DIR,

@@ -16,8 +16,11 @@ Per-pod aggregation (docs/autoscaling.md, "What one pod's value means"):
 - vLLM gauges carry one series per engine (`engine` label); a pod's queue is the `sum` over its
   engines, its KV-cache usage the `avg` (a fraction of each engine's cache).
 - DCGM exports one series per GPU, attributed to the pod holding it (`namespace`/`pod` labels).
-  A tensor-parallel pod holds several GPUs: its utilisation is their `avg`, so the 80 % target
-  means "this pod's GPUs are 80 % busy on average", whatever the TP size.
+  A tensor-parallel pod holds several GPUs: its tensor-pipe activity is their `avg`, so a 0.5
+  target means "this pod's GPUs' tensor pipes are busy half the cycles on average", whatever the
+  TP size.
+- `DCGM_FI_DEV_GPU_UTIL` (and `DCGM_FI_PROF_GR_ENGINE_ACTIVE`) are refused: they read ~100 % with a
+  single stream (issue 19), so an autoscaler on them adds a replica per concurrent stream.
 """
 
 from __future__ import annotations
@@ -29,13 +32,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from infra import vllm_metrics
+from infra import dcgm_metrics, vllm_metrics
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
 
-DCGM_GPU_UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"
-"""GPU utilisation in percent (0–100) per GPU, from NVIDIA's DCGM exporter."""
+DCGM_TENSOR_ACTIVE = dcgm_metrics.TENSOR_PIPE_ACTIVE
+"""Fraction 0–1 of cycles the tensor (HMMA) pipe is active, per GPU (DCGM's profiling counter, in the
+pinned exporter's default counters). It grows with the batch a GPU computes, unlike
+DCGM_FI_DEV_GPU_UTIL, which reads full whenever any kernel runs."""
 
 # The adapter's template placeholders (Go text/template with `<<`/`>>` delimiters).
 SERIES = "<<.Series>>"
@@ -63,7 +68,8 @@ SIGNALS: dict[str, ScalingSignal] = {
         ScalingSignal(vllm_metrics.NUM_REQUESTS_WAITING, "vllm", "sum", "requests waiting for a batch slot"),
         ScalingSignal(vllm_metrics.NUM_REQUESTS_RUNNING, "vllm", "sum", "requests in the running batch"),
         ScalingSignal(vllm_metrics.KV_CACHE_USAGE, "vllm", "avg", "fraction 0–1 of KV-cache blocks in use"),
-        ScalingSignal(DCGM_GPU_UTILIZATION, "dcgm", "avg", "percent 0–100 busy, mean of the pod's GPUs"),
+        ScalingSignal(DCGM_TENSOR_ACTIVE, "dcgm", "avg",
+                      "fraction 0–1 of cycles the tensor pipe is active, mean of the pod's GPUs"),
     )
 }
 
@@ -162,6 +168,13 @@ def autoscaling_metric_problems(config: PlatformConfig) -> list[Problem]:
 
 def _metric_name_problem(name: str) -> str | None:
     supported = ", ".join(sorted(SIGNALS))
+    if name in dcgm_metrics.LOAD_INDEPENDENT_UTILIZATION:
+        return (
+            f"{name} measures {dcgm_metrics.LOAD_INDEPENDENT_UTILIZATION[name]}, so it reads ~100 % with a "
+            "single stream and the autoscaler would add a replica per concurrent request; scale on "
+            f"vllm:num_requests_waiting and vllm:kv_cache_usage_perc, or on {DCGM_TENSOR_ACTIVE} (fraction "
+            "0–1, grows with the work the GPU does)"
+        )
     if name.startswith("vllm:"):
         exported = vllm_metrics.check_metric_name(name)
         if exported is not None:

@@ -130,6 +130,12 @@ def scaled_object_spec(
         "minReplicaCount": autoscaling.min_replicas,
         "maxReplicaCount": autoscaling.max_replicas,
         "pollingInterval": autoscaling.keda_polling_interval_seconds,
+        # When Prometheus cannot answer, hold a known replica count instead of the last one KEDA
+        # computed (needs AverageValue triggers, which these are).
+        "fallback": {
+            "failureThreshold": autoscaling.keda_fallback_failure_threshold,
+            "replicas": keda_fallback_replicas(autoscaling),
+        },
         "advanced": {
             "horizontalPodAutoscalerConfig": {"name": deployment_name,
                                               "behavior": scaling_behavior(autoscaling)},
@@ -150,6 +156,13 @@ def scaled_object_spec(
             for metric in autoscaling.metrics
         ],
     }
+
+
+def keda_fallback_replicas(autoscaling: AutoscalingConfig) -> int:
+    """`keda_fallback_replicas`, or max_replicas: while blind, capacity before cost."""
+    if autoscaling.keda_fallback_replicas is not None:
+        return autoscaling.keda_fallback_replicas
+    return autoscaling.max_replicas
 
 
 def _plain_number(value: float) -> str:

@@ -74,7 +74,11 @@ IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 NEEDS_EKS_MODE = {
     "aws_load_balancer_controller": "needs the VPC id and an IRSA role that only mode 'eks' creates",
     "cluster_autoscaler": "needs an IRSA role and node-group discovery tags that only mode 'eks' creates",
+    "ebs_csi_driver": "is an EKS managed add-on with an IRSA role, which only mode 'eks' creates",
 }
+EBS_STORAGE_CLASS = "gp3"
+"""Prometheus' volumes (monitoring.prometheus_persistent_volume) when addons.ebs_csi_driver is on."""
+EBS_CSI_PROVISIONER = "ebs.csi.aws.com"
 
 
 def irsa_service_account(context: ClusterContext, account: ServiceAccountRef) -> dict[str, Any]:
@@ -226,6 +230,7 @@ class ClusterAddons(pulumi.ComponentResource):
     releases: list[pulumi.Resource]
     keda_release: pulumi.Resource | None
     storage_class: kubernetes.storage.v1.StorageClass
+    ebs_storage_class: kubernetes.storage.v1.StorageClass | None
 
     def __init__(self, name: str, args: ClusterAddonsArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
@@ -259,6 +264,21 @@ class ClusterAddons(pulumi.ComponentResource):
             mount_options=list(EFS_MOUNT_OPTIONS),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[efs_driver] if efs_driver else []),
         )
+        self.ebs_storage_class = None
+        if addons.ebs_csi_driver.enabled:
+            # The driver itself is an EKS managed add-on (infra/aws/addons.py); only its class is ours.
+            self.ebs_storage_class = kubernetes.storage.v1.StorageClass(
+                f"{name}-ebs-storage-class",
+                metadata={"name": EBS_STORAGE_CLASS, "labels": {"app.kubernetes.io/part-of": PART_OF}},
+                provisioner=EBS_CSI_PROVISIONER,
+                parameters={"type": "gp3", "encrypted": "true"},
+                # A volume in the zone the Prometheus pod was scheduled to; grown in place when
+                # monitoring.prometheus_storage_gib rises.
+                volume_binding_mode="WaitForFirstConsumer",
+                allow_volume_expansion=True,
+                reclaim_policy="Delete",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         if addons.secrets_store_csi_driver.enabled:
             driver = release(ChartRelease(
                 "secrets-store-csi-driver", SECRETS_STORE_CSI_DRIVER_CHART, ADDONS_NAMESPACE,

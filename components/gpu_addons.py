@@ -88,9 +88,21 @@ def device_plugin_values(gpu_groups: GpuGroups, settings: NvidiaDevicePluginConf
     }
 
 
+DCGM_DEFAULT_COUNTERS = "/etc/dcgm-exporter/default-counters.csv"
+"""The counters file in the exporter image that the chart passes by default (infra/dcgm_metrics.py)."""
+
+
+def dcgm_exporter_arguments(settings: DcgmExporterConfig) -> list[str]:
+    """The chart's default counters, read every `collect_interval_seconds` instead of every 30 s."""
+    # One `--flag=value` string: the chart writes each argument unquoted, so a bare 5000 would
+    # become a YAML integer in the container's args.
+    return ["-f", DCGM_DEFAULT_COUNTERS, f"--collect-interval={settings.collect_interval_seconds * 1000}"]
+
+
 def dcgm_exporter_values(gpu_groups: GpuGroups, settings: DcgmExporterConfig,
                          scrape: ScrapeSettings) -> dict[str, Any]:
     return {
+        "arguments": dcgm_exporter_arguments(settings),
         "affinity": gpu_nodes_affinity(gpu_groups),
         "tolerations": gpu_addon_tolerations(gpu_groups, settings),
         "priorityClassName": "system-node-critical",

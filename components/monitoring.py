@@ -21,13 +21,16 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.adapter_rules import adapter_rules
+from components.cluster_context import ClusterContext
 from components.helm.release import ChartRelease, install_chart, release_namespace
 from components.labels import MODEL_LABEL, VLLM_APP_NAME
 from components.scheduling import all_gpu_tolerations
 from components.scrape import ScrapeSettings, scrape_settings
+from components.secrets import csi_volume, uses_csi
+from components.service_accounts import ALERTMANAGER_SERVICE_ACCOUNT_NAME, GRAFANA_SERVICE_ACCOUNT_NAME
 from infra.config.cluster import GpuNodeGroupConfig
 from infra.config.models import ModelConfig
-from infra.config.platform import MonitoringConfig, PrometheusAdapterConfig
+from infra.config.platform import MonitoringConfig, PrometheusAdapterConfig, SecretStoreConfig
 from infra.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
 
 KUBE_PROMETHEUS_STACK_RELEASE = "kube-prometheus-stack"
@@ -47,42 +50,49 @@ def prometheus_url(monitoring: MonitoringConfig) -> str:
     return f"http://{KUBE_PROMETHEUS_STACK_RELEASE}-prometheus.{monitoring.namespace}.svc:9090"
 
 
-def kube_prometheus_stack_values(monitoring: MonitoringConfig, gpu_groups: Mapping[str, GpuNodeGroupConfig],
-                                 cluster_mode: str) -> dict[str, Any]:
+ALERTMANAGER_CONFIG_SECRET = "alertmanager-config"
+"""The Secret the Alertmanager reads (`configSecret`), synced by the CSI driver from the secret store."""
+ALERTMANAGER_CONFIG_KEY = "alertmanager.yaml"
+"""The key the Prometheus Operator reads the Alertmanager configuration from."""
+ALERTMANAGER_PROVIDER_CLASS = "alertmanager-config"
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+GRAFANA_PROVIDER_CLASS = "grafana-admin"
+GRAFANA_ADMIN_KEYS = {"admin-user": "admin-user", "admin-password": "admin-password"}
+"""Grafana's admin credential: file (and synced Secret key) -> key in the secret-store entry."""
+MONITORING_SECRETS_MOUNT = "/mnt/secrets-store"
+GRAFANA_DASHBOARD_LABEL = ("grafana_dashboard", "1")
+"""The label the chart's Grafana sidecar watches (`grafana.sidecar.dashboards.label/labelValue`)."""
+DEFAULT_SECRET_STORE = SecretStoreConfig()
+
+
+def kube_prometheus_stack_values(
+    monitoring: MonitoringConfig,
+    gpu_groups: Mapping[str, GpuNodeGroupConfig],
+    cluster_mode: str,
+    *,
+    secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+    default_storage_class: str | None = None,
+    context: ClusterContext | None = None,
+) -> dict[str, Any]:
+    """The chart's values; Prometheus' storage, Alertmanager and Grafana come from their own
+    functions below (issue 19), merged here."""
     prometheus_spec: dict[str, Any] = {
         "scrapeInterval": f"{monitoring.scrape_interval_seconds}s",
-        "retention": f"{monitoring.retention_days}d",
-        # Whichever comes first: old blocks go before the volume fills and Prometheus stops.
-        "retentionSize": f"{int(monitoring.prometheus_storage_gib * 0.85 * 1024)}MiB",
         # Select every PodMonitor/ServiceMonitor/rule in the cluster, not only the chart's own
-        # (the vLLM PodMonitor, DCGM's ServiceMonitor).
+        # (the vLLM PodMonitor, DCGM's ServiceMonitor, the PrometheusRule vllm-platform).
         "podMonitorSelectorNilUsesHelmValues": False,
         "serviceMonitorSelectorNilUsesHelmValues": False,
         "ruleSelectorNilUsesHelmValues": False,
         "probeSelectorNilUsesHelmValues": False,
         "tolerations": [],
+        **prometheus_storage_values(monitoring, default_storage_class),
     }
-    size = f"{monitoring.prometheus_storage_gib}Gi"
-    if monitoring.prometheus_persistent_volume:
-        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                                      "resources": {"requests": {"storage": size}}}
-        if monitoring.prometheus_storage_class:
-            claim_spec["storageClassName"] = monitoring.prometheus_storage_class
-        prometheus_spec["storageSpec"] = {"volumeClaimTemplate": {"spec": claim_spec}}
-    else:
-        # No StorageClass needed (EKS provisions EBS volumes only with the EBS CSI driver); the
-        # limit keeps the data from filling the node's disk.
-        prometheus_spec["storageSpec"] = {"emptyDir": {"sizeLimit": size}}
-    grafana: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
-    if monitoring.grafana:
-        grafana["admin"] = {"existingSecret": monitoring.grafana_admin_secret,
-                            "userKey": "admin-user", "passwordKey": "admin-password"}
     values: dict[str, Any] = {
         "fullnameOverride": KUBE_PROMETHEUS_STACK_RELEASE,
         "crds": {"enabled": True},
         "prometheus": {"prometheusSpec": prometheus_spec},
-        "alertmanager": {"enabled": monitoring.alertmanager, "alertmanagerSpec": {"tolerations": []}},
-        "grafana": grafana,
+        "alertmanager": alertmanager_values(monitoring, secret_store, context),
+        "grafana": grafana_values(monitoring, secret_store, context),
         # The chart makes the admission webhook's certificate with hook Jobs, which helm.v4.Chart does
         # not run; without them the operator would wait for a Secret that never exists. Our rules are
         # checked by promtool in the suite instead of by the webhook at apply time (docs/charts.md).
@@ -97,6 +107,113 @@ def kube_prometheus_stack_values(monitoring: MonitoringConfig, gpu_groups: Mappi
         # serves metrics on 127.0.0.1 only. Left on, they are targets that are always down.
         for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
             values[component] = {"enabled": False}
+    return values
+
+
+def prometheus_storage_values(
+    monitoring: MonitoringConfig, default_storage_class: str | None
+) -> dict[str, Any]:
+    """Replicas, retention and volumes: what makes the autoscalers' series survive a restart.
+
+    `default_storage_class`: the class for persistent volumes when monitoring.prometheus_storage_class
+    is null (`gp3` with addons.ebs_csi_driver; else None, the cluster's default)."""
+    values: dict[str, Any] = {
+        "replicas": monitoring.prometheus_replicas,
+        "retention": f"{monitoring.retention_days}d",
+        # Whichever comes first: old blocks go before the volume fills and Prometheus stops.
+        "retentionSize": f"{int(monitoring.prometheus_storage_gib * 0.85 * 1024)}MiB",
+    }
+    if monitoring.prometheus_replicas > 1:
+        # Two replicas on one node die together: keep them on different nodes.
+        values["podAntiAffinity"] = "hard"
+    size = f"{monitoring.prometheus_storage_gib}Gi"
+    if monitoring.prometheus_persistent_volume:
+        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                      "resources": {"requests": {"storage": size}}}
+        storage_class = monitoring.prometheus_storage_class or default_storage_class
+        if storage_class:
+            claim_spec["storageClassName"] = storage_class
+        values["storageSpec"] = {"volumeClaimTemplate": {"spec": claim_spec}}
+    else:
+        # No StorageClass needed; the limit keeps the data from filling the node's disk.
+        values["storageSpec"] = {"emptyDir": {"sizeLimit": size}}
+    return values
+
+
+def _irsa_annotations(context: ClusterContext | None, namespace: str, name: str) -> dict[str, Any]:
+    role_arn = context.role_arn_for(namespace, name) if context is not None else None
+    return {"eks.amazonaws.com/role-arn": role_arn} if role_arn else {}
+
+
+def alertmanager_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+                        context: ClusterContext | None = None) -> dict[str, Any]:
+    """`alertmanager`: its configuration (receivers) is a Secret from the secret store, never values.
+
+    With a CSI provider the Alertmanager pod mounts the SecretProviderClass, which makes the driver
+    sync the Secret `alertmanager-config` that `configSecret` names (the driver syncs only while a
+    pod mounts it). The operator runs Alertmanager with an empty configuration until it exists.
+    """
+    values: dict[str, Any] = {"enabled": monitoring.alertmanager, "alertmanagerSpec": {"tolerations": []}}
+    if not monitoring.alertmanager:
+        return values
+    assert monitoring.alertmanager_config_secret is not None  # MonitoringConfig requires it
+    spec = values["alertmanagerSpec"]
+    values["serviceAccount"] = {
+        "create": True, "name": ALERTMANAGER_SERVICE_ACCOUNT_NAME,
+        "annotations": _irsa_annotations(context, monitoring.namespace, ALERTMANAGER_SERVICE_ACCOUNT_NAME),
+    }
+    # The chart would otherwise render its own Secret with a default configuration (literal data).
+    spec["useExistingSecret"] = True
+    if uses_csi(secret_store):
+        spec["configSecret"] = ALERTMANAGER_CONFIG_SECRET
+        spec["volumes"] = [csi_volume("alertmanager-config-store", ALERTMANAGER_PROVIDER_CLASS)]
+        spec["volumeMounts"] = [{"name": "alertmanager-config-store", "readOnly": True,
+                                 "mountPath": MONITORING_SECRETS_MOUNT}]
+    else:
+        spec["configSecret"] = monitoring.alertmanager_config_secret.name
+    return values
+
+
+def grafana_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+                   context: ClusterContext | None = None) -> dict[str, Any]:
+    """`grafana`: admin credential from the secret store, dashboards from labelled ConfigMaps."""
+    values: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
+    if not monitoring.grafana:
+        return values
+    assert monitoring.grafana_admin_secret is not None  # MonitoringConfig requires it
+    label, label_value = GRAFANA_DASHBOARD_LABEL
+    csi = uses_csi(secret_store)
+    values.update({
+        "serviceAccount": {
+            "create": True, "name": GRAFANA_SERVICE_ACCOUNT_NAME,
+            "annotations": _irsa_annotations(context, monitoring.namespace, GRAFANA_SERVICE_ACCOUNT_NAME),
+        },
+        "admin": {
+            "existingSecret": GRAFANA_ADMIN_SECRET if csi else monitoring.grafana_admin_secret,
+            "userKey": "admin-user", "passwordKey": "admin-password",
+        },
+        # The chart's `helm test` Pod is a hook, which helm.v4.Chart does not run (docs/charts.md).
+        "testFramework": {"enabled": False},
+        # Bounded like every workload of the stack (the chart sets none); dashboards and a few
+        # operators' queries fit well inside these.
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}},
+        # The sidecars read ConfigMaps and Secrets: in the monitoring namespace only (where our
+        # dashboards and the chart's live), not cluster-wide.
+        "rbac": {"namespaced": True},
+        # Our three dashboards (components/dashboards.py) come as ConfigMaps with this label.
+        "sidecar": {
+            "dashboards": {"enabled": True, "label": label, "labelValue": label_value,
+                           "searchNamespace": monitoring.namespace},
+            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"},
+                          "limits": {"cpu": "200m", "memory": "256Mi"}},
+        },
+    })
+    if csi:
+        values["extraSecretMounts"] = [{
+            "name": "grafana-admin-store", "mountPath": MONITORING_SECRETS_MOUNT, "readOnly": True,
+            "csi": csi_volume("grafana-admin-store", GRAFANA_PROVIDER_CLASS)["csi"],
+        }]
     return values
 
 
@@ -153,6 +270,12 @@ class MonitoringArgs:
     models: Sequence[ModelConfig]
     gpu_groups: Mapping[str, GpuNodeGroupConfig]
     cluster_mode: str
+    secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE
+    """Where Alertmanager's configuration and Grafana's admin credential come from."""
+    default_storage_class: str | None = None
+    """Prometheus' volumes when monitoring.prometheus_storage_class is null (gp3 with the EBS driver)."""
+    context: ClusterContext | None = None
+    """Service-account roles (IRSA) for Alertmanager and Grafana, which read the secret store."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -179,7 +302,10 @@ class Monitoring(pulumi.ComponentResource):
         if installs_prometheus:
             self.prometheus_release = install_chart(
                 ChartRelease(KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART, monitoring.namespace,
-                             kube_prometheus_stack_values(monitoring, args.gpu_groups, args.cluster_mode)),
+                             kube_prometheus_stack_values(
+                                 monitoring, args.gpu_groups, args.cluster_mode,
+                                 secret_store=args.secret_store,
+                                 default_storage_class=args.default_storage_class, context=args.context)),
                 in_namespace,
             )
         if installs_adapter:

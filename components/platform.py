@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.cluster_addons import ClusterAddons, ClusterAddonsArgs
+from components.cluster_addons import EBS_STORAGE_CLASS, ClusterAddons, ClusterAddonsArgs
 from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
+from components.operations import Operations, OperationsArgs
 from components.router import Router, RouterArgs
 from components.scrape import scrape_settings
 from infra.capacity import PlatformPlan
@@ -46,6 +47,9 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 models=config.models,
                 gpu_groups=gpu_groups,
                 cluster_mode=config.cluster.mode,
+                secret_store=config.security.secret_store,
+                default_storage_class=EBS_STORAGE_CLASS if config.addons.ebs_csi_driver.enabled else None,
+                context=args.context,
             ),
             opts=child,
         )
@@ -57,6 +61,19 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 secret_store=config.security.secret_store,
                 context=args.context,
                 ingress=config.ingress,
+            ),
+            opts=child,
+        )
+        # Alerts, dashboards and the monitoring stack's secrets (docs/operations.md).
+        Operations(
+            f"{name}-operations",
+            OperationsArgs(
+                monitoring=config.monitoring,
+                models=config.models,
+                secret_store=config.security.secret_store,
+                dcgm_exporter=bool(config.addons.dcgm_exporter.enabled),
+                region=args.context.region,
+                depends_on=[*filter(None, [monitoring.prometheus_release]), *cluster_addons.releases],
             ),
             opts=child,
         )

@@ -180,3 +180,47 @@ def secret_reference_problems(config: PlatformConfig) -> list[Problem]:
                     "a Kubernetes Secret key has only letters, digits, '-', '_' and '.' (e.g. 'value')",
                 ))
     return problems
+
+
+def keys_provider_class_spec(store: SecretStoreConfig, store_name: str, files: dict[str, str], region: str,
+                             *, sync_to_secret: str) -> dict[str, Any]:
+    """A SecretProviderClass for several keys of one store entry (`files`: file name -> key in the
+    entry), all synced into `sync_to_secret` under their file names. For the monitoring stack's own
+    secrets (Alertmanager's configuration, Grafana's admin credential)."""
+    if store.provider == "aws-secrets-manager":
+        objects: list[dict[str, Any]] = [{
+            "objectName": store_name,
+            "objectType": "secretsmanager",
+            "objectAlias": f"{sync_to_secret}.json",
+            "jmesPath": [{"path": _jmespath(key), "objectAlias": file} for file, key in files.items()],
+        }]
+        parameters = {"objects": yaml.safe_dump(objects, sort_keys=False), "region": region}
+        provider = "aws"
+    elif store.provider == "vault":
+        assert store.vault_address and store.vault_role  # guaranteed by SecretStoreConfig
+        objects = [{"objectName": file, "secretPath": store_name, "secretKey": key}
+                   for file, key in files.items()]
+        parameters = {
+            "vaultAddress": store.vault_address,
+            "roleName": store.vault_role,
+            "vaultKubernetesMountPath": store.vault_kubernetes_mount_path,
+            "objects": yaml.safe_dump(objects, sort_keys=False),
+        }
+        provider = "vault"
+    else:
+        raise ValueError(f"provider {store.provider!r} does not use a SecretProviderClass")
+    return {
+        "provider": provider,
+        "parameters": parameters,
+        "secretObjects": [{
+            "secretName": sync_to_secret,
+            "type": "Opaque",
+            "data": [{"objectName": file, "key": file} for file in files],
+        }],
+    }
+
+
+def csi_volume(name: str, provider_class: str) -> dict[str, Any]:
+    """A pod volume through which the CSI driver mounts (and syncs) `provider_class`'s secrets."""
+    return {"name": name, "csi": {"driver": CSI_DRIVER, "readOnly": True,
+                                  "volumeAttributes": {"secretProviderClass": provider_class}}}

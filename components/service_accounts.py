@@ -37,6 +37,21 @@ MODEL_SERVICE_ACCOUNT_NAME = "vllm"
 EFS_CSI_CONTROLLER = ServiceAccountRef("kube-system", "efs-csi-controller-sa")
 AWS_LOAD_BALANCER_CONTROLLER = ServiceAccountRef("kube-system", "aws-load-balancer-controller")
 CLUSTER_AUTOSCALER = ServiceAccountRef("kube-system", "cluster-autoscaler")
+# The EKS managed add-on's controller account (aws-ebs-csi-driver docs, "IAM permissions").
+EBS_CSI_CONTROLLER = ServiceAccountRef("kube-system", "ebs-csi-controller-sa")
+# kube-prometheus-stack's Alertmanager and Grafana: they read their secrets from the store through
+# the CSI driver, so with Secrets Manager they need IRSA roles. components/monitoring.py sets these
+# names in the chart values (`alertmanager.serviceAccount.name`, `grafana.serviceAccount.name`).
+ALERTMANAGER_SERVICE_ACCOUNT_NAME = "kube-prometheus-stack-alertmanager"
+GRAFANA_SERVICE_ACCOUNT_NAME = "kube-prometheus-stack-grafana"
+
+
+def alertmanager_service_account(monitoring_namespace: str) -> ServiceAccountRef:
+    return ServiceAccountRef(monitoring_namespace, ALERTMANAGER_SERVICE_ACCOUNT_NAME)
+
+
+def grafana_service_account(monitoring_namespace: str) -> ServiceAccountRef:
+    return ServiceAccountRef(monitoring_namespace, GRAFANA_SERVICE_ACCOUNT_NAME)
 
 
 def model_service_account(model: ModelConfig) -> ServiceAccountRef:

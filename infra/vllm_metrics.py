@@ -22,6 +22,14 @@ NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
 # Fraction 0..1 of KV-cache blocks in use; 0.32.0 exports only this name (see RENAMED_METRICS).
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 TIME_TO_FIRST_TOKEN_SECONDS = "vllm:time_to_first_token_seconds"
+# What alerts and dashboards read (components/alert_rules.py, components/dashboards.py).
+INTER_TOKEN_LATENCY_SECONDS = "vllm:inter_token_latency_seconds"
+E2E_REQUEST_LATENCY_SECONDS = "vllm:e2e_request_latency_seconds"
+REQUEST_QUEUE_TIME_SECONDS = "vllm:request_queue_time_seconds"
+NUM_PREEMPTIONS = "vllm:num_preemptions_total"
+REQUEST_SUCCESS = "vllm:request_success_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
 MODEL_NAME_LABEL = "model_name"
 
 # Family name -> Prometheus type, as in the `# TYPE` lines of vLLM 0.32.0's /metrics. Counters

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the third-party tools the test suite checks the rendered stack with. Idempotent.
-#   promtool         Debian's `prometheus` package: checks and unit-tests the adapter's PromQL
+#   promtool         Debian's `prometheus` package: checks and unit-tests the adapter's PromQL and
+#                    the alert rules; its `prometheus` server evaluates the recorded vLLM series
+#                    (tests/support/recorded_prometheus.py, on loopback, no scrape targets)
 #   .venv-vllm       the pinned vLLM (CPU build) for argument-parser checks and end-to-end tests
 #   .venv-checkov    checkov in its own venv (its `packaging` pin conflicts with Pulumi's)
 #   ShellCheck       (Debian's shellcheck) over the workflows' run: scripts and scripts/*.sh
@@ -23,7 +25,7 @@ apt_install() {
 
 if ! command -v promtool >/dev/null 2>&1; then
   apt_install prometheus
-  # The package starts a Prometheus server on Debian hosts with systemd; the tests only need promtool.
+  # The package starts a Prometheus server on Debian hosts with systemd; the tests start their own.
   $sudo systemctl stop prometheus >/dev/null 2>&1 || true
 fi
 promtool --version | head -1

@@ -55,9 +55,85 @@ def test_prometheus_selects_every_pod_and_service_monitor_in_the_cluster(stack_r
     assert spec["serviceMonitorSelectorNilUsesHelmValues"] is False
     assert spec["scrapeInterval"] == f"{config.monitoring.scrape_interval_seconds}s"
     assert spec["retention"] == f"{config.monitoring.retention_days}d"
-    # No StorageClass on EKS without the EBS CSI driver: an emptyDir with a limit, retention below it.
-    assert spec["storageSpec"] == {"emptyDir": {"sizeLimit": "10Gi"}}
-    assert spec["retentionSize"] == "8704MiB"
+    assert spec["ruleSelectorNilUsesHelmValues"] is False  # the PrometheusRule vllm-platform
+
+
+def test_dev_and_staging_keep_prometheus_on_a_size_limited_empty_dir() -> None:
+    for stack in ("dev", "staging"):
+        spec = release(rendered(stack), "kube-prometheus-stack")["values"]["prometheus"]["prometheusSpec"]
+        assert spec["storageSpec"] == {"emptyDir": {"sizeLimit": "10Gi"}}
+        assert spec["retentionSize"] == "8704MiB"  # 85 % of the limit: old blocks go first
+        assert as_int(spec["replicas"]) == 1
+
+
+def test_prod_prometheus_survives_a_restart_two_replicas_on_gp3_volumes_on_different_nodes() -> None:
+    spec = release(rendered("prod"), "kube-prometheus-stack")["values"]["prometheus"]["prometheusSpec"]
+    assert as_int(spec["replicas"]) == 2
+    assert spec["podAntiAffinity"] == "hard"
+    claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert claim == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}},
+                     "storageClassName": "gp3"}
+    assert spec["retention"] == "30d"
+    assert spec["retentionSize"] == f"{int(50 * 0.85 * 1024)}MiB"
+    [storage_class] = [o for o in rendered("prod").find("StorageClass") if o["metadata"]["name"] == "gp3"]
+    assert storage_class["provisioner"] == "ebs.csi.aws.com"
+    assert storage_class["volumeBindingMode"] == "WaitForFirstConsumer"  # the pod's zone
+    assert storage_class["allowVolumeExpansion"] is True
+
+
+def test_prod_runs_alertmanager_with_receivers_from_the_secret_store_never_from_values() -> None:
+    values = release(rendered("prod"), "kube-prometheus-stack")["values"]["alertmanager"]
+    assert values["enabled"] is True
+    spec = values["alertmanagerSpec"]
+    assert spec["configSecret"] == "alertmanager-config"
+    assert "config" not in values and "route" not in str(values)  # no receivers in the values
+    [volume] = spec["volumes"]
+    assert volume["csi"]["volumeAttributes"] == {"secretProviderClass": "alertmanager-config"}
+    assert [m["name"] for m in spec["volumeMounts"]] == [volume["name"]]  # mounted: the driver syncs
+    [provider_class] = [o for o in rendered("prod").find("SecretProviderClass")
+                        if o["metadata"]["name"] == "alertmanager-config"]
+    assert provider_class["metadata"]["namespace"] == "monitoring"
+    assert provider_class["spec"]["secretObjects"] == [{
+        "secretName": "alertmanager-config", "type": "Opaque",
+        "data": [{"objectName": "alertmanager.yaml", "key": "alertmanager.yaml"}],
+    }]
+    assert "vllm-platform/prod/alertmanager" in provider_class["spec"]["parameters"]["objects"]
+    annotations = values["serviceAccount"]["annotations"]
+    assert annotations["eks.amazonaws.com/role-arn"].endswith("monitoring-kube-prometheus-stack-alertmanager")
+
+
+def test_prod_grafana_reads_its_admin_credential_from_the_secret_store_and_watches_dashboards() -> None:
+    values = release(rendered("prod"), "kube-prometheus-stack")["values"]["grafana"]
+    assert values["enabled"] is True
+    assert values["admin"] == {"existingSecret": "grafana-admin", "userKey": "admin-user",
+                               "passwordKey": "admin-password"}
+    assert "adminPassword" not in values
+    [mount] = values["extraSecretMounts"]
+    assert mount["csi"]["volumeAttributes"] == {"secretProviderClass": "grafana-admin"}
+    assert values["sidecar"]["dashboards"]["label"] == "grafana_dashboard"
+    assert values["sidecar"]["dashboards"]["labelValue"] == "1"
+    assert values["rbac"] == {"namespaced": True}  # the sidecars read the monitoring namespace only
+    [config_map] = [o for o in rendered("prod").find("ConfigMap")
+                    if o["metadata"]["name"] == "vllm-platform-dashboard-autoscaling"]
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    [provider_class] = [o for o in rendered("prod").find("SecretProviderClass")
+                        if o["metadata"]["name"] == "grafana-admin"]
+    keys = {item["key"] for item in provider_class["spec"]["secretObjects"][0]["data"]}
+    assert keys == {"admin-user", "admin-password"}
+
+
+def test_alertmanager_without_its_configuration_secret_is_rejected(tmp_path: Path) -> None:
+    message = config_error(tmp_path, lambda v: v.__setitem__("monitoring", {"alertmanager": True}))
+    assert "vllm-platform:monitoring.alertmanager_config_secret = null" in message
+    assert "receivers never go in the stack file" in message
+
+
+def test_the_ebs_csi_driver_is_an_eks_managed_add_on_with_its_own_irsa_role() -> None:
+    addons = rendered("prod").aws("aws:eks/addon:Addon")
+    [ebs] = [addon for addon in addons if addon.inputs["addonName"] == "aws-ebs-csi-driver"]
+    assert ebs.inputs["serviceAccountRoleArn"].endswith("kube-system-ebs-csi-controller-sa")
+    roles = rendered("prod").aws("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert any(r.inputs["policyArn"].endswith("service-role/AmazonEBSCSIDriverPolicy") for r in roles)
 
 
 def test_prometheus_can_keep_its_data_on_a_persistent_volume() -> None:
@@ -182,3 +258,19 @@ def test_adapter_url_is_split_the_way_the_chart_joins_it(url: str, expected: tup
 def test_prometheus_url_follows_the_monitoring_namespace() -> None:
     monitoring = load_stack("prod").monitoring.model_copy(update={"namespace": "observability"})
     assert prometheus_url(monitoring) == "http://kube-prometheus-stack-prometheus.observability.svc:9090"
+
+
+def test_dcgm_exporter_reads_the_gpus_every_five_seconds_with_the_default_counters() -> None:
+    [daemonset] = [o for o in rendered("prod").deployed_chart_objects
+                   if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "dcgm-exporter"]
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-3:] == ["-f", "/etc/dcgm-exporter/default-counters.csv",
+                                      "--collect-interval=5000"]
+
+
+def test_prod_alertmanager_chart_renders_no_secret_of_its_own() -> None:
+    secrets = [o for o in rendered("prod").deployed_chart_objects
+               if o["kind"] == "Secret" and "alertmanager" in o["metadata"]["name"]]
+    assert secrets == []
+    [alertmanager] = [o for o in rendered("prod").deployed_chart_objects if o["kind"] == "Alertmanager"]
+    assert alertmanager["spec"]["configSecret"] == "alertmanager-config"

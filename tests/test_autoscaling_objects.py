@@ -3,6 +3,7 @@ adapter's Pods metrics, or a KEDA ScaledObject on the same queries (`autoscaling
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -73,14 +74,24 @@ def test_hpa_scales_on_pods_metrics_with_the_configured_average_targets_and_boun
         ]
 
 
-def test_prod_hpa_holds_queue_5_kv_cache_80_percent_and_gpu_utilisation_80() -> None:
+def test_prod_hpa_holds_queue_5_and_kv_cache_80_percent_and_reads_no_gpu_busy_counter() -> None:
     spec = _autoscalers(rendered("prod"), "HorizontalPodAutoscaler")["vllm-llama-3-1-8b"]["spec"]
     targets = {m["pods"]["metric"]["name"]: m["pods"]["target"]["averageValue"] for m in spec["metrics"]}
-    assert targets == {
-        "vllm_num_requests_waiting": "5",
-        "vllm_kv_cache_usage_perc": "800m",
-        "dcgm_fi_dev_gpu_util": "80",
-    }
+    assert targets == {"vllm_num_requests_waiting": "5", "vllm_kv_cache_usage_perc": "800m"}
+
+
+def test_no_autoscaler_of_any_stack_reads_a_counter_that_is_full_at_one_request() -> None:
+    for stack in ("dev", "staging", "prod"):
+        for kind in ("HorizontalPodAutoscaler", "ScaledObject"):
+            for namespace, autoscaler in _autoscalers(rendered(stack), kind).items():
+                text = json.dumps(autoscaler["spec"])
+                assert "gpu_util" not in text.lower() and "GR_ENGINE_ACTIVE" not in text, (stack, namespace)
+
+
+def test_keda_falls_back_to_max_replicas_after_three_failed_queries() -> None:
+    spec = _autoscalers(rendered("prod"), "ScaledObject")["vllm-qwen2-5-7b-tp2"]["spec"]
+    assert spec["fallback"] == {"failureThreshold": 3, "replicas": spec["maxReplicaCount"]}
+    assert {trigger["metricType"] for trigger in spec["triggers"]} == {"AverageValue"}  # fallback needs it
 
 
 def test_hpa_scales_up_at_once_and_down_one_pod_per_five_minutes_after_ten_quiet_minutes() -> None:

@@ -115,9 +115,9 @@ def test_the_rule_check_catches_a_broken_query(tmp_path: Path) -> None:
 
 
 def test_synthetic_series_give_the_per_pod_values_and_averages_the_autoscalers_use(tmp_path: Path) -> None:
-    models = load_stack("prod").models
-    assert NAMESPACE in {model.namespace for model in models}
-    assert {signal.series for signal in hpa_signals(models)} == set(SIGNALS) - {"vllm:num_requests_running"}
+    models = _models_using_every_signal()
+    assert NAMESPACE in {model.namespace for model in load_stack("prod").models}
+    assert {signal.series for signal in hpa_signals(models)} == set(SIGNALS)
     _write_rules(tmp_path, models)
     shutil.copy(FIXTURES / "adapter_queries_test.yml", tmp_path)
     result = promtool("test", "rules", "adapter_queries_test.yml", cwd=tmp_path)
@@ -127,9 +127,9 @@ def test_synthetic_series_give_the_per_pod_values_and_averages_the_autoscalers_u
 
 def test_a_wrong_expectation_fails_the_promtool_test(tmp_path: Path) -> None:
     """The fixture's numbers are really compared (a changed aggregation would fail the test above)."""
-    _write_rules(tmp_path, load_stack("prod").models)
+    _write_rules(tmp_path, _models_using_every_signal())
     fixture = (FIXTURES / "adapter_queries_test.yml").read_text()
-    (tmp_path / "adapter_queries_test.yml").write_text(fixture.replace("value: 65", "value: 60"))
+    (tmp_path / "adapter_queries_test.yml").write_text(fixture.replace("value: 0.65", "value: 0.6"))
     result = promtool("test", "rules", "adapter_queries_test.yml", cwd=tmp_path)
     assert result.returncode != 0
-    assert "avg(adapter:dcgm_fi_dev_gpu_util)" in result.stdout + result.stderr
+    assert "avg(adapter:dcgm_fi_prof_pipe_tensor_active)" in result.stdout + result.stderr

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from components.adapter_rules import (
-    DCGM_GPU_UTILIZATION,
+    DCGM_TENSOR_ACTIVE,
     GROUP_BY,
     LABEL_MATCHERS,
     SERIES,
@@ -65,13 +65,9 @@ def test_stacks_without_hpa_models_serve_no_custom_metrics() -> None:
     assert adapter_rules(load_stack("dev").models) == []
 
 
-def test_prod_serves_queue_depth_kv_cache_and_gpu_utilisation() -> None:
+def test_prod_serves_queue_depth_and_kv_cache_but_no_gpu_signal_by_default() -> None:
     rules = adapter_rules(load_stack("prod").models)
-    assert _exposed_names(rules) == {
-        "vllm_num_requests_waiting",
-        "vllm_kv_cache_usage_perc",
-        "dcgm_fi_dev_gpu_util",
-    }
+    assert _exposed_names(rules) == {"vllm_num_requests_waiting", "vllm_kv_cache_usage_perc"}
 
 
 @pytest.mark.parametrize("signal", list(SIGNALS.values()), ids=list(SIGNALS))
@@ -117,7 +113,7 @@ def test_kv_cache_signal_is_the_name_the_pinned_vllm_exports() -> None:
 
 def test_per_pod_aggregation_sums_queues_and_averages_fractions_and_gpus() -> None:
     assert SIGNALS["vllm:num_requests_waiting"].per_pod == "sum"
-    assert SIGNALS[DCGM_GPU_UTILIZATION].per_pod == "avg"
+    assert SIGNALS[DCGM_TENSOR_ACTIVE].per_pod == "avg"
 
 
 def test_custom_metric_names_have_no_characters_the_api_path_rejects() -> None:
@@ -126,8 +122,8 @@ def test_custom_metric_names_have_no_characters_the_api_path_rejects() -> None:
 
 
 def test_keda_query_sums_the_per_pod_query_over_the_deployments_pods() -> None:
-    query = keda_query(SIGNALS[DCGM_GPU_UTILIZATION], namespace="vllm-m", deployment_name="vllm")
-    assert query == 'sum(avg(DCGM_FI_DEV_GPU_UTIL{namespace="vllm-m",pod=~"vllm-.+"}) by (pod))'
+    query = keda_query(SIGNALS[DCGM_TENSOR_ACTIVE], namespace="vllm-m", deployment_name="vllm")
+    assert query == 'sum(avg(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{namespace="vllm-m",pod=~"vllm-.+"}) by (pod))'
 
 
 @pytest.mark.parametrize(
@@ -163,10 +159,10 @@ def test_renamed_kv_cache_metric_is_rejected_with_the_new_name(tmp_path: Path) -
 
 def test_unknown_metric_is_rejected_with_the_signals_that_work(tmp_path: Path) -> None:
     message = config_error(
-        tmp_path, _autoscale([{"metric": "DCGM_FI_DEV_GPU_UTILS", "target_average_value": 80}])
+        tmp_path, _autoscale([{"metric": "DCGM_FI_PROF_PIPE_TENSOR_ACTIV", "target_average_value": 0.5}])
     )
     assert "vllm-platform:models[0].autoscaling.metrics[0].metric" in message
-    assert "did you mean DCGM_FI_DEV_GPU_UTIL?" in message
+    assert "did you mean DCGM_FI_PROF_PIPE_TENSOR_ACTIVE?" in message
     assert "vllm:num_requests_waiting" in message
 
 
@@ -205,9 +201,17 @@ def test_a_target_finer_than_a_milli_unit_is_rejected(tmp_path: Path) -> None:
     assert "vllm-platform:models[0].autoscaling.metrics[0].target_average_value = 0.8005" in message
 
 
-def test_gpu_utilisation_without_the_dcgm_exporter_is_rejected(tmp_path: Path) -> None:
+@pytest.mark.parametrize("series", ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"])
+def test_a_gpu_busy_counter_that_reads_full_at_one_request_is_refused(tmp_path: Path, series: str) -> None:
+    message = config_error(tmp_path, _autoscale([{"metric": series, "target_average_value": 80}]))
+    assert f'vllm-platform:models[0].autoscaling.metrics[0].metric = "{series}"' in message
+    assert "reads ~100 % with a single stream" in message
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in message
+
+
+def test_gpu_signal_without_the_dcgm_exporter_is_rejected(tmp_path: Path) -> None:
     def edit(values: dict[str, Any]) -> None:
-        _autoscale([{"metric": "DCGM_FI_DEV_GPU_UTIL", "target_average_value": 80}])(values)
+        _autoscale([{"metric": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "target_average_value": 0.5}])(values)
         values["addons"] = {"dcgm_exporter": False}
 
     message = config_error(tmp_path, edit)

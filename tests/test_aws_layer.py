@@ -18,8 +18,11 @@ import yaml
 from components.service_accounts import (
     AWS_LOAD_BALANCER_CONTROLLER,
     CLUSTER_AUTOSCALER,
+    EBS_CSI_CONTROLLER,
     EFS_CSI_CONTROLLER,
     ServiceAccountRef,
+    alertmanager_service_account,
+    grafana_service_account,
     model_service_account,
 )
 from infra.aws.addons import addons_after_nodes, addons_before_nodes
@@ -342,10 +345,13 @@ def test_oidc_provider_serves_irsa_with_the_sts_audience() -> None:
 
 
 @pytest.mark.parametrize("stack", EKS_STACKS)
-def test_managed_addons_are_vpc_cni_kube_proxy_and_coredns_with_network_policy_enforced(stack: str) -> None:
+def test_managed_addons_are_vpc_cni_kube_proxy_coredns_and_the_ebs_csi_driver_with_network_policy_enforced(
+    stack: str,
+) -> None:
     render = rendered(stack)
     addons = {a.inputs["addonName"]: a.inputs for a in render.aws("aws:eks/addon:Addon")}
-    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns"}
+    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver"}
+    assert addons["aws-ebs-csi-driver"]["serviceAccountRoleArn"].endswith("kube-system-ebs-csi-controller-sa")
     assert json.loads(addons["vpc-cni"]["configurationValues"]) == {"enableNetworkPolicy": "true"}
     assert cluster(render)["bootstrapSelfManagedAddons"] is False
 
@@ -354,6 +360,8 @@ def test_addons_split_into_before_and_after_nodes() -> None:
     assert [a.name for a in addons_before_nodes(network_policies=True)] == ["vpc-cni", "kube-proxy"]
     assert addons_before_nodes(network_policies=False)[0].configuration == {}
     assert [a.name for a in addons_after_nodes()] == ["coredns"]
+    with_ebs = addons_after_nodes("arn:aws:iam::1:role/ebs")
+    assert [a.name for a in with_ebs] == ["coredns", "aws-ebs-csi-driver"]
 
 
 def test_kubeconfig_exec_names_cluster_and_region() -> None:
@@ -681,6 +689,14 @@ def _expected_accounts(config: PlatformConfig) -> set[str]:
         accounts.add(EFS_CSI_CONTROLLER.key)
     if config.addons.aws_load_balancer_controller.enabled:
         accounts.add(AWS_LOAD_BALANCER_CONTROLLER.key)
+    if config.addons.ebs_csi_driver.enabled:
+        accounts.add(EBS_CSI_CONTROLLER.key)
+    if config.security.secret_store.provider == "aws-secrets-manager":
+        # Alertmanager and Grafana read their configuration and credential from Secrets Manager.
+        if config.monitoring.alertmanager:
+            accounts.add(alertmanager_service_account(config.monitoring.namespace).key)
+        if config.monitoring.grafana:
+            accounts.add(grafana_service_account(config.monitoring.namespace).key)
     for model in config.models:
         uses_secrets_manager = config.security.secret_store.provider == "aws-secrets-manager"
         if model.source.s3_uri or uses_secrets_manager:

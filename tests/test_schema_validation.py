@@ -127,6 +127,7 @@ def _schema_checked_elsewhere(obj: dict[str, Any]) -> list[str]:
 # Reviewed: custom resources whose CRDs come with the pinned add-on charts. Each has field checks.
 ALLOWED_CUSTOM_RESOURCES: dict[tuple[str, str], CustomResourceCheck] = {
     ("monitoring.coreos.com/v1", "Prometheus"): _schema_checked_elsewhere,
+    ("monitoring.coreos.com/v1", "Alertmanager"): _schema_checked_elsewhere,
     ("elbv2.k8s.aws/v1beta1", "IngressClassParams"): _schema_checked_elsewhere,
     ("secrets-store.csi.x-k8s.io/v1", "SecretProviderClass"): _secret_provider_class_problems,
     ("keda.sh/v1alpha1", "ScaledObject"): _scaled_object_problems,

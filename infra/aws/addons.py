@@ -20,12 +20,15 @@ import pulumi_aws as aws
 VPC_CNI = "vpc-cni"
 KUBE_PROXY = "kube-proxy"
 COREDNS = "coredns"
+EBS_CSI_DRIVER = "aws-ebs-csi-driver"
 
 
 @dataclass(frozen=True)
 class AddonSpec:
     name: str
     configuration: dict[str, Any] = field(default_factory=dict)
+    service_account_role_arn: pulumi.Input[str] | None = None
+    """IRSA role of the add-on's controller (EKS annotates its service account)."""
 
 
 def vpc_cni_configuration(network_policies: bool) -> dict[str, Any]:
@@ -38,8 +41,12 @@ def addons_before_nodes(network_policies: bool) -> list[AddonSpec]:
     return [AddonSpec(VPC_CNI, vpc_cni_configuration(network_policies)), AddonSpec(KUBE_PROXY)]
 
 
-def addons_after_nodes() -> list[AddonSpec]:
-    return [AddonSpec(COREDNS)]
+def addons_after_nodes(ebs_csi_role_arn: pulumi.Input[str] | None = None) -> list[AddonSpec]:
+    """CoreDNS, and with `addons.ebs_csi_driver` the EBS CSI driver (its controller needs nodes too)."""
+    specs = [AddonSpec(COREDNS)]
+    if ebs_csi_role_arn is not None:
+        specs.append(AddonSpec(EBS_CSI_DRIVER, service_account_role_arn=ebs_csi_role_arn))
+    return specs
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class ManagedAddons(pulumi.ComponentResource):
                     addon_name=spec.name,
                     addon_version=version,
                     configuration_values=json.dumps(spec.configuration) if spec.configuration else None,
+                    service_account_role_arn=spec.service_account_role_arn,
                     # This stack is the source of truth for add-on settings.
                     resolve_conflicts_on_create="OVERWRITE",
                     resolve_conflicts_on_update="OVERWRITE",

@@ -11,6 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.cluster_context import ClusterContext
+from components.service_accounts import EBS_CSI_CONTROLLER
 from infra.aws.addons import ManagedAddons, ManagedAddonsArgs, addons_after_nodes, addons_before_nodes
 from infra.aws.cluster import EksCluster, EksClusterArgs, admin_principals, kubeconfig
 from infra.aws.irsa import ServiceAccountRoles, ServiceAccountRolesArgs, service_account_role_specs
@@ -113,17 +114,6 @@ class AwsInfrastructure(pulumi.ComponentResource):
             ),
             opts=children,
         )
-        dns_addons = ManagedAddons(
-            f"{name}-addons-dns",
-            ManagedAddonsArgs(
-                cluster_name=cluster.name_output,
-                kubernetes_version=cluster_config.kubernetes_version,
-                addons=addons_after_nodes(),
-                provider=provider,
-                depends_on=list(nodes.groups.values()),
-            ),
-            opts=children,
-        )
         storage = ModelStorage(
             f"{name}-storage",
             ModelStorageArgs(
@@ -151,6 +141,17 @@ class AwsInfrastructure(pulumi.ComponentResource):
             opts=children,
         )
 
+        dns_addons = ManagedAddons(
+            f"{name}-addons-dns",
+            ManagedAddonsArgs(
+                cluster_name=cluster.name_output,
+                kubernetes_version=cluster_config.kubernetes_version,
+                addons=addons_after_nodes(roles.role_arns.get(EBS_CSI_CONTROLLER.key)),
+                provider=provider,
+                depends_on=list(nodes.groups.values()),
+            ),
+            opts=children,
+        )
         self.kubeconfig = pulumi.Output.all(cluster.endpoint, cluster.certificate_authority_data).apply(
             lambda values: kubeconfig(cluster_name, region, values[0], values[1])
         )

@@ -17,8 +17,11 @@ import pulumi_aws as aws
 from components.service_accounts import (
     AWS_LOAD_BALANCER_CONTROLLER,
     CLUSTER_AUTOSCALER,
+    EBS_CSI_CONTROLLER,
     EFS_CSI_CONTROLLER,
     ServiceAccountRef,
+    alertmanager_service_account,
+    grafana_service_account,
     model_service_account,
 )
 from infra.aws.policies import (
@@ -35,6 +38,7 @@ from infra.config import PlatformConfig
 
 IAM_ROLE_NAME_MAX = 64
 EFS_CSI_DRIVER_MANAGED_POLICY = "service-role/AmazonEFSCSIDriverPolicy"
+EBS_CSI_DRIVER_MANAGED_POLICY = "service-role/AmazonEBSCSIDriverPolicy"
 
 
 def iam_role_name(cluster_name: str, account: ServiceAccountRef) -> str:
@@ -90,6 +94,12 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
         specs.append(
             ServiceAccountRoleSpec(EFS_CSI_CONTROLLER, managed_policies=(EFS_CSI_DRIVER_MANAGED_POLICY,))
         )
+    if addons.ebs_csi_driver.enabled:
+        specs.append(
+            ServiceAccountRoleSpec(EBS_CSI_CONTROLLER, managed_policies=(EBS_CSI_DRIVER_MANAGED_POLICY,))
+        )
+    if secrets_manager:
+        specs += _monitoring_secret_roles(config, location)
     if addons.aws_load_balancer_controller.enabled:
         specs.append(
             ServiceAccountRoleSpec(AWS_LOAD_BALANCER_CONTROLLER, policy=load_balancer_controller_policy())
@@ -101,6 +111,25 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
                 CLUSTER_AUTOSCALER, policy=cluster_autoscaler_policy(location, config.cluster.name)
             )
         )
+    return specs
+
+
+def _monitoring_secret_roles(config: PlatformConfig, location: AwsLocation) -> list[ServiceAccountRoleSpec]:
+    """Alertmanager and Grafana read their configuration and credential from Secrets Manager."""
+    monitoring = config.monitoring
+    if not (monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack"):
+        return []
+    readers = []
+    if monitoring.alertmanager and monitoring.alertmanager_config_secret is not None:
+        readers.append((alertmanager_service_account(monitoring.namespace),
+                        monitoring.alertmanager_config_secret.name))
+    if monitoring.grafana and monitoring.grafana_admin_secret is not None:
+        readers.append((grafana_service_account(monitoring.namespace), monitoring.grafana_admin_secret))
+    specs = []
+    for account, secret_name in readers:
+        policy = model_access_policy(location=location, s3_bucket=None, s3_prefix=None,
+                                     secret_names=(secret_name,))
+        specs.append(ServiceAccountRoleSpec(account, policy=policy))
     return specs
 
 

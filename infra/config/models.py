@@ -201,22 +201,24 @@ class AutoscalingMetricConfig(StrictModel):
 
     metric: str
     """Prometheus series: vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc
-    or DCGM_FI_DEV_GPU_UTIL (the catalogue in components/adapter_rules.py; docs/autoscaling.md)."""
+    or DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (the catalogue in components/adapter_rules.py;
+    docs/autoscaling.md). DCGM_FI_DEV_GPU_UTIL is refused: it reads full at one request."""
     target_average_value: Annotated[float, Field(gt=0)]
     """Per-pod average the autoscaler holds the metric at, in the metric's unit (requests, fraction
-    0–1 of the KV cache, percent GPU utilisation); at most three decimals (a Kubernetes quantity)."""
+    0–1 of the KV cache, fraction 0–1 of tensor-pipe cycles); at most three decimals (a Kubernetes
+    quantity)."""
 
 
 def _default_autoscaling_metrics() -> list[AutoscalingMetricConfig]:
     return [
         AutoscalingMetricConfig(metric="vllm:num_requests_waiting", target_average_value=5),
         AutoscalingMetricConfig(metric="vllm:kv_cache_usage_perc", target_average_value=0.8),
-        AutoscalingMetricConfig(metric="DCGM_FI_DEV_GPU_UTIL", target_average_value=80),
     ]
 
 
 class AutoscalingConfig(StrictModel):
-    """Replicas driven by vLLM's queue and KV-cache usage and DCGM GPU utilisation (docs/autoscaling.md)."""
+    """Replicas driven by vLLM's queue and KV-cache usage, optionally DCGM's tensor-pipe activity
+    (docs/autoscaling.md)."""
 
     enabled: bool = False
     """Off: the Deployment runs `replicas` pods. On: an autoscaler owns the replica count."""
@@ -231,7 +233,7 @@ class AutoscalingConfig(StrictModel):
         default_factory=_default_autoscaling_metrics
     )
     """Signals; the autoscaler follows whichever asks for the most replicas. Default: queue depth 5,
-    KV cache 0.8, GPU utilisation 80 %."""
+    KV cache 0.8 (vLLM's own signals lead: they grow with the load users put on a replica)."""
     scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
     """Scale up on the first reading above target: a new replica takes minutes to load the model."""
     scale_up_pods_per_period: Annotated[int, Field(ge=1)] = 4
@@ -248,9 +250,24 @@ class AutoscalingConfig(StrictModel):
     """Remove at most `scale_down_pods_per_period` pods per this period."""
     keda_polling_interval_seconds: Annotated[int, Field(ge=5, le=300)] = 15
     """`backend: keda`: how often KEDA queries Prometheus."""
+    keda_fallback_replicas: Annotated[int, Field(ge=1)] | None = None
+    """`backend: keda`: replicas KEDA sets while its Prometheus query fails (its `fallback`); null =
+    max_replicas: while the autoscaler is blind, capacity matters more than cost. (An HPA keeps its
+    current count when its metrics fail.)"""
+    keda_fallback_failure_threshold: Annotated[int, Field(ge=1, le=60)] = 3
+    """`backend: keda`: failed queries in a row before the fallback applies."""
 
     @model_validator(mode="after")
     def _bounds_ordered(self) -> AutoscalingConfig:
+        if self.keda_fallback_replicas is not None and not (
+            self.min_replicas <= self.keda_fallback_replicas <= self.max_replicas
+        ):
+            raise ConfigProblem(
+                f"keda_fallback_replicas {self.keda_fallback_replicas} is outside min_replicas "
+                f"{self.min_replicas} .. max_replicas {self.max_replicas}; choose a count in that range "
+                "or null (max_replicas)",
+                at=("keda_fallback_replicas",),
+            )
         if self.min_replicas > self.max_replicas:
             raise ConfigProblem(
                 f"min_replicas {self.min_replicas} is larger than max_replicas {self.max_replicas}; "
@@ -473,6 +490,25 @@ class SecretRefConfig(StrictModel):
     """Key inside the secret (JSON key for Secrets Manager, field for Vault/Kubernetes)."""
 
 
+class SloConfig(StrictModel):
+    """A model's service-level objectives: the alert thresholds of components/alert_rules.py
+    (docs/operations.md). Latencies are vLLM's own histograms, over 5-minute rates."""
+
+    time_to_first_token_p95_seconds: Annotated[float, Field(gt=0, le=600)] = 2.0
+    """p95 time to first token (vLLM's `vllm:time_to_first_token_seconds`, queueing included)."""
+    inter_token_latency_p95_seconds: Annotated[float, Field(gt=0, le=60)] = 0.1
+    """p95 time per output token while streaming (`vllm:inter_token_latency_seconds`)."""
+    latency_for_minutes: Annotated[int, Field(ge=1, le=120)] = 10
+    """A latency objective is missed this long before the alert fires."""
+    error_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.01
+    """Share of API requests answered 5xx (vLLM's `http_requests_total`) that fires the error alert."""
+    queue_minutes: Annotated[int, Field(ge=1, le=120)] = 5
+    """Requests waiting the whole time and the queue not shrinking for this long: the autoscaler
+    is not keeping up (at its maximum, or no GPU node for new replicas)."""
+    kv_cache_usage_ratio: Annotated[float, Field(gt=0, le=1)] = 0.95
+    """A pod's KV-cache usage (0–1) above this for 5 minutes: requests are about to be preempted."""
+
+
 class ModelConfig(StrictModel):
     """One served model: its own namespace, vLLM Deployment, Service, PDB, autoscaler and ingress."""
 
@@ -490,6 +526,8 @@ class ModelConfig(StrictModel):
     replicas: Annotated[int, Field(ge=0, le=INT32_MAX)] = 1
     """Fixed replica count, used when autoscaling is off."""
     autoscaling: AutoscalingConfig = AutoscalingConfig()
+    slo: SloConfig = SloConfig()
+    """Alert thresholds for this model (docs/operations.md)."""
     vllm: VllmEngineConfig = VllmEngineConfig()
     resources: ResourcesConfig = ResourcesConfig()
     """CPU, memory and `/dev/shm` of the vLLM container and the preloader."""

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 from infra.config.base import Cidr, Hostname, Labels, PinnedImage, StrictModel, dns_label
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
-from infra.config.models import ModelConfig
+from infra.config.models import ModelConfig, SecretRefConfig
 from infra.versions import MODEL_CACHE_IMAGE
 
 
@@ -172,6 +172,19 @@ def _check_prometheus_url(value: str) -> str:
     return value.rstrip("/")
 
 
+class AlertsConfig(StrictModel):
+    """Platform-wide alert rules (per-model thresholds are `models[].slo`); docs/operations.md."""
+
+    enabled: bool = True
+    """Create the PrometheusRule `vllm-platform` (needs a Prometheus Operator)."""
+    gpu_temperature_celsius: Annotated[int, Field(ge=50, le=110)] = 85
+    """A GPU hotter than this for 5 minutes (DCGM_FI_DEV_GPU_TEMP) fires GpuTemperatureHigh."""
+    autoscaler_at_max_minutes: Annotated[int, Field(ge=1, le=240)] = 15
+    """An autoscaler at max_replicas this long fires AutoscalerAtMaximum."""
+    no_ready_replica_minutes: Annotated[int, Field(ge=1, le=60)] = 5
+    """A model with no available replica this long fires ModelNoReadyReplica."""
+
+
 class MonitoringConfig(StrictModel):
     """Prometheus scraping vLLM and DCGM, which the Prometheus Adapter and KEDA read (docs/autoscaling.md)."""
 
@@ -207,18 +220,30 @@ class MonitoringConfig(StrictModel):
     volume never fills before `retention_days`."""
     prometheus_persistent_volume: bool = False
     """Keep Prometheus' data on a PersistentVolume instead of an emptyDir (lost when the pod moves).
-    Needs a StorageClass that provisions ReadWriteOnce volumes: on EKS the EBS CSI driver, which this
-    stack does not install. Autoscaling reads only the last minutes, so it works either way."""
+    Needs a StorageClass that provisions ReadWriteOnce volumes: in mode `eks` the EBS CSI driver
+    (`addons.ebs_csi_driver`) and its StorageClass `gp3`."""
     prometheus_storage_class: str | None = None
-    """With prometheus_persistent_volume: the volume's StorageClass; null = the cluster's default."""
+    """With prometheus_persistent_volume: the volume's StorageClass; null = `gp3` when
+    addons.ebs_csi_driver is on, else the cluster's default."""
+    prometheus_replicas: Annotated[int, Field(ge=1, le=3)] = 1
+    """Prometheus replicas, each scraping everything into its own volume: with 2 a restart or a
+    node drain leaves the autoscalers' series (and alerts) served by the other."""
     grafana: bool = False
     """kube-prometheus-stack's Grafana. Off by default: it needs `grafana_admin_secret`, because the
     chart's built-in admin password is public."""
-    grafana_admin_secret: Annotated[str, dns_label(253)] | None = None
-    """Kubernetes Secret in `namespace` with keys `admin-user` and `admin-password`, created outside
-    this stack (from the secret store)."""
+    grafana_admin_secret: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    """Grafana's admin credential in the secret store (`security.secret_store`), with keys
+    `admin-user` and `admin-password`: a Secrets Manager secret name (JSON keys) or Vault path, synced
+    by the Secrets Store CSI driver; with provider `kubernetes-secret`, a Secret in `namespace`."""
     alertmanager: bool = False
-    """kube-prometheus-stack's Alertmanager; off until receivers are configured."""
+    """kube-prometheus-stack's Alertmanager; needs `alertmanager_config_secret` (its receivers)."""
+    alertmanager_config_secret: SecretRefConfig | None = None
+    """The Alertmanager configuration (receivers, routes; alertmanager.yaml as text) in the secret
+    store, at `key`: never in the stack file. Synced by the Secrets Store CSI driver into the Secret
+    the Alertmanager reads (`configSecret`); with provider `kubernetes-secret`, a Secret in
+    `namespace` with that key."""
+    alerts: AlertsConfig = AlertsConfig()
+    """Alert rules (PrometheusRule) for every model and GPU."""
 
     @model_validator(mode="after")
     def _grafana_has_credentials(self) -> MonitoringConfig:
@@ -228,6 +253,14 @@ class MonitoringConfig(StrictModel):
                 "keys admin-user and admin-password (the chart's default password is public); or set "
                 "grafana: false",
                 at=("grafana_admin_secret",),
+                value=None,
+            )
+        if self.alertmanager and self.alertmanager_config_secret is None:
+            raise ConfigProblem(
+                "Alertmanager needs alertmanager_config_secret: the secret-store entry holding its "
+                "alertmanager.yaml (receivers), e.g. {name: vllm-platform/prod/alertmanager, key: "
+                "alertmanager.yaml}; receivers never go in the stack file. Or set alertmanager: false",
+                at=("alertmanager_config_secret",),
                 value=None,
             )
         return self
@@ -288,7 +321,17 @@ class NvidiaDevicePluginConfig(GpuAddonConfig):
 
 
 class DcgmExporterConfig(GpuAddonConfig):
-    """NVIDIA DCGM exporter on the GPU nodes, with pod attribution (per-pod GPU utilisation)."""
+    """NVIDIA DCGM exporter on the GPU nodes, with pod attribution (per-pod GPU metrics)."""
+
+    collect_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 5
+    """How often the exporter reads the GPUs' counters (its `-c`, upstream default 30 s). A GPU
+    signal is at most this plus the scrape interval old; the cost is in docs/operations.md."""
+
+
+class EbsCsiDriverConfig(AddonConfig):
+    """Mode `eks`: the EBS CSI driver as an EKS managed add-on (IRSA role; EKS picks the add-on
+    version for the cluster's Kubernetes version) and the StorageClass `gp3`, for Prometheus'
+    persistent volumes."""
 
 
 class ImagePrepullConfig(GpuAddonConfig):
@@ -358,6 +401,7 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
     "metrics_server": (True, False),
     "cluster_autoscaler": (True, False),
     "image_prepull": (True, True),
+    "ebs_csi_driver": (True, False),
 }
 
 
@@ -376,6 +420,8 @@ class AddonsConfig(StrictModel):
     cluster_autoscaler: ClusterAutoscalerConfig = ClusterAutoscalerConfig()
     image_prepull: ImagePrepullConfig = ImagePrepullConfig()
     """Pull the pinned vLLM image on every GPU node ahead of scale-up."""
+    ebs_csi_driver: EbsCsiDriverConfig = EbsCsiDriverConfig()
+    """EBS volumes for Prometheus (EKS managed add-on; no chart)."""
 
 
 def _fill_addon_defaults(addons: Any, mode: str) -> Any:

@@ -6,6 +6,7 @@
     metrics-server                                  resource metrics (kubectl top, CPU-based HPAs)
     Cluster Autoscaler (IRSA)                       GPU nodes for the replicas an HPA adds
     KEDA                                            models with `autoscaling.backend: keda`
+    Argo Rollouts                                   models with `rollout.strategy: canary`
 
 Which add-on is on by default depends on `cluster.mode` (infra/config/platform.py ADDON_DEFAULTS;
 docs/autoscaling.md explains each choice). Values are built by the pure `*_values` functions so
@@ -36,6 +37,7 @@ from components.service_accounts import (
 from infra.config.errors import Problem
 from infra.config.platform import PlatformConfig
 from infra.versions import (
+    ARGO_ROLLOUTS_CHART,
     AWS_EFS_CSI_DRIVER_CHART,
     AWS_LOAD_BALANCER_CONTROLLER_CHART,
     CLUSTER_AUTOSCALER_CHART,
@@ -51,6 +53,7 @@ from infra.versions import (
 
 ADDONS_NAMESPACE = "kube-system"
 KEDA_NAMESPACE = "keda"
+ARGO_ROLLOUTS_NAMESPACE = "argo-rollouts"
 EFS_STORAGE_CLASS = "efs-sc"
 """The model volume's StorageClass (components/model_service.py MODEL_VOLUME_STORAGE_CLASS)."""
 EFS_BASE_PATH = "/vllm-platform"
@@ -201,6 +204,28 @@ def keda_values() -> dict[str, Any]:
     return {"tolerations": []}
 
 
+ARGO_ROLLOUTS_PROVIDERS = ("istio", "smi", "ambassador", "awsLoadBalancerController", "awsAppMesh", "traefik",
+                           "apisix", "contour", "glooPlatform", "gatewayAPI")
+"""The chart's provider RBAC switches (values.yaml `providerRBAC.providers`), all on by default."""
+
+
+def argo_rollouts_values() -> dict[str, Any]:
+    """The controller only (no dashboard), two replicas with leader election and a PDB, and RBAC for
+    the one traffic router the canaries use: the AWS Load Balancer Controller's Ingress and
+    TargetGroupBindings (components/rollouts.py)."""
+    return {
+        "installCRDs": True,
+        # Deleting the release must not delete every Rollout with its CRD (and the pods with them).
+        "keepCRDs": True,
+        "controller": {"replicas": 2, "pdb": {"enabled": True, "minAvailable": 1}},
+        "dashboard": {"enabled": False},
+        "providerRBAC": {
+            "enabled": True,
+            "providers": {name: name == "awsLoadBalancerController" for name in ARGO_ROLLOUTS_PROVIDERS},
+        },
+    }
+
+
 @dataclass(frozen=True)
 class ClusterAddonsArgs:
     config: PlatformConfig
@@ -277,6 +302,10 @@ class ClusterAddons(pulumi.ComponentResource):
         if addons.keda.enabled:
             self.keda_release = release("keda", KEDA_CHART, keda_values(), addons.keda.chart_version,
                                         namespace=KEDA_NAMESPACE)
+        if addons.argo_rollouts.enabled:
+            release("argo-rollouts", ARGO_ROLLOUTS_CHART, argo_rollouts_values(),
+                    addons.argo_rollouts.chart_version,
+                    namespace=ARGO_ROLLOUTS_NAMESPACE)
         self.register_outputs({"releases": [r.name for r in self.releases]})
 
 

@@ -22,6 +22,7 @@ import pulumi_kubernetes as kubernetes
 from components.adapter_rules import adapter_rules
 from components.cluster_addons import node_agent_tolerations, pinned_release
 from components.labels import MODEL_LABEL, PART_OF, VLLM_APP_NAME
+from components.rollouts import POD_TEMPLATE_HASH_LABEL, POD_TEMPLATE_HASH_SERIES_LABEL
 from infra.config.platform import MonitoringConfig, PlatformConfig
 from infra.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
 
@@ -117,8 +118,13 @@ def vllm_pod_monitor_spec(config: PlatformConfig) -> dict[str, Any]:
                 "path": "/metrics",
                 "interval": f"{config.monitoring.scrape_interval_seconds}s",
                 # `namespace` and `pod` come with every target (the adapter maps them to resources);
-                # `model` makes dashboards readable.
-                "relabelings": [{"sourceLabels": [_meta_label(MODEL_LABEL)], "targetLabel": "model"}],
+                # `model` makes dashboards readable; a canary's analysis tells the stable pods from
+                # the canary ones by the ReplicaSet hash Argo Rollouts labels them with.
+                "relabelings": [
+                    {"sourceLabels": [_meta_label(MODEL_LABEL)], "targetLabel": "model"},
+                    {"sourceLabels": [_meta_label(POD_TEMPLATE_HASH_LABEL)],
+                     "targetLabel": POD_TEMPLATE_HASH_SERIES_LABEL},
+                ],
             }
         ],
     }

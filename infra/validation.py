@@ -21,6 +21,7 @@ def platform_checks() -> list[PlatformCheck]:
     from components.cluster_addons import addon_mode_problems
     from components.gpu_addons import gpu_registration_problems, gpu_toleration_problems
     from components.model_service import preload_source_problems
+    from components.rollouts import rollout_problems
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import server_argument_problems
     from infra.capacity.plan import capacity_problems
@@ -29,7 +30,7 @@ def platform_checks() -> list[PlatformCheck]:
     return [capacity_problems, autoscaling_metric_problems, autoscaling_pipeline_problems,
             gpu_toleration_problems, gpu_registration_problems, addon_mode_problems,
             server_argument_problems, secret_reference_problems, ingress_host_problems,
-            preload_source_problems, tuning_profile_problems]
+            preload_source_problems, tuning_profile_problems, rollout_problems]
 
 
 def ingress_host_problems(config: PlatformConfig) -> list[Problem]:

@@ -441,7 +441,8 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
                         "canary",
                         "during a canary a node keeps the old and the new revision on its NVMe "
                         f"({both_gib:.0f} GiB), but the smallest instance type of '{model.gpu_group}' "
-                        f"has {smallest} GiB; pick instance types with more local NVMe or use rollout.strategy: rolling",
+                        f"has {smallest} GiB; pick instance types with more local NVMe or use "
+                        "rollout.strategy: rolling",
                     )
                 )
     problems += _shared_volume_problems(config)

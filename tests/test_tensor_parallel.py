@@ -37,13 +37,13 @@ from infra.config import ConfigError, load_stack
 from infra.config.models import DEFAULT_NCCL_ENV, VllmEngineConfig
 from infra.render import RenderResult
 from infra.vllm_flags import check_server_arguments
-from tests.conftest import REPO_ROOT, rendered
+from tests.conftest import REPO_ROOT, model_workloads, rendered
 
 TP_MODEL = prepare.MODEL
 
 
 def _vllm_container(result: RenderResult, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    deployment = result.find("Deployment", namespace=f"vllm-{model}")[0]
+    deployment = model_workloads(result, f"vllm-{model}")[0]
     spec = deployment["spec"]["template"]["spec"]
     return spec, next(c for c in spec["containers"] if c["name"] == "vllm")
 

@@ -248,10 +248,11 @@ def _lab_path(
 
 def find_vllm_container(result: Any, model: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     namespace = f"vllm-{model}"
-    deployments = result.find("Deployment", namespace=namespace)
+    # A canary model's pods run under an Argo Rollouts Rollout with the same pod template.
+    deployments = [o for kind in ("Deployment", "Rollout") for o in result.find(kind, namespace=namespace)]
     if len(deployments) != 1:
         raise LookupError(
-            f"expected one Deployment in namespace {namespace}, the render has {len(deployments)}"
+            f"expected one Deployment or Rollout in namespace {namespace}, the render has {len(deployments)}"
         )
     deployment = deployments[0]
     pod_spec = deployment["spec"]["template"]["spec"]

@@ -420,9 +420,10 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
                 Problem(
                     (*path, "strategy"),
                     "canary",
-                    f"the canary runs {peak} pods at its peak ({model.max_replicas} replicas plus the "
-                    "canary's "
-                    f"extra pod) = {needed} GPUs, but node group '{model.gpu_group}' has at most {available} "
+                    f"the canary runs {peak} pods at its peak (up to {model.max_replicas} "
+                    f"replica{'s' if model.max_replicas != 1 else ''} plus the canary's extra pod) = "
+                    f"{needed} GPUs, but node group "
+                    f"'{model.gpu_group}' has at most {available} "
                     "(max_size × GPUs per node); no room to surge: raise "
                     f"node_groups.gpu.{model.gpu_group}.max_size, "
                     "lower the replicas, or use rollout.strategy: rolling",

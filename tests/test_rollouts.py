@@ -16,6 +16,7 @@ import pytest
 from components import model_service, rollouts
 from components.labels import model_selector_labels
 from components.monitoring import prometheus_url
+from infra.config import load_stack
 from infra.config.rollout import CanaryConfig
 from infra.render import RenderResult
 from tests.conftest import model_workloads, rendered
@@ -269,3 +270,61 @@ def test_steps_must_increase_and_stay_below_100() -> None:
     for steps, fragment in (([50, 10], "must increase"), ([10, 100], "below 100"), ([0], "above 0")):
         with pytest.raises(ValueError, match=fragment):
             CanaryConfig(steps=steps)
+
+
+# --- checks over the config ------------------------------------------------------------------------
+
+
+def _prod_with(**model_updates: Any) -> Any:
+    """prod with its first model's canary analysis (or other fields) changed, unchecked."""
+    config = load_stack("prod")
+    model = config.models[0]
+    if "analysis" in model_updates:
+        canary = model.rollout.canary.model_copy(update={"analysis": model_updates.pop("analysis")})
+        model_updates["rollout"] = model.rollout.model_copy(update={"canary": canary})
+    return config.model_copy(update={"models": [model.model_copy(update=model_updates), *config.models[1:]]})
+
+
+def _problems_at(config: Any) -> dict[str, str]:
+    return {problem.key_path(): problem.message for problem in rollouts.rollout_problems(config)}
+
+
+def test_prod_canaries_pass_every_rollout_check() -> None:
+    assert rollouts.rollout_problems(load_stack("prod")) == []
+
+
+def test_a_check_on_a_metric_of_the_wrong_type_is_refused() -> None:
+    analysis = load_stack("prod").models[0].rollout.canary.analysis
+    gauge = analysis.ttft_p95.model_copy(update={"metric": "vllm:num_requests_waiting"})
+    problems = _problems_at(_prod_with(analysis=analysis.model_copy(update={"ttft_p95": gauge})))
+    message = problems["vllm-platform:models[0].rollout.canary.analysis.ttft_p95.metric"]
+    assert "ttft_p95 needs a histogram and vllm:num_requests_waiting is a gauge" in message
+
+
+def test_a_window_shorter_than_two_scrapes_is_refused() -> None:
+    key = "vllm-platform:models[0].rollout.canary.analysis.window_seconds"
+    analysis = load_stack("prod").models[0].rollout.canary.analysis.model_copy(update={"window_seconds": 30})
+    config = _prod_with(analysis=analysis)
+    assert key not in _problems_at(config)  # two 15 s scrapes fit in 30 s
+    slow_scrapes = config.model_copy(
+        update={"monitoring": config.monitoring.model_copy(update={"scrape_interval_seconds": 30})}
+    )
+    assert "set window_seconds to at least 60" in _problems_at(slow_scrapes)[key]
+
+
+def test_the_shared_volume_must_hold_the_old_and_the_new_revision() -> None:
+    config = load_stack("prod")
+    small = config.model_copy(
+        update={"storage": config.storage.model_copy(update={"model_volume_size_gib": 200})}
+    )
+    message = _problems_at(small)["vllm-platform:storage.model_volume_size_gib"]
+    assert "for canary models, the old one until the rollout ends" in message
+    assert "raise model_volume_size_gib to at least" in message
+
+
+def test_a_canary_needs_prometheus_and_the_alb() -> None:
+    config = load_stack("prod")
+    nginx = config.model_copy(update={"ingress": config.ingress.model_copy(update={"class_name": "nginx"})})
+    assert "use ingress.class_name: alb" in _problems_at(nginx)["vllm-platform:models[0].rollout.strategy"]
+    dark = config.model_copy(update={"monitoring": config.monitoring.model_copy(update={"enabled": False})})
+    assert "monitoring.enabled is false" in _problems_at(dark)["vllm-platform:models[0].rollout.strategy"]

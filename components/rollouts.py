@@ -314,7 +314,7 @@ def initial_alb_action(model: ModelConfig) -> str:
 
 
 def describe_steps(canary: CanaryConfig) -> str:
-    """`10% → analysis → 50% → analysis → 100%`, as the docs and `vllm-platform plan` show it."""
+    """`10% → analysis → 50% → analysis → 100%`, as docs/rollouts.md writes the steps."""
     return " → ".join([*(f"{weight}% → analysis" for weight in canary.steps), "100%"])
 
 

@@ -19,6 +19,7 @@ tolerate exactly the GPU taints, because a vLLM pod on a GPU node cannot start w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.cluster_context import ClusterContext
+from components.helm.release import ChartRelease, install_chart, release_namespace
 from components.labels import PART_OF
 from components.scheduling import all_gpu_tolerations
 from components.service_accounts import (
@@ -34,8 +36,16 @@ from components.service_accounts import (
     EFS_CSI_CONTROLLER,
     ServiceAccountRef,
 )
+from infra.config.cluster import GpuNodeGroupConfig
 from infra.config.errors import Problem
-from infra.config.platform import PlatformConfig
+from infra.config.platform import (
+    AddonsConfig,
+    AwsLoadBalancerControllerConfig,
+    ClusterAutoscalerConfig,
+    PlatformConfig,
+    SecretsStoreCsiDriverConfig,
+    SecretStoreConfig,
+)
 from infra.versions import (
     ARGO_ROLLOUTS_CHART,
     AWS_EFS_CSI_DRIVER_CHART,
@@ -48,7 +58,6 @@ from infra.versions import (
     SECRETS_STORE_AWS_PROVIDER_CHART,
     SECRETS_STORE_CSI_DRIVER_CHART,
     VAULT_CSI_PROVIDER_CHART,
-    ChartPin,
 )
 
 ADDONS_NAMESPACE = "kube-system"
@@ -68,32 +77,6 @@ NEEDS_EKS_MODE = {
 }
 
 
-def pinned_release(
-    name: str,
-    pin: ChartPin,
-    *,
-    namespace: str,
-    values: dict[str, Any],
-    chart_version: str | None,
-    opts: pulumi.ResourceOptions,
-    create_namespace: bool = False,
-) -> kubernetes.helm.v3.Release:
-    """A Helm release of a pinned chart; `name` is both the Pulumi name and the Helm release name."""
-    return kubernetes.helm.v3.Release(
-        name,
-        kubernetes.helm.v3.ReleaseArgs(
-            name=name,
-            chart=pin.chart,
-            version=chart_version or pin.version,
-            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=pin.repository),
-            namespace=namespace,
-            create_namespace=create_namespace,
-            values=values,
-        ),
-        opts=opts,
-    )
-
-
 def irsa_service_account(context: ClusterContext, account: ServiceAccountRef) -> dict[str, Any]:
     """`serviceAccount` values: create it with the chart, named as the IAM role's trust policy expects."""
     role_arn = context.role_arn_for(account.namespace, account.name)
@@ -101,16 +84,22 @@ def irsa_service_account(context: ClusterContext, account: ServiceAccountRef) ->
     return {"create": True, "name": account.name, "annotations": annotations}
 
 
-def node_agent_tolerations(config: PlatformConfig) -> list[dict[str, str]]:
+GpuGroups = Mapping[str, GpuNodeGroupConfig]
+
+
+def node_agent_tolerations(gpu_groups: GpuGroups) -> list[dict[str, str]]:
     """Tolerations of the DaemonSets that must run wherever vLLM pods run (exactly the GPU taints)."""
-    return all_gpu_tolerations(config.node_groups.gpu.values())
+    return all_gpu_tolerations(gpu_groups.values())
 
 
-def efs_csi_driver_values(config: PlatformConfig, context: ClusterContext) -> dict[str, Any]:
+def efs_csi_driver_values(gpu_groups: GpuGroups, context: ClusterContext) -> dict[str, Any]:
     return {
         "controller": {"serviceAccount": irsa_service_account(context, EFS_CSI_CONTROLLER),
                        "tolerations": []},
-        "node": {"tolerations": node_agent_tolerations(config)},
+        "node": {"tolerations": node_agent_tolerations(gpu_groups)},
+        # The chart makes its CSIDriver a Helm hook by default; helm.v4.Chart runs no hooks, and without
+        # the CSIDriver (attachRequired: false) the kubelet waits for an attach that never comes.
+        "useHelmHooksForCSIDriver": False,
         "storageClasses": [],  # efs-sc is our own object below, with the file system id from the context
     }
 
@@ -125,43 +114,52 @@ def efs_storage_class_parameters(file_system_id: pulumi.Input[str]) -> dict[str,
     }
 
 
-def secrets_store_csi_driver_values(config: PlatformConfig) -> dict[str, Any]:
-    settings = config.addons.secrets_store_csi_driver
+def secrets_store_csi_driver_values(settings: SecretsStoreCsiDriverConfig, gpu_groups: GpuGroups
+                                    ) -> dict[str, Any]:
     return {
         # The model namespaces read their API key from a synced Secret (ingress auth, env).
         "syncSecret": {"enabled": True},
         "enableSecretRotation": True,
         "rotationPollInterval": f"{settings.rotation_poll_interval_seconds}s",
-        "linux": {"tolerations": node_agent_tolerations(config)},
+        "linux": {
+            "tolerations": node_agent_tolerations(gpu_groups),
+            # The CRDs come from the chart's crds/ (helm.v4.Chart applies them); the default installs
+            # them again with pre-install/pre-upgrade hook Jobs, which helm.v4.Chart would not run.
+            "crds": {"enabled": False},
+        },
     }
 
 
-def secrets_store_aws_provider_values(config: PlatformConfig) -> dict[str, Any]:
+def secrets_store_aws_provider_values(gpu_groups: GpuGroups) -> dict[str, Any]:
     return {
         # The provider reads secrets with the identity of the pod that mounts them (its IRSA role), so
         # it needs no role of its own; the driver itself is the separately pinned release.
         "secrets-store-csi-driver": {"install": False},
-        "tolerations": node_agent_tolerations(config),
+        "tolerations": node_agent_tolerations(gpu_groups),
     }
 
 
-def vault_csi_provider_values(config: PlatformConfig) -> dict[str, Any]:
+def vault_csi_provider_values(secret_store: SecretStoreConfig, gpu_groups: GpuGroups) -> dict[str, Any]:
     return {
         # Only the CSI provider: Vault itself runs elsewhere (security.secret_store.vault_address), and
         # the provider authenticates with the mounting pod's service account (Vault kubernetes auth).
-        "server": {"enabled": False},
+        # `global.enabled` still renders the server's ServiceAccount and its system:auth-delegator
+        # binding with the server off: neither is used by the CSI provider.
+        "server": {"enabled": False, "authDelegator": {"enabled": False},
+                   "serviceAccount": {"create": False}},
         "injector": {"enabled": False},
-        "global": {"externalVaultAddr": config.security.secret_store.vault_address},
-        "csi": {"enabled": True, "pod": {"tolerations": node_agent_tolerations(config)}},
+        "global": {"externalVaultAddr": secret_store.vault_address},
+        "csi": {"enabled": True, "pod": {"tolerations": node_agent_tolerations(gpu_groups)}},
     }
 
 
-def aws_load_balancer_controller_values(config: PlatformConfig, context: ClusterContext) -> dict[str, Any]:
+def aws_load_balancer_controller_values(settings: AwsLoadBalancerControllerConfig,
+                                        context: ClusterContext) -> dict[str, Any]:
     return {
         "clusterName": context.cluster_name,
         "region": context.region,
         "vpcId": context.vpc_id,
-        "replicaCount": config.addons.aws_load_balancer_controller.replicas,
+        "replicaCount": settings.replicas,
         "serviceAccount": irsa_service_account(context, AWS_LOAD_BALANCER_CONTROLLER),
         # Only the model Ingresses are ours; leave Services of type LoadBalancer to their owners.
         "enableServiceMutatorWebhook": False,
@@ -173,8 +171,7 @@ def metrics_server_values() -> dict[str, Any]:
     return {"tolerations": []}
 
 
-def cluster_autoscaler_values(config: PlatformConfig, context: ClusterContext) -> dict[str, Any]:
-    settings = config.addons.cluster_autoscaler
+def cluster_autoscaler_values(settings: ClusterAutoscalerConfig, context: ClusterContext) -> dict[str, Any]:
     return {
         "fullnameOverride": "cluster-autoscaler",
         "cloudProvider": "aws",
@@ -184,7 +181,7 @@ def cluster_autoscaler_values(config: PlatformConfig, context: ClusterContext) -
         "autoDiscovery": {"clusterName": context.cluster_name},
         "image": {
             "repository": CLUSTER_AUTOSCALER_IMAGE_REPOSITORY,
-            "tag": CLUSTER_AUTOSCALER_IMAGE_TAGS[config.cluster.kubernetes_version],
+            "tag": CLUSTER_AUTOSCALER_IMAGE_TAGS[context.kubernetes_version],
         },
         "rbac": {"serviceAccount": irsa_service_account(context, CLUSTER_AUTOSCALER)},
         "extraArgs": {
@@ -228,36 +225,36 @@ def argo_rollouts_values() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ClusterAddonsArgs:
-    config: PlatformConfig
+    addons: AddonsConfig
+    gpu_groups: GpuGroups
+    secret_store: SecretStoreConfig
     context: ClusterContext
 
 
 class ClusterAddons(pulumi.ComponentResource):
     """The non-GPU, non-monitoring add-ons; `releases` are what model objects must wait for."""
 
-    releases: list[kubernetes.helm.v3.Release]
-    keda_release: kubernetes.helm.v3.Release | None
+    releases: list[pulumi.Resource]
+    keda_release: pulumi.Resource | None
     storage_class: kubernetes.storage.v1.StorageClass
 
     def __init__(self, name: str, args: ClusterAddonsArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-platform:cluster_addons:ClusterAddons", name, None, opts)
-        config, context, addons = args.config, args.context, args.config.addons
-        child = pulumi.ResourceOptions(parent=self)
+        addons, groups, context = args.addons, args.gpu_groups, args.context
         self.releases = []
 
-        def release(release_name: str, pin: ChartPin, values: dict[str, Any], version: str | None,
-                    namespace: str = ADDONS_NAMESPACE) -> kubernetes.helm.v3.Release:
-            created = pinned_release(release_name, pin, namespace=namespace, values=values,
-                                     chart_version=version, opts=child,
-                                     create_namespace=namespace != ADDONS_NAMESPACE)
+        def release(chart_release: ChartRelease, after: pulumi.Resource | None = None) -> pulumi.Resource:
+            created = install_chart(chart_release, pulumi.ResourceOptions(
+                parent=self, depends_on=[after] if after else []))
             self.releases.append(created)
             return created
 
         efs_driver = None
         if addons.efs_csi_driver.enabled:
-            efs_driver = release("aws-efs-csi-driver", AWS_EFS_CSI_DRIVER_CHART,
-                                 efs_csi_driver_values(config, context), addons.efs_csi_driver.chart_version)
+            efs_driver = release(ChartRelease(
+                "aws-efs-csi-driver", AWS_EFS_CSI_DRIVER_CHART, ADDONS_NAMESPACE,
+                efs_csi_driver_values(groups, context)))
         # The StorageClass exists in both modes: in mode `existing` the cluster's own EFS CSI driver
         # provisions from it, with the file system named in storage.existing_efs_file_system_id.
         self.storage_class = kubernetes.storage.v1.StorageClass(
@@ -271,42 +268,39 @@ class ClusterAddons(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[efs_driver] if efs_driver else []),
         )
         if addons.secrets_store_csi_driver.enabled:
-            driver = release("secrets-store-csi-driver", SECRETS_STORE_CSI_DRIVER_CHART,
-                             secrets_store_csi_driver_values(config),
-                             addons.secrets_store_csi_driver.chart_version)
-            if config.security.secret_store.provider == "aws-secrets-manager":
-                self.releases.append(pinned_release(
+            driver = release(ChartRelease(
+                "secrets-store-csi-driver", SECRETS_STORE_CSI_DRIVER_CHART, ADDONS_NAMESPACE,
+                secrets_store_csi_driver_values(addons.secrets_store_csi_driver, groups)))
+            if args.secret_store.provider == "aws-secrets-manager":
+                release(ChartRelease(
                     "secrets-store-csi-driver-provider-aws", SECRETS_STORE_AWS_PROVIDER_CHART,
-                    namespace=ADDONS_NAMESPACE, values=secrets_store_aws_provider_values(config),
-                    chart_version=addons.secrets_store_csi_driver.aws_provider_chart_version,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[driver]),
-                ))
-            elif config.security.secret_store.provider == "vault":
-                self.releases.append(pinned_release(
-                    "vault-csi-provider", VAULT_CSI_PROVIDER_CHART,
-                    namespace=ADDONS_NAMESPACE, values=vault_csi_provider_values(config),
-                    chart_version=None,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[driver]),
-                ))
+                    ADDONS_NAMESPACE, secrets_store_aws_provider_values(groups)), after=driver)
+            elif args.secret_store.provider == "vault":
+                release(ChartRelease(
+                    "vault-csi-provider", VAULT_CSI_PROVIDER_CHART, ADDONS_NAMESPACE,
+                    vault_csi_provider_values(args.secret_store, groups)), after=driver)
         if addons.aws_load_balancer_controller.enabled:
-            release("aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART,
-                    aws_load_balancer_controller_values(config, context),
-                    addons.aws_load_balancer_controller.chart_version)
+            release(ChartRelease(
+                "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART, ADDONS_NAMESPACE,
+                aws_load_balancer_controller_values(addons.aws_load_balancer_controller, context)))
         if addons.metrics_server.enabled:
-            release("metrics-server", METRICS_SERVER_CHART, metrics_server_values(),
-                    addons.metrics_server.chart_version)
+            release(ChartRelease("metrics-server", METRICS_SERVER_CHART, ADDONS_NAMESPACE,
+                                 metrics_server_values()))
         if addons.cluster_autoscaler.enabled:
-            release("cluster-autoscaler", CLUSTER_AUTOSCALER_CHART,
-                    cluster_autoscaler_values(config, context), addons.cluster_autoscaler.chart_version)
+            release(ChartRelease("cluster-autoscaler", CLUSTER_AUTOSCALER_CHART, ADDONS_NAMESPACE,
+                                 cluster_autoscaler_values(addons.cluster_autoscaler, context)))
         self.keda_release = None
         if addons.keda.enabled:
-            self.keda_release = release("keda", KEDA_CHART, keda_values(), addons.keda.chart_version,
-                                        namespace=KEDA_NAMESPACE)
+            keda_namespace = release_namespace(f"{name}-keda-namespace", KEDA_NAMESPACE,
+                                               pulumi.ResourceOptions(parent=self))
+            self.keda_release = release(ChartRelease("keda", KEDA_CHART, KEDA_NAMESPACE, keda_values()),
+                                        after=keda_namespace)
         if addons.argo_rollouts.enabled:
-            release("argo-rollouts", ARGO_ROLLOUTS_CHART, argo_rollouts_values(),
-                    addons.argo_rollouts.chart_version,
-                    namespace=ARGO_ROLLOUTS_NAMESPACE)
-        self.register_outputs({"releases": [r.name for r in self.releases]})
+            rollouts_namespace = release_namespace(f"{name}-argo-rollouts-namespace", ARGO_ROLLOUTS_NAMESPACE,
+                                                   pulumi.ResourceOptions(parent=self))
+            release(ChartRelease("argo-rollouts", ARGO_ROLLOUTS_CHART, ARGO_ROLLOUTS_NAMESPACE,
+                                 argo_rollouts_values()), after=rollouts_namespace)
+        self.register_outputs({})
 
 
 def addon_mode_problems(config: PlatformConfig) -> list[Problem]:

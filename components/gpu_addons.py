@@ -13,25 +13,34 @@ Their controllers (NFD master and garbage collector) tolerate nothing and stay o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.cluster_addons import ADDONS_NAMESPACE, pinned_release
+from components.helm.release import ChartRelease, install_chart
 from components.labels import PART_OF
-from components.monitoring import creates_monitor_objects, monitor_labels
 from components.scheduling import (
     all_gpu_tolerations,
     gpu_nodes_affinity,
     tolerations_from_config,
     untolerated_taints,
 )
+from components.scrape import ScrapeSettings
+from infra.config.cluster import GpuNodeGroupConfig
 from infra.config.errors import Problem
-from infra.config.platform import GpuAddonConfig, PlatformConfig
+from infra.config.platform import (
+    DcgmExporterConfig,
+    GpuAddonConfig,
+    ImagePrepullConfig,
+    NvidiaDevicePluginConfig,
+    PlatformConfig,
+)
 from infra.versions import DCGM_EXPORTER_CHART, NVIDIA_DEVICE_PLUGIN_CHART, PAUSE_IMAGE, VLLM_IMAGE
 
+GPU_ADDONS_NAMESPACE = "kube-system"
 DEVICE_PLUGIN_RELEASE = "nvidia-device-plugin"
 DCGM_EXPORTER_RELEASE = "dcgm-exporter"
 IMAGE_PREPULL_NAME = "vllm-image-prepull"
@@ -41,23 +50,25 @@ KUBELET_POD_RESOURCES = "/var/lib/kubelet/pod-resources"
 AMI_TYPES_WITH_BUILTIN_DEVICE_PLUGIN = frozenset({"BOTTLEROCKET_x86_64_NVIDIA"})
 
 
-def gpu_addon_tolerations(config: PlatformConfig, addon: GpuAddonConfig) -> list[dict[str, str]]:
+GpuGroups = Mapping[str, GpuNodeGroupConfig]
+
+
+def gpu_addon_tolerations(gpu_groups: GpuGroups, addon: GpuAddonConfig) -> list[dict[str, str]]:
     """Exactly the GPU groups' taints, unless the add-on's config overrides them."""
     if addon.tolerations is not None:
         return tolerations_from_config(addon.tolerations)
-    return all_gpu_tolerations(config.node_groups.gpu.values())
+    return all_gpu_tolerations(gpu_groups.values())
 
 
-def device_plugin_groups(config: PlatformConfig) -> list[str]:
+def device_plugin_groups(gpu_groups: GpuGroups) -> list[str]:
     """GPU groups that need the chart's device plugin (not those whose OS ships one)."""
-    return sorted(name for name, group in config.node_groups.gpu.items()
+    return sorted(name for name, group in gpu_groups.items()
                   if group.ami_type not in AMI_TYPES_WITH_BUILTIN_DEVICE_PLUGIN)
 
 
-def device_plugin_values(config: PlatformConfig) -> dict[str, Any]:
-    settings = config.addons.nvidia_device_plugin
-    tolerations = gpu_addon_tolerations(config, settings)
-    affinity = gpu_nodes_affinity(device_plugin_groups(config))
+def device_plugin_values(gpu_groups: GpuGroups, settings: NvidiaDevicePluginConfig) -> dict[str, Any]:
+    tolerations = gpu_addon_tolerations(gpu_groups, settings)
+    affinity = gpu_nodes_affinity(device_plugin_groups(gpu_groups))
     discovery = settings.gpu_feature_discovery
     return {
         # Replaces the chart's default (every node with an NVIDIA PCI device or NFD's GPU label).
@@ -70,26 +81,29 @@ def device_plugin_values(config: PlatformConfig) -> dict[str, Any]:
             "worker": {"tolerations": tolerations, "affinity": affinity},
             "master": {"tolerations": []},
             "gc": {"tolerations": []},
+            # A post-delete hook Job that strips NFD's node labels on uninstall: helm.v4.Chart runs no
+            # hooks, and the labels are harmless once the device plugin is gone.
+            "postDeleteCleanup": False,
         },
     }
 
 
-def dcgm_exporter_values(config: PlatformConfig) -> dict[str, Any]:
-    monitoring = config.monitoring
+def dcgm_exporter_values(gpu_groups: GpuGroups, settings: DcgmExporterConfig,
+                         scrape: ScrapeSettings) -> dict[str, Any]:
     return {
-        "affinity": gpu_nodes_affinity(config.node_groups.gpu),
-        "tolerations": gpu_addon_tolerations(config, config.addons.dcgm_exporter),
+        "affinity": gpu_nodes_affinity(gpu_groups),
+        "tolerations": gpu_addon_tolerations(gpu_groups, settings),
         "priorityClassName": "system-node-critical",
         # Mounted so the exporter maps each GPU to the pod holding it (the chart sets
         # DCGM_EXPORTER_KUBERNETES=true): series get that pod's `namespace`, `pod` and `container`.
         "kubeletPath": KUBELET_POD_RESOURCES,
         "serviceMonitor": {
-            "enabled": creates_monitor_objects(monitoring),
-            "interval": f"{monitoring.scrape_interval_seconds}s",
+            "enabled": scrape.monitor_objects,
+            "interval": f"{scrape.interval_seconds}s",
             # Keep the exporter's `namespace`/`pod` (the GPU's pod) instead of overwriting them with
             # the exporter pod's own target labels — the adapter maps exactly these to pods.
             "honorLabels": True,
-            "additionalLabels": monitor_labels(monitoring),
+            "additionalLabels": scrape.labels,
         },
     }
 
@@ -108,7 +122,7 @@ _RESTRICTED = {
 }
 
 
-def image_prepull_daemonset_spec(config: PlatformConfig) -> dict[str, Any]:
+def image_prepull_daemonset_spec(gpu_groups: GpuGroups, settings: ImagePrepullConfig) -> dict[str, Any]:
     """An init container that only pulls the pinned vLLM image and exits; a pause container holds the pod.
 
     No GPU request, and NVIDIA_VISIBLE_DEVICES=void: the vLLM image sets it to `all`, which on a
@@ -122,8 +136,8 @@ def image_prepull_daemonset_spec(config: PlatformConfig) -> dict[str, Any]:
         "template": {
             "metadata": {"labels": image_prepull_labels()},
             "spec": {
-                "affinity": gpu_nodes_affinity(config.node_groups.gpu),
-                "tolerations": gpu_addon_tolerations(config, config.addons.image_prepull),
+                "affinity": gpu_nodes_affinity(gpu_groups),
+                "tolerations": gpu_addon_tolerations(gpu_groups, settings),
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": 5,
@@ -153,37 +167,41 @@ def image_prepull_daemonset_spec(config: PlatformConfig) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class GpuAddonsArgs:
-    config: PlatformConfig
+    gpu_groups: GpuGroups
+    device_plugin: NvidiaDevicePluginConfig
+    dcgm_exporter: DcgmExporterConfig
+    image_prepull: ImagePrepullConfig
+    scrape: ScrapeSettings
     monitoring_crds: pulumi.Resource | None = None
     """The release that installs the ServiceMonitor CRD (kube-prometheus-stack), if this stack has one."""
 
 
 class GpuAddons(pulumi.ComponentResource):
-    releases: list[kubernetes.helm.v3.Release]
+    releases: list[pulumi.Resource]
 
     def __init__(self, name: str, args: GpuAddonsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-platform:gpu_addons:GpuAddons", name, None, opts)
-        config, addons = args.config, args.config.addons
+        groups = args.gpu_groups
         self.releases = []
-        if addons.nvidia_device_plugin.enabled and device_plugin_groups(config):
-            self.releases.append(pinned_release(
-                DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_CHART, namespace=ADDONS_NAMESPACE,
-                values=device_plugin_values(config), chart_version=addons.nvidia_device_plugin.chart_version,
-                opts=pulumi.ResourceOptions(parent=self),
+        if args.device_plugin.enabled and device_plugin_groups(groups):
+            self.releases.append(install_chart(
+                ChartRelease(DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_CHART, GPU_ADDONS_NAMESPACE,
+                             device_plugin_values(groups, args.device_plugin)),
+                pulumi.ResourceOptions(parent=self),
             ))
-        if addons.dcgm_exporter.enabled:
-            self.releases.append(pinned_release(
-                DCGM_EXPORTER_RELEASE, DCGM_EXPORTER_CHART, namespace=ADDONS_NAMESPACE,
-                values=dcgm_exporter_values(config), chart_version=addons.dcgm_exporter.chart_version,
-                opts=pulumi.ResourceOptions(
+        if args.dcgm_exporter.enabled:
+            self.releases.append(install_chart(
+                ChartRelease(DCGM_EXPORTER_RELEASE, DCGM_EXPORTER_CHART, GPU_ADDONS_NAMESPACE,
+                             dcgm_exporter_values(groups, args.dcgm_exporter, args.scrape)),
+                pulumi.ResourceOptions(
                     parent=self, depends_on=[args.monitoring_crds] if args.monitoring_crds else []),
             ))
-        if addons.image_prepull.enabled:
+        if args.image_prepull.enabled:
             kubernetes.apps.v1.DaemonSet(
                 f"{name}-image-prepull",
-                metadata={"name": IMAGE_PREPULL_NAME, "namespace": ADDONS_NAMESPACE,
+                metadata={"name": IMAGE_PREPULL_NAME, "namespace": GPU_ADDONS_NAMESPACE,
                           "labels": image_prepull_labels()},
-                spec=image_prepull_daemonset_spec(config),
+                spec=image_prepull_daemonset_spec(groups, args.image_prepull),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.register_outputs({})
@@ -199,10 +217,10 @@ def gpu_toleration_problems(config: PlatformConfig) -> list[Problem]:
         addon: GpuAddonConfig = getattr(config.addons, addon_name)
         if not addon.enabled:
             continue
-        tolerations = gpu_addon_tolerations(config, addon)
+        tolerations = gpu_addon_tolerations(config.node_groups.gpu, addon)
         # The chart's device plugin stays off the groups whose OS ships one.
         plugin = addon_name == "nvidia_device_plugin"
-        groups = device_plugin_groups(config) if plugin else list(config.node_groups.gpu)
+        groups = device_plugin_groups(config.node_groups.gpu) if plugin else list(config.node_groups.gpu)
         for group_name in sorted(groups):
             group = config.node_groups.gpu[group_name]
             for taint in untolerated_taints(tolerations, group.taints):
@@ -230,7 +248,7 @@ def gpu_registration_problems(config: PlatformConfig) -> list[Problem]:
     """Mode `eks`: GPU groups whose OS has no device plugin need the chart's."""
     if config.cluster.mode != "eks" or config.addons.nvidia_device_plugin.enabled:
         return []
-    groups = device_plugin_groups(config)
+    groups = device_plugin_groups(config.node_groups.gpu)
     if not groups:
         return []
     return [Problem(

@@ -12,6 +12,7 @@ how to query each step.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,10 +21,14 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.adapter_rules import adapter_rules
-from components.cluster_addons import node_agent_tolerations, pinned_release
-from components.labels import MODEL_LABEL, PART_OF, VLLM_APP_NAME
+from components.helm.release import ChartRelease, install_chart, release_namespace
+from components.labels import MODEL_LABEL, VLLM_APP_NAME
 from components.rollouts import POD_TEMPLATE_HASH_LABEL, POD_TEMPLATE_HASH_SERIES_LABEL
-from infra.config.platform import MonitoringConfig, PlatformConfig
+from components.scheduling import all_gpu_tolerations
+from components.scrape import ScrapeSettings, scrape_settings
+from infra.config.cluster import GpuNodeGroupConfig
+from infra.config.models import ModelConfig
+from infra.config.platform import MonitoringConfig, PrometheusAdapterConfig
 from infra.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
 
 KUBE_PROMETHEUS_STACK_RELEASE = "kube-prometheus-stack"
@@ -43,18 +48,8 @@ def prometheus_url(monitoring: MonitoringConfig) -> str:
     return f"http://{KUBE_PROMETHEUS_STACK_RELEASE}-prometheus.{monitoring.namespace}.svc:9090"
 
 
-def creates_monitor_objects(monitoring: MonitoringConfig) -> bool:
-    """PodMonitor/ServiceMonitors exist for a Prometheus Operator: ours, or an existing one."""
-    return monitoring.enabled and (monitoring.prometheus == "kube-prometheus-stack"
-                                   or monitoring.existing_prometheus_operator)
-
-
-def monitor_labels(monitoring: MonitoringConfig) -> dict[str, str]:
-    return {"app.kubernetes.io/part-of": PART_OF, **monitoring.monitor_labels}
-
-
-def kube_prometheus_stack_values(config: PlatformConfig) -> dict[str, Any]:
-    monitoring = config.monitoring
+def kube_prometheus_stack_values(monitoring: MonitoringConfig, gpu_groups: Mapping[str, GpuNodeGroupConfig],
+                                 cluster_mode: str) -> dict[str, Any]:
     prometheus_spec: dict[str, Any] = {
         "scrapeInterval": f"{monitoring.scrape_interval_seconds}s",
         "retention": f"{monitoring.retention_days}d",
@@ -89,12 +84,16 @@ def kube_prometheus_stack_values(config: PlatformConfig) -> dict[str, Any]:
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": {"enabled": monitoring.alertmanager, "alertmanagerSpec": {"tolerations": []}},
         "grafana": grafana,
-        "prometheusOperator": {"tolerations": [], "admissionWebhooks": {"patch": {"tolerations": []}}},
+        # The chart makes the admission webhook's certificate with hook Jobs, which helm.v4.Chart does
+        # not run; without them the operator would wait for a Secret that never exists. Our rules are
+        # checked by promtool in the suite instead of by the webhook at apply time (docs/charts.md).
+        "prometheusOperator": {"tolerations": [], "admissionWebhooks": {"enabled": False},
+                               "tls": {"enabled": False}},
         "kube-state-metrics": {"tolerations": []},
         # A node agent: GPU nodes' memory, disk and network are what an operator looks at first.
-        "prometheus-node-exporter": {"tolerations": node_agent_tolerations(config)},
+        "prometheus-node-exporter": {"tolerations": all_gpu_tolerations(gpu_groups.values())},
     }
-    if config.cluster.mode == "eks":
+    if cluster_mode == "eks":
         # EKS runs the control plane and does not expose these to in-cluster scrapes; kube-proxy
         # serves metrics on 127.0.0.1 only. Left on, they are targets that are always down.
         for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
@@ -107,16 +106,16 @@ def _meta_label(label: str) -> str:
     return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
 
 
-def vllm_pod_monitor_spec(config: PlatformConfig) -> dict[str, Any]:
+def vllm_pod_monitor_spec(models: Sequence[ModelConfig], scrape: ScrapeSettings) -> dict[str, Any]:
     """One PodMonitor for every model's vLLM pods (they share labels and port name)."""
     return {
-        "namespaceSelector": {"matchNames": sorted(model.namespace for model in config.models)},
+        "namespaceSelector": {"matchNames": sorted(model.namespace for model in models)},
         "selector": {"matchLabels": {"app.kubernetes.io/name": VLLM_APP_NAME}},
         "podMetricsEndpoints": [
             {
                 "port": VLLM_METRICS_PORT_NAME,
                 "path": "/metrics",
-                "interval": f"{config.monitoring.scrape_interval_seconds}s",
+                "interval": f"{scrape.interval_seconds}s",
                 # `namespace` and `pod` come with every target (the adapter maps them to resources);
                 # `model` makes dashboards readable; a canary's analysis tells the stable pods from
                 # the canary ones by the ReplicaSet hash Argo Rollouts labels them with.
@@ -137,66 +136,75 @@ def adapter_prometheus_values(url: str) -> dict[str, Any]:
     return {"url": f"{parsed.scheme}://{parsed.hostname}", "port": port, "path": parsed.path.rstrip("/")}
 
 
-def prometheus_adapter_values(config: PlatformConfig) -> dict[str, Any]:
-    settings = config.addons.prometheus_adapter
+def prometheus_adapter_values(settings: PrometheusAdapterConfig, monitoring: MonitoringConfig,
+                              models: Sequence[ModelConfig]) -> dict[str, Any]:
     return {
         "replicas": settings.replicas,
-        "podDisruptionBudget": {"enabled": settings.replicas > 1, "maxUnavailable": 1},
-        "prometheus": adapter_prometheus_values(prometheus_url(config.monitoring)),
+        "podDisruptionBudget": {"enabled": settings.replicas > 1, "maxUnavailable": 1,
+                                # An adapter pod that never gets ready must not block node drains.
+                                "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+        "prometheus": adapter_prometheus_values(prometheus_url(monitoring)),
         "metricsRelistInterval": f"{settings.metrics_relist_interval_seconds}s",
         # Only our rules: the chart's defaults expose every container metric, and no `resource` or
         # `external` rules, so metrics-server and KEDA keep their APIServices.
-        "rules": {"default": False, "custom": adapter_rules(config.models), "external": []},
+        "rules": {"default": False, "custom": adapter_rules(models), "external": []},
         "tolerations": [],
     }
 
 
 @dataclass(frozen=True)
 class MonitoringArgs:
-    config: PlatformConfig
+    monitoring: MonitoringConfig
+    prometheus_adapter: PrometheusAdapterConfig
+    models: Sequence[ModelConfig]
+    gpu_groups: Mapping[str, GpuNodeGroupConfig]
+    cluster_mode: str
 
 
 class Monitoring(pulumi.ComponentResource):
     """`prometheus_release` installs the monitoring CRDs; `adapter_release` serves custom metrics."""
 
-    prometheus_release: kubernetes.helm.v3.Release | None
-    adapter_release: kubernetes.helm.v3.Release | None
+    prometheus_release: pulumi.Resource | None
+    adapter_release: pulumi.Resource | None
     prometheus_url: str
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-platform:monitoring:Monitoring", name, None, opts)
-        config = args.config
-        monitoring = config.monitoring
+        monitoring = args.monitoring
+        scrape = scrape_settings(monitoring)
         self.prometheus_url = prometheus_url(monitoring)
         self.prometheus_release = None
         self.adapter_release = None
-        if monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack":
-            self.prometheus_release = pinned_release(
-                KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART,
-                namespace=monitoring.namespace, values=kube_prometheus_stack_values(config),
-                chart_version=monitoring.chart_version, create_namespace=True,
-                opts=pulumi.ResourceOptions(parent=self),
+        installs_prometheus = monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack"
+        installs_adapter = monitoring.enabled and args.prometheus_adapter.enabled
+        namespace = None
+        if installs_prometheus or installs_adapter:
+            namespace = release_namespace(f"{name}-namespace", monitoring.namespace,
+                                          pulumi.ResourceOptions(parent=self))
+        in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[namespace] if namespace else [])
+        if installs_prometheus:
+            self.prometheus_release = install_chart(
+                ChartRelease(KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART, monitoring.namespace,
+                             kube_prometheus_stack_values(monitoring, args.gpu_groups, args.cluster_mode)),
+                in_namespace,
             )
-        after_prometheus = pulumi.ResourceOptions(
-            parent=self, depends_on=[self.prometheus_release] if self.prometheus_release else [],
-        )
-        if monitoring.enabled and config.addons.prometheus_adapter.enabled:
-            self.adapter_release = pinned_release(
-                PROMETHEUS_ADAPTER_RELEASE, PROMETHEUS_ADAPTER_CHART,
-                namespace=monitoring.namespace, values=prometheus_adapter_values(config),
-                chart_version=config.addons.prometheus_adapter.chart_version, create_namespace=True,
-                opts=after_prometheus,
+        if installs_adapter:
+            self.adapter_release = install_chart(
+                ChartRelease(PROMETHEUS_ADAPTER_RELEASE, PROMETHEUS_ADAPTER_CHART, monitoring.namespace,
+                             prometheus_adapter_values(args.prometheus_adapter, monitoring, args.models)),
+                pulumi.ResourceOptions(parent=self, depends_on=[
+                    resource for resource in (namespace, self.prometheus_release) if resource]),
             )
-        if creates_monitor_objects(monitoring):
-            # After the releases that create its CRD (kube-prometheus-stack) and its namespace.
-            in_namespace = [release for release in (self.prometheus_release, self.adapter_release) if release]
+        if scrape.monitor_objects:
+            # After the release that creates its CRD (kube-prometheus-stack) and its namespace.
+            after = [resource for resource in (namespace, self.prometheus_release) if resource]
             kubernetes.apiextensions.CustomResource(
                 f"{name}-vllm-pod-monitor",
                 api_version=PROMETHEUS_OPERATOR_API_VERSION,
                 kind="PodMonitor",
                 metadata={"name": VLLM_POD_MONITOR, "namespace": monitoring.namespace,
-                          "labels": monitor_labels(monitoring)},
-                spec=vllm_pod_monitor_spec(config),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=in_namespace),
+                          "labels": scrape.labels},
+                spec=vllm_pod_monitor_spec(args.models, scrape),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
             )
         self.register_outputs({"prometheus_url": self.prometheus_url})

@@ -11,6 +11,7 @@ from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
+from components.scrape import scrape_settings
 from infra.capacity import PlatformPlan
 from infra.config import PlatformConfig
 
@@ -32,13 +33,39 @@ class KubernetesPlatform(pulumi.ComponentResource):
         super().__init__("vllm-platform:platform:KubernetesPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         priority_class = create_serving_priority_class(f"{name}-serving-priority", opts=child)
-        monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(config=args.config), opts=child)
+        config = args.config
+        gpu_groups = config.node_groups.gpu
+        monitoring = Monitoring(
+            f"{name}-monitoring",
+            MonitoringArgs(
+                monitoring=config.monitoring,
+                prometheus_adapter=config.addons.prometheus_adapter,
+                models=config.models,
+                gpu_groups=gpu_groups,
+                cluster_mode=config.cluster.mode,
+            ),
+            opts=child,
+        )
         cluster_addons = ClusterAddons(
-            f"{name}-cluster-addons", ClusterAddonsArgs(config=args.config, context=args.context), opts=child
+            f"{name}-cluster-addons",
+            ClusterAddonsArgs(
+                addons=config.addons,
+                gpu_groups=gpu_groups,
+                secret_store=config.security.secret_store,
+                context=args.context,
+            ),
+            opts=child,
         )
         gpu_addons = GpuAddons(
             f"{name}-gpu-addons",
-            GpuAddonsArgs(config=args.config, monitoring_crds=monitoring.prometheus_release),
+            GpuAddonsArgs(
+                gpu_groups=gpu_groups,
+                device_plugin=config.addons.nvidia_device_plugin,
+                dcgm_exporter=config.addons.dcgm_exporter,
+                image_prepull=config.addons.image_prepull,
+                scrape=scrape_settings(config.monitoring),
+                monitoring_crds=monitoring.prometheus_release,
+            ),
             opts=child,
         )
         # What model objects need first: the efs-sc StorageClass, the CSI drivers, the load balancer

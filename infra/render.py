@@ -18,12 +18,15 @@ from typing import Any
 
 import yaml
 
+from components.helm.engine import ChartObject, asks_api_versions, crd_api_versions, render_chart
+from infra.config import PlatformConfig
 from infra.config.loader import display_path, read_stack_file, stack_file_for
 
 PLACEHOLDER_ACCOUNT_ID = "123456789012"
 PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID = "sg-0cluster0000000000"
 KUBERNETES_PREFIX = "kubernetes:"
-HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+CHART_RELEASE_TYPE = "kubernetes:helm.sh/v4:Chart"
+"""components/helm/release.py CHART_RESOURCE_TYPE: a release of a vendored chart."""
 # Pulumi's wire format marks secret values with this signature key.
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 
@@ -44,7 +47,7 @@ class RecordedResource:
         return (
             self.custom
             and self.type.startswith(KUBERNETES_PREFIX)
-            and self.type != HELM_RELEASE_TYPE
+            and self.type != CHART_RELEASE_TYPE
             and "kind" in self.inputs
         )
 
@@ -55,14 +58,44 @@ class RenderResult:
     stack_file: str
     resources: list[RecordedResource] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    chart_objects: list[ChartObject] = field(default_factory=list)
+    """Every object the chart releases render to, hooks included (components/helm/engine.py)."""
 
     @property
     def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Our own typed Kubernetes objects (not the charts')."""
         return [r.inputs for r in self.resources if r.is_kubernetes_object]
 
     @property
     def helm_releases(self) -> list[dict[str, Any]]:
-        return [r.inputs for r in self.resources if r.type == HELM_RELEASE_TYPE]
+        """Each chart release's inputs: `chart` (the vendored path), `name`, `namespace`, `values`."""
+        return [r.inputs for r in self.resources if r.type == CHART_RELEASE_TYPE]
+
+    @property
+    def deployed_chart_objects(self) -> list[dict[str, Any]]:
+        """The chart objects `helm.v4.Chart` applies (it does not run Helm hooks)."""
+        return [item.object for item in self.chart_objects if not item.is_hook]
+
+    @property
+    def chart_resources(self) -> list[RecordedResource]:
+        """The chart objects as the resources `helm.v4.Chart` registers (what the policy pack sees)."""
+        return [
+            RecordedResource(
+                type=kubernetes_resource_type(item.object),
+                name=f"{item.release}:{item.namespace + '/' if item.namespace else ''}{item.name}",
+                inputs=item.object,
+                parent_urn=item.release,
+                custom=True,
+                urn=f"chart:{item.release}:{item.kind}:{item.namespace or ''}:{item.name}",
+            )
+            for item in self.chart_objects
+            if not item.is_hook
+        ]
+
+    @property
+    def all_kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Everything that would exist in the cluster: ours and the charts'."""
+        return [*self.kubernetes_objects, *self.deployed_chart_objects]
 
     @property
     def aws_resources(self) -> list[RecordedResource]:
@@ -88,6 +121,12 @@ class RenderResult:
 
     def aws(self, type_: str) -> list[RecordedResource]:
         return [r for r in self.aws_resources if r.type == type_]
+
+
+def kubernetes_resource_type(obj: dict[str, Any]) -> str:
+    """Pulumi's type token of a Kubernetes object (`v1` is the `core` group: kubernetes:core/v1:Pod)."""
+    api_version = obj["apiVersion"]
+    return f"kubernetes:{api_version if '/' in api_version else 'core/' + api_version}:{obj['kind']}"
 
 
 def unwrap_secrets(value: Any) -> Any:
@@ -252,10 +291,64 @@ def render_stack(stack: str, *, stack_file: Path | None = None) -> RenderResult:
     # a Pulumi traceback.
     from infra.config.loader import load_stack
 
-    load_stack(stack, stack_file=path)
+    config = load_stack(stack, stack_file=path)
     raw_config = read_stack_file(path)
     # Each render gets a fresh context: the Pulumi runtime keeps its state in context variables.
-    return contextvars.Context().run(_render_in_context, stack, shown, raw_config)
+    result = contextvars.Context().run(_render_in_context, stack, shown, raw_config)
+    result.chart_objects = expand_chart_releases(result, config)
+    return result
+
+
+KUBERNETES_API_VERSIONS = Path(__file__).resolve().parent / "data" / "kubernetes-api-versions.json"
+"""Built-in API versions per Kubernetes version (scripts/snapshot-kubernetes-api-versions.py)."""
+
+
+def builtin_api_versions(kubernetes_version: str) -> set[str]:
+    """What the cluster's API server serves before any CRD: `.Capabilities.APIVersions` of a real install."""
+    return set(json.loads(KUBERNETES_API_VERSIONS.read_text())[kubernetes_version])
+
+
+def _operator_api_versions(config: PlatformConfig) -> set[str]:
+    """API versions an existing cluster already serves that charts may ask `.Capabilities` about."""
+    monitoring = config.monitoring
+    if monitoring.enabled and monitoring.prometheus == "existing" and monitoring.existing_prometheus_operator:
+        group = "monitoring.coreos.com/v1"
+        return {group, *(f"{group}/{kind}" for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"))}
+    return set()
+
+
+def expand_chart_releases(result: RenderResult, config: PlatformConfig) -> list[ChartObject]:
+    """Render every chart release with Helm, as `helm.v4.Chart` would at `pulumi up`.
+
+    Twice: the first pass finds the CustomResourceDefinitions the stack installs, so the second
+    renders with `.Capabilities.APIVersions` as they are once the stack is up (docs/charts.md).
+    """
+    releases = [r.inputs for r in result.resources if r.type == CHART_RELEASE_TYPE]
+
+    def render(
+        release: dict[str, Any], api_versions: set[str], cluster_scoped: set[str]
+    ) -> list[ChartObject]:
+        return render_chart(
+            Path.cwd() / release["chart"],
+            release=release["name"],
+            namespace=release["namespace"],
+            values=release.get("values") or {},
+            kubernetes_version=config.cluster.kubernetes_version,
+            api_versions=api_versions,
+            cluster_scoped_kinds=cluster_scoped,
+        )
+
+    builtin = builtin_api_versions(config.cluster.kubernetes_version)
+    first = [render(release, builtin, set()) for release in releases]
+    api_versions, cluster_scoped = crd_api_versions(item for objects in first for item in objects)
+    api_versions |= builtin | _operator_api_versions(config)
+    objects: list[ChartObject] = []
+    for release, rendered in zip(releases, first, strict=True):
+        custom_cluster_scoped = any(item.kind in cluster_scoped for item in rendered)
+        if asks_api_versions(Path.cwd() / release["chart"]) or custom_cluster_scoped:
+            rendered = render(release, api_versions, cluster_scoped)
+        objects.extend(rendered)
+    return objects
 
 
 def _render_in_context(stack: str, shown: str, raw_config: dict[str, Any]) -> RenderResult:
@@ -315,6 +408,13 @@ def write_render(result: RenderResult, out_dir: Path) -> None:
         target = out_dir / "helm" / f"{release.get('namespace', 'default')}-{release['name']}.yaml"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(yaml.safe_dump(release, sort_keys=False))
+    for item in result.chart_objects:
+        if item.is_hook:
+            continue  # helm.v4.Chart does not apply hooks; tests/test_chart_objects.py reports any
+        namespace = item.namespace or "_cluster"
+        target = out_dir / "charts" / item.release / namespace / _object_filename(item.object)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(item.object, sort_keys=False))
     aws = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in result.aws_resources]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "aws-resources.json").write_text(
@@ -329,14 +429,24 @@ def _redact_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
     return {key: ("[secret]" if key == "kubeconfig" else value) for key, value in outputs.items()}
 
 
+def _release_versions(result: RenderResult) -> list[tuple[str, str]]:
+    charts = {item.release: item.chart for item in result.chart_objects}
+    versions = {}
+    for release in result.helm_releases:
+        chart_file = Path.cwd() / release["chart"] / "Chart.yaml"
+        versions[release["name"]] = str(yaml.safe_load(chart_file.read_text()).get("version", "?"))
+    return [(f"{name} ({charts.get(name, '?')})", version) for name, version in versions.items()]
+
+
 def summarize(result: RenderResult) -> str:
     kinds = Counter(obj["kind"] for obj in result.kubernetes_objects)
     aws_types = Counter(r.type.split(":")[-1] for r in result.aws_resources)
     lines = [
         f"stack {result.stack} ({result.stack_file}): {len(result.kubernetes_objects)} Kubernetes objects, "
-        f"{len(result.helm_releases)} Helm releases, {len(result.aws_resources)} AWS resources",
+        f"{len(result.helm_releases)} Helm releases ({len(result.deployed_chart_objects)} chart objects), "
+        f"{len(result.aws_resources)} AWS resources",
         "  kubernetes: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())),
-        "  helm: " + ", ".join(sorted(f"{r['name']}@{r.get('version', '?')}" for r in result.helm_releases)),
+        "  helm: " + ", ".join(sorted(f"{name}@{version}" for name, version in _release_versions(result))),
         "  aws: " + ", ".join(f"{kind} {count}" for kind, count in sorted(aws_types.items())),
     ]
     return "\n".join(lines)

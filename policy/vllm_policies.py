@@ -25,6 +25,7 @@ DEFAULT_GPU_TAINT_KEYS = ("nvidia.com/gpu",)
 DEFAULT_GRACE_PERIOD_SECONDS = 30
 EKS_NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+HELM_CHART_TYPE = "kubernetes:helm.sh/v4:Chart"
 # EKS spells taint effects in its API's enum style.
 _EKS_TAINT_EFFECTS = {
     "NO_SCHEDULE": "NoSchedule",
@@ -47,7 +48,11 @@ class Resource:
 
     @property
     def is_kubernetes_object(self) -> bool:
-        return self.type.startswith("kubernetes:") and self.type != HELM_RELEASE_TYPE and "kind" in self.props
+        return (
+            self.type.startswith("kubernetes:")
+            and self.type not in (HELM_RELEASE_TYPE, HELM_CHART_TYPE)
+            and "kind" in self.props
+        )
 
     @property
     def kind(self) -> str:
@@ -420,6 +425,15 @@ _VERSION_RANGE = re.compile(r"[\^~*<>=|xX ]|^$")
 
 
 def check_helm_charts_pinned(resource: Resource, settings: PolicySettings) -> list[str]:
+    if resource.type == HELM_CHART_TYPE:
+        # The stack installs only vendored, locked charts (charts/): a repository or OCI reference
+        # would deploy something the render never expanded.
+        chart = str(resource.props.get("chart") or "")
+        vendored = chart.split("/")[-2:-1] == ["charts"] and "://" not in chart
+        if resource.props.get("repositoryOpts") or not vendored:
+            return [f"Helm chart '{chart}' is not a vendored chart directory (charts/<name>); vendor it "
+                    "(scripts/vendor-chart.py) and install it from there"]
+        return []
     if resource.type != HELM_RELEASE_TYPE:
         return []
     version = str(resource.props.get("version") or "")
@@ -486,6 +500,18 @@ def _secret_assignments(text: str) -> list[str]:
     return found
 
 
+# Reviewed: serving certificates an add-on chart generates for its own admission webhook (Helm's genCA at
+# template time; on `pulumi up` the chart's `lookup` keeps the one in the cluster). Not a credential of
+# ours, and nothing to sync from a secret store: docs/charts.md "Webhook certificates".
+CHART_WEBHOOK_CERTIFICATES = frozenset({("kube-system", "aws-load-balancer-tls")})
+
+
+def _is_chart_webhook_certificate(resource: Resource) -> bool:
+    metadata = _mapping(resource.props.get("metadata"))
+    return resource.props.get("type") == "kubernetes.io/tls" and (
+        metadata.get("namespace"), metadata.get("name")) in CHART_WEBHOOK_CERTIFICATES
+
+
 def check_no_secret_literals(resource: Resource, settings: PolicySettings) -> list[str]:
     problems = []
     spec = pod_spec(resource)
@@ -516,7 +542,7 @@ def check_no_secret_literals(resource: Resource, settings: PolicySettings) -> li
                         "anyone with "
                         "read access to the namespace — keep credentials in the secret store"
                     )
-    if resource.kind == "Secret" and (
+    if resource.kind == "Secret" and not _is_chart_webhook_certificate(resource) and (
         _mapping(resource.props.get("data")) or _mapping(resource.props.get("stringData"))
     ):
         problems.append(
@@ -773,7 +799,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "helm-charts-pinned",
-        "Helm releases pin an exact chart version.",
+        "Helm releases install a vendored chart directory, or pin an exact chart version.",
         "resource",
         check_helm_charts_pinned,
     ),

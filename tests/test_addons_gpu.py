@@ -219,7 +219,8 @@ def test_feature_discovery_can_be_left_to_an_existing_nfd(tmp_path: Path) -> Non
     def off(values: dict[str, Any]) -> None:
         values["addons"] = {"nvidia_device_plugin": {"gpu_feature_discovery": False}}
 
-    values = device_plugin_values(load_variant(tmp_path, off))
+    config = load_variant(tmp_path, off)
+    values = device_plugin_values(config.node_groups.gpu, config.addons.nvidia_device_plugin)
     assert values["gfd"] == {"enabled": False}
     assert values["nfd"]["enabled"] is False
 
@@ -229,8 +230,9 @@ def test_bottlerocket_groups_keep_their_builtin_device_plugin(tmp_path: Path) ->
         values["node_groups"]["gpu"]["h200"]["ami_type"] = "BOTTLEROCKET_x86_64_NVIDIA"
 
     config = load_variant(tmp_path, bottlerocket_h200, base="prod")
-    assert device_plugin_groups(config) == ["l40s"]
-    assert _affinity_groups(device_plugin_values(config)["affinity"]) == {"l40s"}
+    assert device_plugin_groups(config.node_groups.gpu) == ["l40s"]
+    values = device_plugin_values(config.node_groups.gpu, config.addons.nvidia_device_plugin)
+    assert _affinity_groups(values["affinity"]) == {"l40s"}
 
 
 def test_eks_stack_without_any_device_plugin_is_rejected(tmp_path: Path) -> None:
@@ -353,4 +355,4 @@ def test_device_plugin_override_need_not_cover_groups_with_their_own_plugin(tmp_
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
 
     config = load_variant(tmp_path, bottlerocket_h200_with_own_taint, base="prod")
-    assert device_plugin_groups(config) == ["l40s"]
+    assert device_plugin_groups(config.node_groups.gpu) == ["l40s"]

@@ -11,10 +11,10 @@ from components.labels import MODEL_LABEL
 from components.monitoring import (
     VLLM_METRICS_PORT_NAME,
     adapter_prometheus_values,
-    creates_monitor_objects,
     kube_prometheus_stack_values,
     prometheus_url,
 )
+from components.scrape import creates_monitor_objects
 from infra.config import load_stack
 from infra.render import RenderResult
 from tests.conftest import model_workloads, rendered
@@ -65,7 +65,7 @@ def test_prometheus_can_keep_its_data_on_a_persistent_volume() -> None:
     monitoring = config.monitoring.model_copy(update={"prometheus_persistent_volume": True,
                                                       "prometheus_storage_gib": 50,
                                                       "prometheus_storage_class": "gp3"})
-    values = kube_prometheus_stack_values(config.model_copy(update={"monitoring": monitoring}))
+    values = kube_prometheus_stack_values(monitoring, config.node_groups.gpu, config.cluster.mode)
     claim = values["prometheus"]["prometheusSpec"]["storageSpec"]["volumeClaimTemplate"]["spec"]
     assert claim == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}},
                      "storageClassName": "gp3"}

@@ -488,6 +488,24 @@ def test_helm_releases_pin_an_exact_chart_version(version: str, pinned: bool) ->
 
 
 @pytest.mark.parametrize(
+    ("inputs", "vendored"),
+    [
+        ({"chart": "charts/dcgm-exporter"}, True),
+        ({"chart": "../charts/dcgm-exporter"}, True),
+        (
+            {"chart": "dcgm-exporter", "repositoryOpts": {"repo": "https://nvidia.github.io/dcgm-exporter"}},
+            False,
+        ),
+        ({"chart": "oci://registry.example.com/charts/dcgm-exporter"}, False),
+        ({"chart": "nvidia/dcgm-exporter"}, False),
+    ],
+)
+def test_helm_v4_charts_come_from_the_vendored_directory(inputs: dict, vendored: bool) -> None:
+    chart = Resource(rules.HELM_CHART_TYPE, "dcgm-exporter", inputs)
+    assert (messages(rules.check_helm_charts_pinned, chart) == []) is vendored
+
+
+@pytest.mark.parametrize(
     ("reference", "parsed"),
     [
         ("vllm/vllm-openai:v0.32.0", ("vllm/vllm-openai", "v0.32.0", None)),
@@ -723,8 +741,10 @@ RENDERED_STACKS = {**dict.fromkeys(STACKS), "existing": TEST_STACKS_DIR / "Pulum
 
 
 def resources_of(result: RenderResult) -> list[Resource]:
-    """The render's records as the rules see them: one code path with the pack."""
-    return [Resource(r.type, r.name, r.inputs, r.urn) for r in result.resources if r.custom]
+    """The render's records as the rules see them, the charts' objects included: one code path with
+    the pack."""
+    records = [r for r in result.resources if r.custom] + result.chart_resources
+    return [Resource(r.type, r.name, r.inputs, r.urn) for r in records]
 
 
 @pytest.mark.parametrize("stack", RENDERED_STACKS)
@@ -776,3 +796,20 @@ def test_pack_files_are_where_the_pulumi_cli_looks() -> None:
     requirements = (pack / "requirements.txt").read_text()
     assert "pulumi-policy==1.21.0" in requirements
     assert Path(rules.__file__).parent == pack
+
+
+def test_only_the_reviewed_chart_webhook_certificate_may_carry_secret_data() -> None:
+    def secret(namespace: str, name: str, type_: str) -> Resource:
+        return kube("Secret", name, namespace, type=type_, data={"tls.key": "LS0t"})
+
+    assert (
+        messages(
+            rules.check_no_secret_literals,
+            secret("kube-system", "aws-load-balancer-tls", "kubernetes.io/tls"),
+        )
+        == []
+    )
+    assert messages(rules.check_no_secret_literals, secret("kube-system", "aws-load-balancer-tls", "Opaque"))
+    assert messages(
+        rules.check_no_secret_literals, secret("vllm-m", "aws-load-balancer-tls", "kubernetes.io/tls")
+    )

@@ -81,8 +81,19 @@ class IngressConfig(StrictModel):
     """CIDRs allowed to reach the load balancer (empty: the controller's default)."""
 
 
-_CHART_VERSION = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
-ChartVersion = Annotated[str, Field(pattern=_CHART_VERSION)]
+CHART_VERSION_KEYS = ("chart_version", "aws_provider_chart_version")
+
+
+def reject_chart_version(data: Any) -> None:
+    """Charts are vendored and locked: a stack cannot install a version that is not in the repository."""
+    keys = [key for key in CHART_VERSION_KEYS if isinstance(data, dict) and key in data]
+    if keys:
+        raise ValueError(
+            f"{keys[0]} is no longer a setting: every chart is vendored in charts/ and locked in "
+            "charts/charts.lock.yaml, so a stack cannot pick another version; remove the key, or vendor "
+            "the version you need (scripts/vendor-chart.py) and change its pin in infra/versions.py "
+            "(docs/charts.md)"
+        )
 
 
 def _check_prometheus_url(value: str) -> str:
@@ -96,6 +107,12 @@ def _check_prometheus_url(value: str) -> str:
 
 class MonitoringConfig(StrictModel):
     """Prometheus scraping vLLM and DCGM, which the Prometheus Adapter and KEDA read (docs/autoscaling.md)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_chart_version(cls, data: Any) -> Any:
+        reject_chart_version(data)
+        return data
 
     enabled: bool = True
     """Create the scrape configuration (PodMonitor/ServiceMonitor) and, with `prometheus:
@@ -127,8 +144,6 @@ class MonitoringConfig(StrictModel):
     stack does not install. Autoscaling reads only the last minutes, so it works either way."""
     prometheus_storage_class: str | None = None
     """With prometheus_persistent_volume: the volume's StorageClass; null = the cluster's default."""
-    chart_version: ChartVersion | None = None
-    """kube-prometheus-stack chart version; null = the pin in infra/versions.py."""
     grafana: bool = False
     """kube-prometheus-stack's Grafana. Off by default: it needs `grafana_admin_secret`, because the
     chart's built-in admin password is public."""
@@ -181,13 +196,14 @@ class AddonConfig(StrictModel):
 
     enabled: bool | None = None
     """Null: the default for `cluster.mode` (docs/autoscaling.md, "Add-ons per cluster mode")."""
-    chart_version: ChartVersion | None = None
-    """Overrides the chart version pinned in infra/versions.py for this stack only."""
 
     @model_validator(mode="before")
     @classmethod
     def _bool_is_short_for_enabled(cls, data: Any) -> Any:
-        return {"enabled": data} if isinstance(data, bool) else data
+        if isinstance(data, bool):
+            return {"enabled": data}
+        reject_chart_version(data)
+        return data
 
 
 class GpuAddonConfig(AddonConfig):
@@ -239,8 +255,6 @@ class SecretsStoreCsiDriverConfig(AddonConfig):
     """Secrets Store CSI driver (secret sync on) plus the AWS provider when the secret store is AWS
     Secrets Manager."""
 
-    aws_provider_chart_version: ChartVersion | None = None
-    """Overrides the pinned secrets-store-csi-driver-provider-aws chart version."""
     rotation_poll_interval_seconds: Annotated[int, Field(ge=30, le=86400)] = 120
     """How often mounted secrets are re-read from the store (rotation)."""
 

@@ -210,11 +210,24 @@ def argo_rollouts_values() -> dict[str, Any]:
     """The controller only (no dashboard), two replicas with leader election and a PDB, and RBAC for
     the one traffic router the canaries use: the AWS Load Balancer Controller's Ingress and
     TargetGroupBindings (components/rollouts.py)."""
+    controller_labels = {"app.kubernetes.io/name": "argo-rollouts",
+                         "app.kubernetes.io/instance": "argo-rollouts",
+                         "app.kubernetes.io/component": "rollouts-controller"}
     return {
         "installCRDs": True,
         # Deleting the release must not delete every Rollout with its CRD (and the pods with them).
         "keepCRDs": True,
-        "controller": {"replicas": 2, "pdb": {"enabled": True, "minAvailable": 1}},
+        "controller": {"replicas": 2, "pdb": {"enabled": False}},
+        # The chart's own PDB cannot set unhealthyPodEvictionPolicy, so a controller pod that never
+        # becomes ready would block node drains (policy pdbs-allow-node-drains); ours, in the release.
+        "extraObjects": [{
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "argo-rollouts", "namespace": ARGO_ROLLOUTS_NAMESPACE,
+                         "labels": controller_labels},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": controller_labels},
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+        }],
         "dashboard": {"enabled": False},
         "providerRBAC": {
             "enabled": True,

@@ -243,7 +243,22 @@ def test_argo_rollouts_controller_runs_two_replicas_with_only_the_alb_provider_r
 ) -> None:
     [release] = [r for r in prod.helm_releases if r["name"] == "argo-rollouts"]
     values = release["values"]
-    assert values["controller"]["replicas"] == 2 and values["controller"]["pdb"]["enabled"] is True
+    assert values["controller"]["replicas"] == 2
+    [pdb] = [
+        obj
+        for obj in prod.all_kubernetes_objects
+        if obj["kind"] == "PodDisruptionBudget" and obj["metadata"].get("namespace") == "argo-rollouts"
+    ]
+    assert pdb["spec"]["maxUnavailable"] == 1 and pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    [controller] = [
+        obj
+        for obj in prod.all_kubernetes_objects
+        if obj["kind"] == "Deployment" and obj["metadata"].get("namespace") == "argo-rollouts"
+    ]
+    assert (
+        pdb["spec"]["selector"]["matchLabels"].items()
+        <= controller["spec"]["template"]["metadata"]["labels"].items()
+    )
     assert values["dashboard"] == {"enabled": False}
     assert {name for name, on in values["providerRBAC"]["providers"].items() if on} == {
         "awsLoadBalancerController"

@@ -60,6 +60,9 @@ class Scan:
     expected_pods: set[tuple[str, str]]
 
 
+CHART_OBJECTS = "+charts"
+
+
 @pytest.fixture(scope="module")
 def scan(tmp_path_factory: pytest.TempPathFactory) -> Scan:
     """One checkov run over the manifests `vllm-platform render` writes for every stack."""
@@ -77,6 +80,8 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Scan:
             (out / "kubernetes" / metadata["namespace"] / f"deployment-{metadata['name']}.yaml").write_text(
                 yaml.safe_dump(as_deployment, sort_keys=False))
             expected_pods.add((stack, f"Deployment.{metadata['namespace']}.{metadata['name']}"))
+        # The charts' objects (charts/<release>/...) are scanned as this stack's too.
+        directories[f"{stack}{CHART_OBJECTS}"] = out / "charts"
         for obj in result.kubernetes_objects:
             if obj["kind"] in POD_KINDS:
                 metadata = obj["metadata"]
@@ -89,7 +94,7 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Scan:
     report = gate.run_checkov(directories)
 
     def label(finding: gate.Finding) -> str:
-        return finding.file.split("/")[0]
+        return finding.file.split("/")[0].removesuffix(CHART_OBJECTS)
 
     return Scan(
         findings=[f for f in report.failed if label(f) != CANARY],

@@ -217,7 +217,21 @@ def argo_rollouts_values() -> dict[str, Any]:
         "installCRDs": True,
         # Deleting the release must not delete every Rollout with its CRD (and the pods with them).
         "keepCRDs": True,
-        "controller": {"replicas": 2, "pdb": {"enabled": False}},
+        "controller": {
+            "replicas": 2,
+            "pdb": {"enabled": False},
+            # One controller watches a handful of Rollouts: small, and bounded so it cannot starve
+            # the system nodes (the chart sets no resources).
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                          "limits": {"cpu": "1", "memory": "1Gi"}},
+        },
+        # The chart's context plus a high UID (the image's own is 999, inside hosts' system range).
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001},
+        "containerSecurityContext": {
+            "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"},
+        },
         # The chart's own PDB cannot set unhealthyPodEvictionPolicy, so a controller pod that never
         # becomes ready would block node drains (policy pdbs-allow-node-drains); ours, in the release.
         "extraObjects": [{

@@ -220,6 +220,8 @@ def argo_rollouts_values() -> dict[str, Any]:
         "controller": {
             "replicas": 2,
             "pdb": {"enabled": False},
+            # A controller: system nodes only, never on GPU nodes (no GPU toleration).
+            "tolerations": [],
             # One controller watches a handful of Rollouts: small, and bounded so it cannot starve
             # the system nodes (the chart sets no resources).
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},

@@ -49,6 +49,7 @@ RELEASE_TOLERATIONS: dict[str, dict[tuple[str, ...], str]] = {
     },
     "prometheus-adapter": {("tolerations",): CONTROLLER},
     "keda": {("tolerations",): CONTROLLER},
+    "argo-rollouts": {("controller", "tolerations"): CONTROLLER},
     "aws-efs-csi-driver": {("controller", "tolerations"): CONTROLLER, ("node", "tolerations"): NODE_AGENT},
     "secrets-store-csi-driver": {("linux", "tolerations"): NODE_AGENT},
     "secrets-store-csi-driver-provider-aws": {("tolerations",): NODE_AGENT},

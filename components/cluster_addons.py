@@ -29,6 +29,7 @@ import pulumi_kubernetes as kubernetes
 from components.cluster_context import ClusterContext
 from components.helm.release import ChartRelease, install_chart, release_namespace
 from components.labels import PART_OF
+from components.load_balancer import ALB_SSL_POLICY, ingress_group_name
 from components.scheduling import all_gpu_tolerations
 from components.service_accounts import (
     AWS_LOAD_BALANCER_CONTROLLER,
@@ -42,6 +43,7 @@ from infra.config.platform import (
     AddonsConfig,
     AwsLoadBalancerControllerConfig,
     ClusterAutoscalerConfig,
+    IngressConfig,
     PlatformConfig,
     SecretsStoreCsiDriverConfig,
     SecretStoreConfig,
@@ -65,6 +67,7 @@ KEDA_NAMESPACE = "keda"
 ARGO_ROLLOUTS_NAMESPACE = "argo-rollouts"
 EFS_STORAGE_CLASS = "efs-sc"
 """The model volume's StorageClass (components/model_service.py MODEL_VOLUME_STORAGE_CLASS)."""
+EFS_MOUNT_OPTIONS = ("tls", "iam")
 EFS_BASE_PATH = "/vllm-platform"
 """Directory on the file system under which each PVC's access point gets its own directory."""
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
@@ -153,8 +156,8 @@ def vault_csi_provider_values(secret_store: SecretStoreConfig, gpu_groups: GpuGr
     }
 
 
-def aws_load_balancer_controller_values(settings: AwsLoadBalancerControllerConfig,
-                                        context: ClusterContext) -> dict[str, Any]:
+def aws_load_balancer_controller_values(settings: AwsLoadBalancerControllerConfig, context: ClusterContext,
+                                        ingress: IngressConfig) -> dict[str, Any]:
     return {
         "clusterName": context.cluster_name,
         "region": context.region,
@@ -163,6 +166,15 @@ def aws_load_balancer_controller_values(settings: AwsLoadBalancerControllerConfi
         "serviceAccount": irsa_service_account(context, AWS_LOAD_BALANCER_CONTROLLER),
         # Only the model Ingresses are ours; leave Services of type LoadBalancer to their owners.
         "enableServiceMutatorWebhook": False,
+        # The `alb` class admits only Ingresses in the platform's namespaces and binds them to the
+        # stack's one ALB group, scheme and TLS policy: anyone else who can create an Ingress cannot
+        # join the shared load balancer or change how it listens (issue 15).
+        "ingressClassParams": {"create": True, "spec": {
+            "namespaceSelector": {"matchLabels": {"app.kubernetes.io/part-of": PART_OF}},
+            "group": {"name": ingress_group_name(context.cluster_name)},
+            "scheme": ingress.scheme,
+            "sslPolicy": ALB_SSL_POLICY,
+        }},
         "tolerations": [],
     }
 
@@ -258,6 +270,8 @@ class ClusterAddonsArgs:
     gpu_groups: GpuGroups
     secret_store: SecretStoreConfig
     context: ClusterContext
+    ingress: IngressConfig
+    """The model Ingresses' scheme, which the load balancer controller's IngressClassParams pin."""
 
 
 class ClusterAddons(pulumi.ComponentResource):
@@ -294,6 +308,9 @@ class ClusterAddons(pulumi.ComponentResource):
             # Weights are expensive to fetch again: deleting a claim keeps its access point and data.
             reclaim_policy="Retain",
             volume_binding_mode="Immediate",
+            # TLS in transit and IAM authorization: the file system policy (infra/aws/storage.py)
+            # refuses every mount without both (issue 15).
+            mount_options=list(EFS_MOUNT_OPTIONS),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[efs_driver] if efs_driver else []),
         )
         if addons.secrets_store_csi_driver.enabled:
@@ -311,7 +328,8 @@ class ClusterAddons(pulumi.ComponentResource):
         if addons.aws_load_balancer_controller.enabled:
             release(ChartRelease(
                 "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART, ADDONS_NAMESPACE,
-                aws_load_balancer_controller_values(addons.aws_load_balancer_controller, context)))
+                aws_load_balancer_controller_values(addons.aws_load_balancer_controller, context,
+                                                    args.ingress)))
         if addons.metrics_server.enabled:
             release(ChartRelease("metrics-server", METRICS_SERVER_CHART, ADDONS_NAMESPACE,
                                  metrics_server_values()))

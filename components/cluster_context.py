@@ -17,6 +17,9 @@ class ClusterContext:
     kubernetes_version: str
     efs_file_system_id: pulumi.Input[str]
     vpc_id: pulumi.Input[str] | None = None
+    load_balancer_source_cidrs: tuple[str, ...] = ()
+    """Where the load balancer's ENIs live (the subnets of its scheme): the only addresses allowed to
+    reach vLLM pods from outside the cluster's pods (components/network_policy.py)."""
     service_account_role_arns: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     """IAM role (IRSA) per service account, keyed `namespace/name`; absent = no annotation."""
 
@@ -31,4 +34,5 @@ class ClusterContext:
             region=config.cluster.region,
             kubernetes_version=config.cluster.kubernetes_version,
             efs_file_system_id=config.storage.existing_efs_file_system_id,
+            load_balancer_source_cidrs=tuple(config.security.load_balancer_source_cidrs),
         )

@@ -3,6 +3,7 @@
     Namespace vllm-<model> (labels, GPU ResourceQuota, LimitRange, default-deny NetworkPolicies)
     ├── ServiceAccount vllm (IRSA role from the AWS layer)
     ├── SecretProviderClass vllm-api-key (→ synced Secret vllm-api-key), vllm-hf-token (gated HF repos)
+    ├── ConfigMap vllm-platform-auth: the API-key middleware vLLM loads (components/server_auth.py)
     ├── PersistentVolumeClaim model-cache (RWX, EFS): weights per revision + vLLM compile cache
     ├── Deployment vllm: init container `model-cache preload` → vLLM server
     │   (or, with rollout.strategy canary, Rollout vllm with the same pod template, Services
@@ -24,12 +25,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import probes, rollouts, secrets
+from components import load_balancer, probes, rollouts, secrets, server_auth
 from components.autoscaling import autoscaler_owns_replicas, create_model_autoscaler
 from components.cluster_context import ClusterContext
 from components.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_labels, model_selector_labels
 from components.monitoring import prometheus_url
-from components.network_policy import model_network_policies
+from components.network_policy import model_network_policies, serving_peers
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from components.service_accounts import model_service_account
 from components.vllm_arguments import (
@@ -64,13 +65,22 @@ RUN_AS_UID = 10001
 """Non-root and above the host's system and login ranges (no clash with a host account's files)."""
 RUN_AS_USER = "vllm"
 
+IRSA_SKIP_CONTAINERS_ANNOTATION = "eks.amazonaws.com/skip-containers"
+
+KEEP_ALIVE_ENV = "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"
+"""vLLM 0.32.0's uvicorn keep-alive (envs.py, default 5 s)."""
+KEEP_ALIVE_MARGIN_SECONDS = 15
+"""The server must keep idle connections open longer than the load balancer does, or the ALB reuses
+a connection vLLM is closing and answers 502 (AWS: "HTTP 502: target connection error")."""
+
+POD_SECURITY_LABEL = "pod-security.kubernetes.io"
+
 SERVING_PRIORITY_CLASS = "vllm-serving"
 SERVING_PRIORITY_VALUE = 1_000_000
 """Above ordinary workloads (0) so a serving pod can preempt batch jobs on GPU nodes; far below
 system-node-critical (2000001000), which the GPU device plugin and DCGM exporter keep."""
 
-ALB_SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
-"""TLS 1.3 and 1.2 only: the AWS Load Balancer Controller's recommended policy."""
+ALB_SSL_POLICY = load_balancer.ALB_SSL_POLICY
 
 
 def gib(value: float) -> str:
@@ -216,6 +226,7 @@ def _volumes(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]
         volumes.append({"name": "local-models", "hostPath": {
             "path": f"{group.local_nvme.mount_path.rstrip('/')}/{LOCAL_MODELS_DIR}", "type": "Directory",
         }})
+    volumes.append(server_auth.volume())
     store = config.security.secret_store
     volumes += [v for v in (secrets.api_key_volume(store), secrets.hf_token_volume(store, model)) if v]
     return volumes
@@ -247,6 +258,13 @@ def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str)
     }
 
 
+def keep_alive_environment(config: PlatformConfig) -> list[dict[str, str]]:
+    if not config.ingress.enabled:
+        return []
+    seconds = config.ingress.idle_timeout_seconds + KEEP_ALIVE_MARGIN_SECONDS
+    return [{"name": KEEP_ALIVE_ENV, "value": str(seconds)}]
+
+
 def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan) -> dict[str, Any]:
     local_nvme = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
     resources = model.resources
@@ -267,6 +285,8 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "TMPDIR", "value": TMP_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
+        *server_auth.environment(),
+        *keep_alive_environment(config),
         # Tensor parallelism (gpus_per_replica > 1): vllm.nccl_env and the FlashInfer all-reduce backend.
         *tensor_parallel_environment(model),
     ]
@@ -276,6 +296,7 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "models", "mountPath": SHARED_ROOT},
         {"name": "home", "mountPath": HOME_DIR},
         {"name": "tmp", "mountPath": TMP_DIR},
+        server_auth.volume_mount(),
     ]
     if local_nvme:
         mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT, "readOnly": True})
@@ -331,7 +352,11 @@ def pod_template(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
     return {
         "metadata": {
             "labels": {**model_labels(model.name), GPU_GROUP_LABEL: model.gpu_group},
-            "annotations": {"kubectl.kubernetes.io/default-container": SERVER_CONTAINER},
+            "annotations": {"kubectl.kubernetes.io/default-container": SERVER_CONTAINER,
+                            server_auth.CHECKSUM_ANNOTATION: server_auth.module_checksum(),
+                            # IRSA credentials only for the preloader, which reads S3: the server
+                            # container needs none (EKS pod identity webhook).
+                            IRSA_SKIP_CONTAINERS_ANNOTATION: SERVER_CONTAINER},
         },
         "spec": {
             "serviceAccountName": service_account,
@@ -436,8 +461,7 @@ def pod_disruption_budget_spec(model: ModelConfig) -> dict[str, Any]:
 
 
 def ingress_group_name(config: PlatformConfig) -> str:
-    """Every model of a stack shares one ALB (one hostname rule each) instead of paying for one each."""
-    return f"{config.cluster.name}-models"
+    return load_balancer.ingress_group_name(config.cluster.name)
 
 
 def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
@@ -478,6 +502,8 @@ def _load_balancer_annotations(config: PlatformConfig, model: ModelConfig) -> di
         annotations[f"{prefix}/certificate-arn"] = ingress.certificate_arn
     if ingress.inbound_cidrs:
         annotations[f"{prefix}/inbound-cidrs"] = ",".join(ingress.inbound_cidrs)
+    if ingress.wafv2_acl_arn:
+        annotations[f"{prefix}/wafv2-acl-arn"] = ingress.wafv2_acl_arn
     return annotations
 
 
@@ -505,8 +531,22 @@ def platform_labels() -> dict[str, str]:
     return {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/managed-by": "pulumi"}
 
 
+def pod_security_labels(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
+    """Pod Security Admission as strict as the pods allow: `restricted`, which they meet (non-root,
+    no capabilities, RuntimeDefault seccomp, no privilege escalation) — except that a GPU group with
+    local NVMe needs the hostPath volume of the node-local copy, which only `privileged` admits;
+    there `restricted` is still audited and warned about, so any other deviation shows."""
+    version = f"v{config.cluster.kubernetes_version}"
+    enforce = "privileged" if config.node_groups.gpu[model.gpu_group].local_nvme.enabled else "restricted"
+    labels = {f"{POD_SECURITY_LABEL}/enforce": enforce, f"{POD_SECURITY_LABEL}/enforce-version": version}
+    for mode in ("audit", "warn"):
+        labels[f"{POD_SECURITY_LABEL}/{mode}"] = "restricted"
+        labels[f"{POD_SECURITY_LABEL}/{mode}-version"] = version
+    return labels
+
+
 def namespace_labels(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
-    labels = {**platform_labels(), MODEL_LABEL: model.name}
+    labels = {**platform_labels(), MODEL_LABEL: model.name, **pod_security_labels(config, model)}
     if config.ingress.enabled and config.ingress.class_name == "alb":
         # The AWS Load Balancer Controller adds a readiness gate to pods here: a rollout waits until
         # the new pod is healthy in the ALB target group before stopping the next old one.
@@ -584,7 +624,8 @@ class ModelService(pulumi.ComponentResource):
                                          spec=resource_quota_spec(model), opts=inside)
         kubernetes.core.v1.LimitRange(f"{name}-limit-range", metadata=meta("container-defaults"),
                                       spec=limit_range_spec(), opts=inside)
-        for policy_name, policy_spec in model_network_policies(config, model):
+        peers = serving_peers(config, args.context.load_balancer_source_cidrs)
+        for policy_name, policy_spec in model_network_policies(config, model, peers):
             kubernetes.networking.v1.NetworkPolicy(f"{name}-netpol-{policy_name}", metadata=meta(policy_name),
                                                    spec=policy_spec, opts=inside)
 
@@ -620,6 +661,11 @@ class ModelService(pulumi.ComponentResource):
                     opts=after_addons,
                 ))
 
+        auth_module = kubernetes.core.v1.ConfigMap(
+            f"{name}-auth-middleware", metadata=meta(server_auth.CONFIG_MAP_NAME),
+            data=server_auth.config_map_data(), opts=inside,
+        )
+
         claim = kubernetes.core.v1.PersistentVolumeClaim(
             f"{name}-model-volume",
             metadata=meta(MODEL_VOLUME_CLAIM),
@@ -636,7 +682,8 @@ class ModelService(pulumi.ComponentResource):
         workload_meta = {**meta(SERVER_NAME),
                          "annotations": {"pulumi.com/timeoutSeconds": str(rollout_timeout)}}
         workload_opts = pulumi.ResourceOptions(
-            parent=self, depends_on=[namespace_resource, claim, *provider_classes, *args.depends_on],
+            parent=self,
+            depends_on=[namespace_resource, claim, auth_module, *provider_classes, *args.depends_on],
         )
         api_version, kind, workload_spec = workload(config, model, plan, account.name)
         deployment: pulumi.CustomResource

@@ -1,25 +1,32 @@
 """NetworkPolicies of one model namespace: deny everything, then allow exactly what serving needs.
 
 Pure builders: `model_network_policies` returns (name, spec) pairs that ModelService turns into
-NetworkPolicy objects. Decisions (docs/serving.md, "Network policy"):
+NetworkPolicy objects. Decisions (docs/security.md, "Who reaches a vLLM pod"; docs/serving.md):
 
-- In: the ingress controller's namespace and Prometheus's namespace, on the server port only (vLLM
-  serves /metrics on the API port). With the AWS Load Balancer Controller in target-type `ip` mode
-  the ALB's own ENIs connect to the pod, from addresses in the VPC, not from a pod in the
-  controller's namespace: so with ingress class `alb` the VPC CIDR is also allowed on that port.
-  The ALB cannot be named more narrowly in a NetworkPolicy; `/v1` still needs the API key.
-- Out: DNS to kube-dns; NFS (2049) to the VPC for EFS; HTTPS (443) to public addresses only, for S3,
-  STS (IRSA) and, for hf:// sources, the Hugging Face hub. NetworkPolicy cannot select S3 by name
-  or prefix list, and S3 (also through a gateway endpoint) answers on public addresses, so
-  "443 to anything except private, shared and link-local ranges and the VPC" reaches S3 while
-  keeping pods from other in-cluster or in-VPC HTTPS services and from the instance metadata
-  service (169.254.169.254: the node role must not leak to pods).
+- In, on the server port only, from a list of `AllowedPeer`s (one policy each), nothing else:
+  the load balancer — with ingress class `alb` (target type `ip`) the ALB's own ENIs connect, from
+  the subnets of its scheme (`ClusterContext.load_balancer_source_cidrs`: the stack's public or
+  internal load-balancer subnets, or `security.load_balancer_source_cidrs` on an existing
+  cluster), which hold no pods or nodes; with another class, the controller's pods — and the
+  Prometheus server pods, which scrape `/metrics`. Not the VPC, not kube-system. Every route but
+  `/health` and `/metrics` still needs the API key (components/server_auth.py). Kubelet probes come
+  from the node itself, which NetworkPolicy implementations admit (the VPC CNI's agent and Calico
+  do). A new caller (the LLM router of issue 18) is one more `AllowedPeer`.
+- Out: DNS to kube-dns; HTTPS (443) to public addresses only, for S3, STS (IRSA) and, for hf://
+  sources, the Hugging Face hub. NetworkPolicy cannot select S3 by name or prefix list, and S3
+  (also through a gateway endpoint) answers on public addresses, so "443 to anything except
+  private, shared and link-local ranges and the VPC" reaches S3 while keeping pods from other
+  in-cluster or in-VPC HTTPS services and from the instance metadata service (169.254.169.254:
+  the node role must not leak to pods). No NFS: the EFS CSI node plugin mounts on the host network,
+  so a pod speaking NFS itself could only be bypassing its access point.
 - Nothing between the model's own pods: tensor parallelism stays within one pod.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from components.labels import model_selector_labels
@@ -27,7 +34,6 @@ from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-NFS_PORT = 2049
 HTTPS_PORT = 443
 DNS_PORT = 53
 KUBE_DNS_LABELS = {"k8s-app": "kube-dns"}
@@ -51,29 +57,61 @@ def public_https_excepts(vpc_cidr: str) -> list[str]:
     return [str(network) for network in sorted(ranges)]
 
 
-def model_network_policies(config: PlatformConfig, model: ModelConfig) -> list[tuple[str, dict[str, Any]]]:
+@dataclass(frozen=True)
+class AllowedPeer:
+    """One caller admitted to the vLLM port: a policy named `allow-<name>` with these `from` entries."""
+
+    name: str
+    sources: tuple[dict[str, Any], ...]
+
+
+def load_balancer_peer(config: PlatformConfig, load_balancer_cidrs: Sequence[str]) -> AllowedPeer | None:
+    ingress = config.ingress
+    if not ingress.enabled:
+        return None
+    if ingress.class_name == "alb":
+        # Checked at validate time: mode existing must name the subnets (load_balancer_source_problems).
+        sources = tuple({"ipBlock": {"cidr": cidr}} for cidr in load_balancer_cidrs)
+        return AllowedPeer("load-balancer", sources)
+    controller = _namespace(config.security.ingress_controller_namespace)
+    if config.security.ingress_controller_pod_labels:
+        controller["podSelector"] = {"matchLabels": dict(config.security.ingress_controller_pod_labels)}
+    return AllowedPeer("ingress-controller", (controller,))
+
+
+def prometheus_peer(config: PlatformConfig) -> AllowedPeer | None:
+    if not config.monitoring.enabled:
+        return None
+    return AllowedPeer("prometheus", ({
+        **_namespace(config.monitoring.namespace),
+        "podSelector": {"matchLabels": dict(config.security.prometheus_pod_labels)},
+    },))
+
+
+def serving_peers(config: PlatformConfig, load_balancer_cidrs: Sequence[str]) -> list[AllowedPeer]:
+    """Everyone who may open a connection to a vLLM pod; add a caller here and nowhere else."""
+    peers = (load_balancer_peer(config, load_balancer_cidrs), prometheus_peer(config))
+    return [peer for peer in peers if peer is not None and peer.sources]
+
+
+def model_network_policies(config: PlatformConfig, model: ModelConfig,
+                           peers: Sequence[AllowedPeer]) -> list[tuple[str, dict[str, Any]]]:
     """(name, spec) of every NetworkPolicy in the model's namespace; none when they are switched off."""
     if not config.security.network_policies:
         return []
     pods = {"matchLabels": model_selector_labels(model.name)}
     server_port = [{"protocol": "TCP", "port": model.vllm.port}]
     vpc_cidr = config.cluster.vpc_cidr
-
-    callers: list[dict[str, Any]] = [_namespace(config.security.ingress_controller_namespace)]
-    if config.ingress.enabled and config.ingress.class_name == "alb":
-        callers.append({"ipBlock": {"cidr": vpc_cidr}})
     policies: list[tuple[str, dict[str, Any]]] = [
         ("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
-        ("allow-ingress-controller", {
-            "podSelector": pods, "policyTypes": ["Ingress"],
-            "ingress": [{"from": callers, "ports": server_port}],
-        }),
     ]
-    if config.monitoring.enabled:
-        policies.append(("allow-prometheus", {
+    policies += [
+        (f"allow-{peer.name}", {
             "podSelector": pods, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [_namespace(config.monitoring.namespace)], "ports": server_port}],
-        }))
+            "ingress": [{"from": list(peer.sources), "ports": server_port}],
+        })
+        for peer in peers
+    ]
     policies += [
         ("allow-dns", {
             "podSelector": {}, "policyTypes": ["Egress"],
@@ -85,7 +123,6 @@ def model_network_policies(config: PlatformConfig, model: ModelConfig) -> list[t
         ("allow-model-storage", {
             "podSelector": pods, "policyTypes": ["Egress"],
             "egress": [
-                {"to": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": [{"protocol": "TCP", "port": NFS_PORT}]},
                 {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": public_https_excepts(vpc_cidr)}}],
                  "ports": [{"protocol": "TCP", "port": HTTPS_PORT}]},
             ],

@@ -53,6 +53,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 gpu_groups=gpu_groups,
                 secret_store=config.security.secret_store,
                 context=args.context,
+                ingress=config.ingress,
             ),
             opts=child,
         )

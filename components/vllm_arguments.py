@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from components import server_auth
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -73,6 +74,8 @@ def build_server_arguments(model: ModelConfig, model_path: str) -> list[str]:
         arguments.append("--enforce-eager")
     # Drain: in-flight (streaming) requests get this long after SIGTERM; see components/probes.py.
     arguments += ["--shutdown-timeout", str(model.drain.shutdown_timeout_seconds)]
+    # Every route but /health and /metrics needs the key (components/server_auth.py).
+    arguments += server_auth.server_arguments()
     return arguments + list(engine.extra_args)
 
 
@@ -128,6 +131,9 @@ RESERVED_FLAGS: tuple[ReservedFlag, ...] = (
     ReservedFlag(("--api-key",),
                  "the API key comes from the secret store (api_key_secret) through VLLM_API_KEY; "
                  "a key on the command line is visible in the pod spec"),
+    ReservedFlag(("--middleware",),
+                 "the platform's API-key middleware must stay the outermost one (added last): a "
+                 "middleware after it would see requests before the key is checked"),
     ReservedFlag(("--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp"),
                  "one pod holds gpus_per_replica GPUs for tensor parallelism only; scale out with replicas"),
     ReservedFlag(("--distributed-executor-backend",),

@@ -26,7 +26,7 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_validate(args: argparse.Namespace) -> int:
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(args.stack, stack_file=_stack_file(args))
     print(
@@ -50,7 +50,7 @@ def command_render(args: argparse.Namespace) -> int:
 def command_plan(args: argparse.Namespace) -> int:
     from infra.capacity import plan_platform
     from infra.capacity.report import format_plan_table, plan_as_json
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(args.stack, stack_file=_stack_file(args))
     plan = plan_platform(config)

@@ -13,8 +13,9 @@ import pulumi_kubernetes as kubernetes
 
 from components.cluster_context import ClusterContext
 from components.platform import KubernetesPlatform, KubernetesPlatformArgs
-from infra.config import ConfigError, PlatformConfig, load_from_pulumi
+from infra.config import ConfigError, PlatformConfig
 from infra.kubernetes_provider import existing_cluster_provider
+from infra.stack_checks import load_from_pulumi
 
 
 def run_program(stack_file_display: str | None = None) -> dict[str, Any]:

@@ -289,7 +289,7 @@ def render_stack(stack: str, *, stack_file: Path | None = None) -> RenderResult:
     shown = display_path(path)
     # Validate (with the full message) before starting the runtime: bad input must never turn into
     # a Pulumi traceback.
-    from infra.config.loader import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(stack, stack_file=path)
     raw_config = read_stack_file(path)
@@ -407,7 +407,8 @@ def write_render(result: RenderResult, out_dir: Path) -> None:
     for release in result.helm_releases:
         target = out_dir / "helm" / f"{release.get('namespace', 'default')}-{release['name']}.yaml"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(yaml.safe_dump(release, sort_keys=False))
+        chart = yaml.safe_load((Path.cwd() / release["chart"] / "Chart.yaml").read_text())
+        target.write_text(yaml.safe_dump({**release, "chartVersion": chart["version"]}, sort_keys=False))
     for item in result.chart_objects:
         if item.is_hook:
             continue  # helm.v4.Chart does not apply hooks; tests/test_chart_objects.py reports any

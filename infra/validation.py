@@ -6,16 +6,29 @@ message with the fix), so one run reports everything that is wrong at once.
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
+import json
+import re
+import sys
 from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 
 from infra.config.errors import Problem
 from infra.config.platform import PlatformConfig
+from infra.versions import VLLM_VERSION
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+QUANTIZATION_METHODS_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-quantization-methods.json"
 
 PlatformCheck = Callable[[PlatformConfig], list[Problem]]
 
 
 def platform_checks() -> list[PlatformCheck]:
-    # Imported here: components/ import infra.config, which imports this module lazily.
+    # Imported here, when the checks run: components/ import infra.config, and this module is the
+    # step after loading (infra/stack_checks.py), never imported by the config layer.
     from components.adapter_rules import autoscaling_metric_problems
     from components.autoscaling import autoscaling_pipeline_problems
     from components.cluster_addons import addon_mode_problems
@@ -27,10 +40,24 @@ def platform_checks() -> list[PlatformCheck]:
     from infra.capacity.plan import capacity_problems
     from infra.catalogue.tuning_profiles import tuning_profile_problems
 
-    return [capacity_problems, autoscaling_metric_problems, autoscaling_pipeline_problems,
-            gpu_toleration_problems, gpu_registration_problems, addon_mode_problems,
-            server_argument_problems, secret_reference_problems, ingress_host_problems,
-            preload_source_problems, tuning_profile_problems, rollout_problems]
+    return [
+        capacity_problems,
+        autoscaling_metric_problems,
+        autoscaling_pipeline_problems,
+        gpu_toleration_problems,
+        gpu_registration_problems,
+        addon_mode_problems,
+        server_argument_problems,
+        secret_reference_problems,
+        ingress_host_problems,
+        preload_source_problems,
+        tuning_profile_problems,
+        load_balancer_source_problems,
+        replica_bound_problems,
+        quantization_problems,
+        secret_name_problems,
+        rollout_problems,
+    ]
 
 
 def ingress_host_problems(config: PlatformConfig) -> list[Problem]:
@@ -38,9 +65,12 @@ def ingress_host_problems(config: PlatformConfig) -> list[Problem]:
     if not config.ingress.enabled:
         return []
     return [
-        Problem(("models", index, "ingress_host"), None,
-                "ingress is on but this model has no hostname: set ingress.domain (models get "
-                "<name>.<domain>) or models[].ingress_host, or set ingress.enabled: false")
+        Problem(
+            ("models", index, "ingress_host"),
+            None,
+            "ingress is on but this model has no hostname: set ingress.domain (models get "
+            "<name>.<domain>) or models[].ingress_host, or set ingress.enabled: false",
+        )
         for index, model in enumerate(config.models)
         if model.ingress_host is None
     ]
@@ -50,4 +80,189 @@ def platform_problems(config: PlatformConfig) -> list[Problem]:
     problems: list[Problem] = []
     for check in platform_checks():
         problems.extend(check(config))
+    return problems
+
+
+def load_balancer_source_problems(config: PlatformConfig) -> list[Problem]:
+    """Mode `existing` with an ALB: the NetworkPolicies need the ALB's subnets, which only the user knows.
+    Mode `eks` computes them from the subnets it creates, so a value there would be ignored."""
+    cidrs = config.security.load_balancer_source_cidrs
+    at = ("security", "load_balancer_source_cidrs")
+    if config.cluster.mode == "eks" and cidrs:
+        return [
+            Problem(
+                at,
+                cidrs,
+                "mode 'eks' admits exactly the load-balancer subnets it creates; remove this "
+                "key (it is for mode 'existing')",
+            )
+        ]
+    needs = (
+        config.cluster.mode == "existing"
+        and config.ingress.enabled
+        and config.ingress.class_name == "alb"
+        and config.security.network_policies
+    )
+    role = "elb" if config.ingress.scheme == "internet-facing" else "internal-elb"
+    if needs and not cidrs:
+        return [
+            Problem(
+                at,
+                cidrs,
+                (
+                    "mode 'existing' with an 'alb' ingress needs the CIDRs of the subnets the ALB's "
+                    "ENIs live in "
+                    f"(tagged kubernetes.io/role/{role}), "
+                    "e.g. ['10.0.200.0/24', '10.0.201.0/24']: only they may reach vLLM's port. Not "
+                    "the VPC CIDR, "
+                    "which holds every pod and node"
+                ),
+            )
+        ]
+    problems = []
+    for index, cidr in enumerate(cidrs):
+        if cidr == config.cluster.vpc_cidr or cidr.endswith("/0"):
+            problems.append(
+                Problem(
+                    (*at, index),
+                    cidr,
+                    (
+                        "admits every address in the VPC (or anywhere), not only the load balancer: "
+                        "name the ALB's own "
+                        "subnets"
+                    ),
+                )
+            )
+    return problems
+
+
+def replica_bound_problems(config: PlatformConfig) -> list[Problem]:
+    """No more replicas than the GPU group can ever hold: max_size nodes × the replicas one node fits.
+    (The quota, the HPA and the PDB are sized from these numbers; 40 on a 2-GPU group is a typo.)"""
+    problems = []
+    for index, model in enumerate(config.models):
+        group = config.node_groups.gpu.get(model.gpu_group)
+        if group is None or not group.gpu_instances:
+            continue  # reported by the schema (unknown group)
+        per_node = max(instance.gpus_per_node for instance in group.gpu_instances) // model.gpus_per_replica
+        most = group.max_size * per_node
+        counts: list[tuple[tuple[str | int, ...], int]] = [(("replicas",), model.replicas)]
+        if model.autoscaling.enabled:
+            counts = [
+                (("autoscaling", "min_replicas"), model.autoscaling.min_replicas),
+                (("autoscaling", "max_replicas"), model.autoscaling.max_replicas),
+            ]
+        for key, value in counts:
+            if value > most:
+                problems.append(
+                    Problem(
+                        ("models", index, *key),
+                        value,
+                        (
+                            f"GPU group '{model.gpu_group}' holds at most {most} replicas of "
+                            f"{model.gpus_per_replica} GPU(s) "
+                            f"(node_groups.gpu.{model.gpu_group}.max_size {group.max_size} × "
+                            f"{per_node} per node): lower "
+                            f"it to {most} or fewer, or raise the group's max_size"
+                        ),
+                    )
+                )
+    return problems
+
+
+@cache
+def pinned_quantization_methods() -> tuple[str, ...]:
+    """vLLM's own list (vllm.model_executor.layers.quantization.QUANTIZATION_METHODS), snapshotted by
+    scripts/snapshot-vllm-quantization.py and compared with the real vLLM by tests/e2e."""
+    return tuple(json.loads(QUANTIZATION_METHODS_FILE.read_text())["methods"])
+
+
+def quantization_problems(config: PlatformConfig) -> list[Problem]:
+    methods = pinned_quantization_methods()
+    problems = []
+    for index, model in enumerate(config.models):
+        method = model.vllm.quantization
+        if method is None or method in methods:
+            continue
+        close = difflib.get_close_matches(method, methods, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        problems.append(
+            Problem(
+                ("models", index, "vllm", "quantization"),
+                method,
+                (
+                    f"vLLM {VLLM_VERSION} has no quantization method '{method}': {hint}"
+                    f"one of {', '.join(methods)}; or leave it unset to follow the checkpoint"
+                ),
+            )
+        )
+    return problems
+
+
+@cache
+def _policy_rules() -> ModuleType:
+    """The policy pack's rules module (stdlib only), so secret names meet the same credential patterns."""
+    spec = importlib.util.spec_from_file_location(
+        "vllm_policy_rules", REPO_ROOT / "policy" / "vllm_policies.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+# Secrets Manager: 1-512 of letters, digits and /_+=.@- (CreateSecret, Name). Vault: a path of
+# segments of letters, digits, '-', '_', '.', no empty segment or leading slash.
+_SECRETS_MANAGER_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_VAULT_PATH = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+
+
+def secret_name_problems(config: PlatformConfig) -> list[Problem]:
+    """A secret *name* must be a name: the provider's rules, and never a credential pasted in its place."""
+    provider = config.security.secret_store.provider
+    problems = []
+    for index, model in enumerate(config.models):
+        for field in ("api_key_secret", "hf_token_secret"):
+            ref = getattr(model, field)
+            if ref is None:
+                continue
+            at = ("models", index, field, "name")
+            if _policy_rules().looks_like_credential(ref.name):
+                # Never echo it back: the value is shown redacted.
+                problems.append(
+                    Problem(
+                        at,
+                        "(redacted)",
+                        (
+                            "this looks like a credential, not the name of a secret: put the value "
+                            "in the secret store, "
+                            "name it here (e.g. 'vllm-platform/prod/llama/api-key'), and rotate the "
+                            "exposed credential"
+                        ),
+                    )
+                )
+            elif provider == "aws-secrets-manager" and not _SECRETS_MANAGER_NAME.match(ref.name):
+                problems.append(
+                    Problem(
+                        at,
+                        ref.name,
+                        (
+                            "not a Secrets Manager secret name: 1-512 letters, digits and / _ + = . @ - "
+                            "(e.g. 'vllm-platform/prod/llama/api-key')"
+                        ),
+                    )
+                )
+            elif provider == "vault" and not _VAULT_PATH.match(ref.name):
+                problems.append(
+                    Problem(
+                        at,
+                        ref.name,
+                        (
+                            "not a Vault secret path: segments of letters, digits, '-', '_' and '.', "
+                            "separated by '/', "
+                            "without a leading or trailing '/' (e.g. 'secret/data/vllm/llama')"
+                        ),
+                    )
+                )
     return problems

@@ -468,6 +468,11 @@ _SECRET_ASSIGNMENT = re.compile(
 )
 
 
+def looks_like_credential(text: str) -> bool:
+    """Whether `text` contains a well-known credential format (also used by `vllm-platform validate`)."""
+    return _SECRET_VALUE.search(text) is not None
+
+
 def looks_like_secret_name(name: str) -> bool:
     parts = [p for p in re.split(r"[_.\-]+", name.upper()) if p]
     if not parts or parts[-1] in _REFERENCE_SUFFIXES:

@@ -3,10 +3,11 @@
 
     scripts/render-diff.py BASE HEAD [--title TEXT] [--max-chars N] > comment.md
 
-BASE and HEAD are each either one render (a folder with kubernetes/, helm/, aws-resources.json)
-or a folder of renders, one sub-folder per stack (render/base/dev, render/base/prod, ...).
+BASE and HEAD are each either one render (a folder with kubernetes/, charts/, helm/ and
+aws-resources.json) or a folder of renders, one sub-folder per stack (render/base/dev, ...).
 Objects are matched by identity, not by file name: Kubernetes objects by kind, namespace and name;
-Helm releases by namespace and name; AWS resources by type and Pulumi name. Values are compared
+chart objects by release, kind, namespace and name; Helm releases by namespace and name; AWS
+resources by type and Pulumi name. Values are compared
 after normalising key order (and floats the render writes for integers), so only real changes
 show. Removals and changes to fields Kubernetes or AWS cannot update in place are flagged first:
 those are the lines a reviewer must not miss. A change to a canary Rollout's steps (or a model
@@ -91,6 +92,22 @@ def normalise(value: Any) -> Any:
     return value
 
 
+GENERATED = "<generated at render>"
+
+
+def mask_generated(obj: Any) -> Any:
+    """Charts that make their webhook certificates at template time (Helm's genCA) give new bytes on
+    every render; on `pulumi up` their `lookup` keeps the cluster's. Shown as one placeholder, so
+    only real changes appear."""
+    if isinstance(obj, dict):
+        if obj.get("kind") == "Secret" and obj.get("type") == "kubernetes.io/tls":
+            return {**obj, "data": dict.fromkeys(obj.get("data") or {}, GENERATED)}
+        return {key: GENERATED if key == "caBundle" else mask_generated(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [mask_generated(item) for item in obj]
+    return obj
+
+
 def read_render(directory: Path) -> dict[tuple[str, ...], Entry]:
     """Every object of one render, keyed by identity."""
     entries: dict[tuple[str, ...], Entry] = {}
@@ -109,10 +126,24 @@ def read_render(directory: Path) -> dict[tuple[str, ...], Entry]:
             entries[("kubernetes", kind, namespace, str(metadata.get("name")))] = Entry(
                 label, kind, normalise(obj)
             )
+    # Objects the vendored charts render (charts/<release>/<namespace>/...): a pin bump or a value
+    # change shows as the objects that change, not only as the values passed.
+    for path in sorted((directory / "charts").rglob("*.yaml")):
+        release_name = path.relative_to(directory / "charts").parts[0]
+        obj = yaml.safe_load(path.read_text())
+        if not obj:
+            continue
+        metadata = obj.get("metadata") or {}
+        namespace, kind = metadata.get("namespace", ""), str(obj.get("kind"))
+        where = f"{namespace}/{metadata.get('name')}" if namespace else str(metadata.get("name"))
+        entries[("chart", release_name, kind, namespace, str(metadata.get("name")))] = Entry(
+            f"{kind} {where} (chart release {release_name})", kind, normalise(mask_generated(obj))
+        )
     for path in sorted((directory / "helm").glob("*.yaml")):
         release = yaml.safe_load(path.read_text()) or {}
         namespace, name = release.get("namespace", "default"), release.get("name", path.stem)
-        label = f"Helm release {namespace}/{name} (chart {release.get('chart')} {release.get('version')})"
+        version = release.get("chartVersion") or release.get("version")
+        label = f"Helm release {namespace}/{name} (chart {release.get('chart')} {version})"
         entries[("helm", namespace, name)] = Entry(label, "helm", normalise(release))
     aws_file = directory / "aws-resources.json"
     if aws_file.is_file():

@@ -16,10 +16,11 @@ import yaml
 from components.cluster_addons import EFS_STORAGE_CLASS, IRSA_ANNOTATION
 from components.service_accounts import AWS_LOAD_BALANCER_CONTROLLER, CLUSTER_AUTOSCALER, EFS_CSI_CONTROLLER
 from infra import versions
-from infra.config import ConfigError, PlatformConfig, load_stack
+from infra.config import ConfigError, PlatformConfig
 from infra.config.loader import read_stack_file, stack_file_for
 from infra.config.platform import AddonsConfig, KedaConfig
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 
 # --- helpers shared by tests/test_addons_*.py and tests/test_autoscaling_*.py --------------------------
@@ -324,7 +325,9 @@ def test_vault_secret_store_installs_only_the_vault_csi_provider_pointing_at_the
     config = config_of(stack_render)
     assert config.security.secret_store.provider == "vault"
     values = release(stack_render, "vault-csi-provider")["values"]
-    assert values["server"] == {"enabled": False}
+    assert values["server"]["enabled"] is False
+    # The server's ServiceAccount and auth-delegator binding render even with the server off.
+    assert values["server"]["authDelegator"] == {"enabled": False}
     assert values["injector"] == {"enabled": False}
     assert values["csi"]["enabled"] is True
     assert values["global"]["externalVaultAddr"] == config.security.secret_store.vault_address

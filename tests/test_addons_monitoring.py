@@ -15,8 +15,8 @@ from components.monitoring import (
     prometheus_url,
 )
 from components.scrape import creates_monitor_objects
-from infra.config import load_stack
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import model_workloads, rendered
 from tests.test_addons_cluster import (
     as_int,

@@ -13,8 +13,8 @@ from components.adapter_rules import SIGNALS, keda_query, to_quantity
 from components.autoscaling import create_model_autoscaler, scaling_behavior
 from components.monitoring import prometheus_url
 from components.rollouts import uses_canary
-from infra.config import load_stack
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import model_workloads, rendered
 from tests.test_addons_cluster import as_int, config_error, config_of, release
 

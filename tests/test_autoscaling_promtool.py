@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from components.adapter_rules import SIGNALS, adapter_query, adapter_rules, hpa_signals, keda_query
-from infra.config import load_stack
 from infra.config.models import ModelConfig
+from infra.stack_checks import load_stack
 from tests.conftest import STACKS
 
 FIXTURES = Path(__file__).resolve().parent / "promtool"

@@ -27,7 +27,7 @@ from components.adapter_rules import (
 from components.autoscaling import hpa_spec
 from components.rollouts import workload_reference
 from infra import vllm_metrics
-from infra.config import load_stack
+from infra.stack_checks import load_stack
 from tests.conftest import STACKS
 from tests.test_addons_cluster import config_error, load_variant
 

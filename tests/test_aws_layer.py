@@ -45,9 +45,10 @@ from infra.aws.policies import (
     to_json,
     with_model_bucket_decrypt,
 )
-from infra.config import PlatformConfig, load_stack, stack_file_for
+from infra.config import PlatformConfig, stack_file_for
 from infra.config.cluster import GpuNodeGroupConfig, TaintConfig
 from infra.render import PLACEHOLDER_ACCOUNT_ID, PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID, RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import rendered
 
 LOCATION = AwsLocation(partition="aws", region="us-east-1", account_id=PLACEHOLDER_ACCOUNT_ID)
@@ -200,15 +201,21 @@ def test_subnets_follow_the_layout_and_carry_the_load_balancer_tags(stack: str) 
     for index, cidr in enumerate(layout.private_cidrs):
         private = subnets[f"aws-network-private-{index}"]
         assert private["cidrBlock"] == cidr
-        assert private["tags"]["kubernetes.io/role/internal-elb"] == "1"
         assert private["tags"][cluster_tag] == "shared"
+        # No load balancer in the node subnets: a NetworkPolicy admitting it would admit every pod.
         assert "kubernetes.io/role/elb" not in private["tags"]
+        assert "kubernetes.io/role/internal-elb" not in private["tags"]
+    for index, cidr in enumerate(layout.internal_load_balancer_cidrs):
+        internal = subnets[f"aws-network-internal-lb-{index}"]
+        assert internal["cidrBlock"] == cidr
+        assert internal["tags"]["kubernetes.io/role/internal-elb"] == "1"
+        assert internal["tags"][cluster_tag] == "shared"
     for index, cidr in enumerate(layout.public_cidrs):
         public = subnets[f"aws-network-public-{index}"]
         assert public["cidrBlock"] == cidr
         assert public["tags"]["kubernetes.io/role/elb"] == "1"
         assert public["mapPublicIpOnLaunch"] is False
-    assert len(subnets) == 2 * config.cluster.availability_zone_count
+    assert len(subnets) == 3 * config.cluster.availability_zone_count
     zones = {s["availabilityZone"] for name, s in subnets.items() if "private" in name}
     assert len(zones) == config.cluster.availability_zone_count
 
@@ -217,6 +224,8 @@ def test_subnet_layout_gives_each_az_a_large_private_block_and_a_small_public_on
     layout = subnet_layout("10.0.0.0/16", 3)
     assert layout.private_cidrs == ("10.0.0.0/18", "10.0.64.0/18", "10.0.128.0/18")
     assert layout.public_cidrs == ("10.0.192.0/20", "10.0.208.0/20", "10.0.224.0/20")
+    # Internal ALBs: the last /20 is all that is free, so a /22 each.
+    assert layout.internal_load_balancer_cidrs == ("10.0.240.0/22", "10.0.244.0/22", "10.0.248.0/22")
     assert subnet_layout("10.0.0.0/16", 2).private_cidrs == ("10.0.0.0/18", "10.0.64.0/18")
 
 
@@ -225,8 +234,11 @@ def test_subnet_layout_gives_each_az_a_large_private_block_and_a_small_public_on
 def test_subnet_layout_never_overlaps_and_stays_inside_the_vpc(vpc_cidr: str, zones: int) -> None:
     layout = subnet_layout(vpc_cidr, zones)
     vpc = ipaddress.IPv4Network(vpc_cidr)
-    networks = [ipaddress.IPv4Network(c) for c in layout.private_cidrs + layout.public_cidrs]
-    assert len(layout.private_cidrs) == len(layout.public_cidrs) == zones
+    all_cidrs = layout.private_cidrs + layout.public_cidrs + layout.internal_load_balancer_cidrs
+    networks = [ipaddress.IPv4Network(c) for c in all_cidrs]
+    counts = {len(layout.private_cidrs), len(layout.public_cidrs), len(layout.internal_load_balancer_cidrs)}
+    assert counts == {zones}
+    assert all(ipaddress.IPv4Network(c).prefixlen <= 27 for c in layout.internal_load_balancer_cidrs)
     assert all(network.subnet_of(vpc) for network in networks)
     for i, first in enumerate(networks):
         for second in networks[i + 1 :]:

@@ -15,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import ConfigError, load_stack
+from infra.config import ConfigError
 from infra.config.loader import display_path
+from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 
 BAD_STACKS_DIR = Path(__file__).resolve().parent / "bad-stacks"
 CLI = Path(sys.executable).parent / "vllm-platform"
 EXIT_INVALID_CONFIG = 2
+# A key path, or the whole namespace (`vllm-platform = ...`) for problems with the stack file's keys.
+KEY_PATH_PREFIXES = ("vllm-platform:", "vllm-platform =")
 
 
 @dataclass(frozen=True)
@@ -43,16 +46,15 @@ def _read_bad_stack(path: Path) -> BadStack:
     ]
     return BadStack(
         path,
-        key_paths=tuple(e for e in expects if e.startswith("vllm-platform:")),
-        fragments=tuple(e for e in expects if not e.startswith("vllm-platform:")),
+        key_paths=tuple(e for e in expects if e.startswith(KEY_PATH_PREFIXES)),
+        fragments=tuple(e for e in expects if not e.startswith(KEY_PATH_PREFIXES)),
     )
 
 
 BAD_STACKS = [_read_bad_stack(path) for path in sorted(BAD_STACKS_DIR.glob("*.yaml"))]
 # A few through the real console script (argument parsing, stderr, exit code); all through the API.
-CLI_CASES = (
-    "typo-nested-key", "unknown-gpu-group", "dropped-vllm-flag", "renamed-metric", "canary-no-surge-room",
-)
+CLI_CASES = ("typo-nested-key", "unknown-gpu-group", "dropped-vllm-flag", "renamed-metric",
+             "duplicate-yaml-key", "typo-config-namespace", "canary-no-surge-room")
 
 
 def test_every_bad_stack_file_says_what_it_expects() -> None:

@@ -501,7 +501,7 @@ def test_the_warm_start_with_the_real_checkpoint_is_estimated_from_the_planner(r
     # at the planner's assumed speed instead.
     from infra.capacity.architecture import checkpoint_bytes
     from infra.capacity.plan import model_shape
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     _warmstart_phase(
         raw,

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from infra.catalogue.tuning_profiles import tuning_profile_problems, tuning_profiles
-from infra.config import ConfigError, VllmEngineConfig, load_stack
+from infra.config import ConfigError, VllmEngineConfig
+from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 
 PROFILE = "h200-throughput"

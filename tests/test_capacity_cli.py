@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from infra.capacity import plan_platform
-from infra.config import load_stack
+from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT, STACKS
 
 CLI = Path(sys.executable).parent / "vllm-platform"

@@ -20,7 +20,7 @@ from infra.capacity.memory import GIB, EngineSettings
 from infra.capacity.plan import MemorySizing, size_memory
 from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
 from infra.catalogue.model_shapes import lookup_preset
-from infra.config import load_stack
+from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 
 OBSERVATIONS = REPO_ROOT / "tests" / "data" / "kv_cache_observations.json"

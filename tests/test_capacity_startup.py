@@ -6,9 +6,9 @@ import math
 
 from infra.capacity import plan_platform
 from infra.capacity.startup import PHASES, plan_startup
-from infra.config import load_stack
 from infra.config.models import StartupConfig
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import model_workloads
 
 GIB = 1 << 30

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from infra.capacity import plan_platform
-from infra.config import ConfigError, PlatformConfig, load_stack
+from infra.config import ConfigError, PlatformConfig
+from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 
 MODELS = "vllm-platform:models"

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import ConfigError, load_stack
+from infra.config import ConfigError
+from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT, STACKS
 
 MODELS = "vllm-platform:models"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from infra.render import RenderResult, write_render
@@ -62,6 +63,7 @@ def test_changes_are_listed_per_stack_with_deletions_and_replacements_first(tmp_
     comment = _diff(tmp_path / "base", tmp_path / "head")
     unchanged = (
         len(rendered("dev").kubernetes_objects)
+        + len(rendered("dev").deployed_chart_objects)
         + len(rendered("dev").helm_releases)
         + len(rendered("dev").aws_resources)
         - 2
@@ -85,6 +87,7 @@ def test_a_stack_added_by_the_pull_request_shows_as_all_added(tmp_path: Path) ->
     comment = _diff(tmp_path / "base", tmp_path / "head")
     total = (
         len(rendered("staging").kubernetes_objects)
+        + len(rendered("staging").deployed_chart_objects)
         + len(rendered("staging").helm_releases)
         + len(rendered("staging").aws_resources)
     )
@@ -105,6 +108,38 @@ def test_two_single_renders_are_compared_as_one_stack(tmp_path: Path) -> None:
     write_render(rendered("dev"), tmp_path / "before")
     write_render(_changed_dev_render(), tmp_path / "after")
     assert "| after | 0 | 1 | 1 |" in _diff(tmp_path / "before", tmp_path / "after")
+
+
+def _with_chart_object(
+    result: RenderResult, kind: str, name: str, change: Callable[[dict], None]
+) -> RenderResult:
+    changed = copy.deepcopy(result)
+    (item,) = [item for item in changed.chart_objects if item.kind == kind and item.name == name]
+    change(item.object)
+    return changed
+
+
+def test_a_chart_object_change_shows_as_the_object_with_its_release(tmp_path: Path) -> None:
+    def bump(daemonset: dict) -> None:
+        daemonset["spec"]["template"]["spec"]["containers"][0]["image"] += "-bumped"
+
+    write_render(rendered("dev"), tmp_path / "base" / "dev")
+    write_render(
+        _with_chart_object(rendered("dev"), "DaemonSet", "dcgm-exporter", bump), tmp_path / "head" / "dev"
+    )
+    comment = _diff(tmp_path / "base", tmp_path / "head")
+    assert "DaemonSet kube-system/dcgm-exporter (chart release dcgm-exporter)" in comment
+    assert "-bumped" in comment
+
+
+def test_webhook_certificates_a_chart_generates_at_render_are_not_a_change(tmp_path: Path) -> None:
+    def regenerate(secret: dict) -> None:
+        secret["data"] = {key: "bmV3IGJ5dGVz" for key in secret["data"]}
+
+    write_render(rendered("dev"), tmp_path / "base" / "dev")
+    head = _with_chart_object(rendered("dev"), "Secret", "aws-load-balancer-tls", regenerate)
+    write_render(head, tmp_path / "head" / "dev")
+    assert "No change to any rendered" in _diff(tmp_path / "base", tmp_path / "head")
 
 
 def _prod_with_steps(steps: list[int]) -> RenderResult:

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, all_versions
 
-from infra.config import load_stack
 from infra.render import write_render
+from infra.stack_checks import load_stack
 from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.support.argo_rollouts_crds import crd_schema_problems

@@ -26,29 +26,104 @@ def test_every_model_namespace_denies_all_traffic_by_default(stack_render: Rende
         assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
 
 
-def test_only_the_ingress_controller_and_prometheus_reach_the_server_port(stack_render: RenderResult) -> None:
+def _subnet_cidrs(result: RenderResult, role_tag: str) -> set[str]:
+    return {
+        subnet.inputs["cidrBlock"]
+        for subnet in result.aws("aws:ec2/subnet:Subnet")
+        if subnet.inputs.get("tags", {}).get(role_tag) == "1"
+    }
+
+
+def _ingress_sources(found: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: [source for rule in spec["ingress"] for source in rule["from"]]
+        for name, spec in found.items()
+        if "ingress" in spec
+    }
+
+
+def test_only_the_load_balancer_subnets_and_prometheus_pods_reach_the_server_port(
+    stack_render: RenderResult,
+) -> None:
     config = config_of(stack_render)
+    # The subnets the AWS Load Balancer Controller puts an ALB of this scheme in (by their role tag),
+    # as the AWS layer rendered them: no pod or node address is in them.
+    role = (
+        "kubernetes.io/role/elb"
+        if config.ingress.scheme == "internet-facing"
+        else "kubernetes.io/role/internal-elb"
+    )
+    load_balancer_cidrs = _subnet_cidrs(stack_render, role)
+    node_subnets = {
+        s.inputs["cidrBlock"] for s in stack_render.aws("aws:ec2/subnet:Subnet") if "-private-" in s.name
+    }
+    assert load_balancer_cidrs and node_subnets
     for model in config.models:
         found = policies(stack_render, model.namespace)
-        port = [{"protocol": "TCP", "port": model.vllm.port}]
-        pods = {"matchLabels": model_selector_labels(model.name)}
-        ingress_rules = [(name, rule) for name, spec in found.items() for rule in spec.get("ingress", [])]
-        assert {name for name, _ in ingress_rules} == {"allow-ingress-controller", "allow-prometheus"}
-        for _, rule in ingress_rules:
-            assert rule["ports"] == port
-        controller = found["allow-ingress-controller"]
-        assert controller["podSelector"] == pods
-        assert controller["ingress"][0]["from"] == [
-            namespace_peer(config.security.ingress_controller_namespace),
-            # ALB target type ip: the load balancer's ENIs in the VPC connect to the pod directly.
-            {"ipBlock": {"cidr": config.cluster.vpc_cidr}},
+        sources = _ingress_sources(found)
+        assert set(sources) == {"allow-load-balancer", "allow-prometheus"}
+        for name in sources:
+            assert found[name]["podSelector"] == {"matchLabels": model_selector_labels(model.name)}
+            assert [rule["ports"] for rule in found[name]["ingress"]] == [
+                [{"protocol": "TCP", "port": model.vllm.port}]
+            ]
+        blocks = {source["ipBlock"]["cidr"] for source in sources["allow-load-balancer"]}
+        assert blocks == load_balancer_cidrs
+        for block in blocks:
+            assert not any(
+                ipaddress.ip_network(block).overlaps(ipaddress.ip_network(n)) for n in node_subnets
+            )
+            assert block != config.cluster.vpc_cidr
+        assert sources["allow-prometheus"] == [
+            {
+                **namespace_peer(config.monitoring.namespace),
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }
         ]
-        assert found["allow-prometheus"]["ingress"][0]["from"] == [
-            namespace_peer(config.monitoring.namespace)
-        ]
+        # Nothing from kube-system (every add-on pod runs there) reaches vLLM.
+        assert not any("kube-system" in str(source) for entries in sources.values() for source in entries)
 
 
-def test_egress_is_dns_nfs_to_the_vpc_and_public_https_only(stack_render: RenderResult) -> None:
+def test_internal_load_balancers_get_subnets_of_their_own(stack_render: RenderResult) -> None:
+    internal = _subnet_cidrs(stack_render, "kubernetes.io/role/internal-elb")
+    config = config_of(stack_render)
+    assert len(internal) == config.cluster.availability_zone_count
+    others = {s.inputs["cidrBlock"] for s in stack_render.aws("aws:ec2/subnet:Subnet")} - internal
+    for cidr in internal:
+        network = ipaddress.ip_network(cidr)
+        assert network.prefixlen <= 27  # an ALB needs a /27 at least
+        assert network.subnet_of(ipaddress.ip_network(config.cluster.vpc_cidr))
+        assert not any(network.overlaps(ipaddress.ip_network(other)) for other in others)
+
+
+def test_existing_cluster_admits_the_configured_load_balancer_subnets(
+    existing_mode_render: RenderResult,
+) -> None:
+    config = config_of(existing_mode_render)
+    found = policies(existing_mode_render, config.models[0].namespace)
+    blocks = [s["ipBlock"]["cidr"] for s in _ingress_sources(found)["allow-load-balancer"]]
+    assert blocks == config.security.load_balancer_source_cidrs != []
+
+
+def test_a_non_alb_ingress_admits_only_the_controller_pods(tmp_path: Path) -> None:
+    def nginx(values: dict[str, Any]) -> None:
+        values["ingress"] = {**values.get("ingress", {}), "class_name": "nginx"}
+        values["security"] = {
+            "ingress_controller_namespace": "ingress-nginx",
+            "ingress_controller_pod_labels": {"app.kubernetes.io/name": "ingress-nginx"},
+        }
+
+    found = policies(render_variant(tmp_path, nginx), "vllm-qwen2-5-7b")
+    assert _ingress_sources(found)["allow-ingress-controller"] == [
+        {
+            **namespace_peer("ingress-nginx"),
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}},
+        }
+    ]
+    assert "allow-load-balancer" not in found
+
+
+def test_egress_is_dns_and_public_https_only_no_nfs(stack_render: RenderResult) -> None:
     config = config_of(stack_render)
     for model in config.models:
         found = policies(stack_render, model.namespace)
@@ -60,11 +135,8 @@ def test_egress_is_dns_nfs_to_the_vpc_and_public_https_only(stack_render: Render
         ]
         assert sorted(p["protocol"] for p in dns["ports"]) == ["TCP", "UDP"]
         assert {p["port"] for p in dns["ports"]} == {53}
-        nfs, https = egress["allow-model-storage"]
-        assert nfs == {
-            "to": [{"ipBlock": {"cidr": config.cluster.vpc_cidr}}],
-            "ports": [{"protocol": "TCP", "port": 2049}],
-        }
+        # The EFS CSI node plugin mounts on the host network; a pod never speaks NFS itself.
+        (https,) = egress["allow-model-storage"]
         assert https["ports"] == [{"protocol": "TCP", "port": 443}]
         block = https["to"][0]["ipBlock"]
         assert block["cidr"] == "0.0.0.0/0"

@@ -17,9 +17,10 @@ from components.labels import model_selector_labels
 from components.rollouts import peak_replicas, uses_canary, workload_reference
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from infra.capacity import plan_platform
-from infra.config import PlatformConfig, load_stack
+from infra.config import PlatformConfig
 from infra.config.loader import stack_file_for
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
 
 BUILT_IN_GROUPS = {

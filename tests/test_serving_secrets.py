@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from components import secrets
-from infra.config import ConfigError, load_stack
+from components import secrets, server_auth
+from infra.config import ConfigError
 from infra.config.loader import stack_file_for
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import rendered
 from tests.test_serving_render import (
     config_of,
@@ -28,7 +29,12 @@ SECRET_LIKE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 def test_no_secret_values_in_env_literals_or_configmaps(stack_render: RenderResult) -> None:
     objects = model_namespace_objects(stack_render)
-    assert not [o for o in objects if o["kind"] in ("ConfigMap", "Secret")], "no ConfigMap/Secret is rendered"
+    assert not [o for o in objects if o["kind"] == "Secret"], "no Secret is rendered"
+    # The one ConfigMap is the API-key check's code, byte for byte the repository's file: no key.
+    config_maps = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert {o["metadata"]["name"] for o in config_maps} == {server_auth.CONFIG_MAP_NAME}
+    for config_map in config_maps:
+        assert config_map["data"] == {server_auth.MODULE_FILE.name: server_auth.MODULE_FILE.read_text()}
     for model in config_of(stack_render).models:
         spec = pod_spec(stack_render, model.name)
         for item in spec["containers"] + spec["initContainers"]:

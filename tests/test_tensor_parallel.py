@@ -33,9 +33,10 @@ from infra.capacity.architecture import (
     weight_bytes_per_gpu,
 )
 from infra.capacity.plan import model_shape
-from infra.config import ConfigError, load_stack
+from infra.config import ConfigError
 from infra.config.models import DEFAULT_NCCL_ENV, VllmEngineConfig
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from infra.vllm_flags import check_server_arguments
 from tests.conftest import REPO_ROOT, model_workloads, rendered
 

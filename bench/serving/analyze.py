@@ -902,7 +902,7 @@ def real_weights_estimate(
         return None
     from infra.capacity.architecture import checkpoint_bytes
     from infra.capacity.plan import model_shape, plan_model
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(plan["stack"])
     model = next((m for m in config.models if m.name == plan["model"]), None)

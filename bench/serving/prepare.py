@@ -271,8 +271,8 @@ def _flag_value(args: list[str], flag: str) -> str:
 
 def build_plan(stack: str = STACK, model: str = MODEL, result: Any = None) -> dict[str, Any]:
     """The plan for `model` of `stack`; `result` is that stack's RenderResult when already rendered."""
-    from infra.config import load_stack
     from infra.render import render_stack
+    from infra.stack_checks import load_stack
 
     result = result if result is not None else render_stack(stack)
     deployment, pod_spec, container = find_vllm_container(result, model)

@@ -187,7 +187,7 @@ def plan_summary(plan: Any) -> dict[str, Any]:
 def predictions(stack: str = STACK, model: str = MODEL, lab_group: str = LAB_GPU_GROUP) -> dict[str, Any]:
     """Variant -> {"lab": plan on the lab's GPU group, "own_group": plan on the model's own group}."""
     from infra.capacity import plan_platform
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(stack)
     result: dict[str, Any] = {}

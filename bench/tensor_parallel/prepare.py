@@ -160,7 +160,7 @@ def rendered_containers(result: Any) -> dict[str, tuple[dict[str, Any], dict[str
     """Variant -> (pod spec, vLLM container, where it came from)."""
     from components.model_service import pod_template
     from infra.capacity.plan import plan_model
-    from infra.config import load_stack
+    from infra.stack_checks import load_stack
 
     config = load_stack(STACK)
     model = next((m for m in config.models if m.name == MODEL), None)

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.aws.policies import STS_AUDIENCE, secrets_encryption_key_policy, service_trust_policy, to_json
+from infra.aws.policies import (
+    STS_AUDIENCE,
+    AwsLocation,
+    eks_secrets_key_policy,
+    secrets_encryption_key_policy,
+    service_trust_policy,
+    to_json,
+)
 from infra.config.cluster import ClusterConfig
 
 # SHA-1 of the root CA ("Starfield Services Root Certificate Authority - G2") behind every
@@ -89,6 +96,8 @@ class EksClusterArgs:
     admin_principal_arns: Sequence[str]
     """Every principal to make cluster-admin (see `admin_principals`)."""
     partition: str = "aws"
+    location: AwsLocation | None = None
+    """Account and region for the Secrets key's explicit policy."""
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -129,6 +138,7 @@ class EksCluster(pulumi.ComponentResource):
         secrets_key = aws.kms.Key(
             f"{name}-secrets",
             description=f"EKS Secrets envelope encryption for {cluster_name}",
+            policy=to_json(eks_secrets_key_policy(args.location)) if args.location else None,
             enable_key_rotation=True,
             deletion_window_in_days=SECRETS_KEY_DELETION_WINDOW_DAYS,
             opts=child,

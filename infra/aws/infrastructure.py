@@ -73,6 +73,9 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 availability_zone_count=cluster_config.availability_zone_count,
                 single_nat_gateway=cluster_config.single_nat_gateway,
                 provider=provider,
+                flow_log_retention_days=(
+                    cluster_config.vpc_flow_log_retention_days if cluster_config.vpc_flow_logs else None
+                ),
             ),
             opts=children,
         )
@@ -83,6 +86,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 subnet_ids=network.private_subnet_ids,
                 admin_principal_arns=admin_principals(cluster_config.admin_principal_arns, deployer_arn),
                 partition=partition,
+                location=location,
             ),
             opts=children,
         )
@@ -129,6 +133,8 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 vpc_id=network.vpc_id,
                 subnet_ids=network.private_subnet_ids,
                 node_security_group_id=cluster.security_group_id,
+                location=location,
+                efs_client_role_arns=[nodes.node_role_arn],
             ),
             opts=children,
         )
@@ -158,6 +164,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
             kubernetes_version=cluster_config.kubernetes_version,
             efs_file_system_id=storage.efs_file_system_id,
             vpc_id=network.vpc_id,
+            load_balancer_source_cidrs=network.layout.load_balancer_cidrs(config.ingress.scheme),
             service_account_role_arns=roles.role_arns,
         )
         self.register_outputs(

@@ -203,6 +203,77 @@ def tls_only_bucket_policy(bucket_arn: str) -> PolicyDocument:
     )
 
 
+def efs_file_system_policy(file_system_arn: str, client_role_arns: list[str]) -> PolicyDocument:
+    """Mounts over TLS only, by the named IAM roles (the nodes, whose EFS CSI node plugin mounts with
+    `mountOptions: [tls, iam]`) and through a mount target; no ClientRootAccess for anyone, so root
+    on a client is squashed and only the per-PVC access points' POSIX identities write (issue 15)."""
+    return document(
+        {
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "*",
+            "Resource": file_system_arn,
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        },
+        {
+            "Sid": "MountAndWriteByClusterNodesThroughMountTargets",
+            "Effect": "Allow",
+            "Principal": {"AWS": sorted(client_role_arns)},
+            "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
+            "Resource": file_system_arn,
+            "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}},
+        },
+    )
+
+
+def _key_administration(location: AwsLocation) -> dict[str, Any]:
+    # Without this the key can become unmanageable (AWS KMS: "Allows access for the AWS account"):
+    # IAM policies in the account decide who administers it, as with the default policy, but written
+    # out so the key's whole policy is in the preview diff.
+    return {
+        "Sid": "AccountAdministersTheKey",
+        "Effect": "Allow",
+        "Principal": {"AWS": f"arn:{location.partition}:iam::{location.account_id}:root"},
+        "Action": "kms:*",
+        "Resource": "*",
+    }
+
+
+CRYPTOGRAPHIC_ACTIONS = ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+
+
+def model_bucket_key_policy(location: AwsLocation) -> PolicyDocument:
+    """The model bucket's key encrypts and decrypts only on behalf of S3 (for the objects of the
+    bucket), never for a direct kms:Decrypt call, whoever makes it."""
+    return document(
+        _key_administration(location),
+        {
+            "Sid": "OnlyThroughS3",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": CRYPTOGRAPHIC_ACTIONS,
+            "Resource": "*",
+            "Condition": {"StringNotEquals": {"kms:ViaService": f"s3.{location.region}.amazonaws.com"}},
+        },
+    )
+
+
+def eks_secrets_key_policy(location: AwsLocation) -> PolicyDocument:
+    """The EKS Secrets key: administered by the account; used by the cluster role (its role policy,
+    secrets_encryption_key_policy) through the EKS control plane."""
+    return document(_key_administration(location))
+
+
+def flow_log_delivery_policy(log_group_arn: str) -> PolicyDocument:
+    """What the VPC flow-log service needs to write into its one log group (AWS VPC user guide)."""
+    return document({
+        "Effect": "Allow",
+        "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+        "Resource": [log_group_arn, f"{log_group_arn}:*"],
+    })
+
+
 def load_balancer_controller_policy() -> PolicyDocument:
     """The AWS Load Balancer Controller's own IAM policy, as published with the controller."""
     return json.loads(LOAD_BALANCER_CONTROLLER_POLICY_FILE.read_text())

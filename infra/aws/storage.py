@@ -8,7 +8,13 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.aws.policies import tls_only_bucket_policy, to_json
+from infra.aws.policies import (
+    AwsLocation,
+    efs_file_system_policy,
+    model_bucket_key_policy,
+    tls_only_bucket_policy,
+    to_json,
+)
 
 NFS_PORT = 2049
 # Large weight uploads that die half-way leave invisible, billed parts behind.
@@ -27,6 +33,10 @@ class ModelStorageArgs:
     """One EFS mount target per subnet (the private node subnets, one per AZ)."""
     node_security_group_id: pulumi.Input[str]
     """The EKS cluster security group, which managed nodes carry: the only NFS clients allowed."""
+    location: AwsLocation
+    """For the key policy's account and the S3 service name."""
+    efs_client_role_arns: Sequence[pulumi.Input[str]] = ()
+    """IAM roles that may mount the file system (the node role: the EFS CSI node plugin mounts)."""
 
 
 class ModelStorage(pulumi.ComponentResource):
@@ -46,6 +56,7 @@ class ModelStorage(pulumi.ComponentResource):
         key = aws.kms.Key(
             f"{name}-bucket",
             description=f"Model weights bucket {args.bucket_name}",
+            policy=to_json(model_bucket_key_policy(args.location)),
             enable_key_rotation=True,
             deletion_window_in_days=30,
             opts=child,
@@ -124,6 +135,14 @@ class ModelStorage(pulumi.ComponentResource):
             performance_mode="generalPurpose",
             # No lifecycle to Infrequent Access: every cold node reads the weights, and IA bills per GB read.
             tags={"Name": f"{args.cluster_name}-models"},
+            opts=child,
+        )
+        aws.efs.FileSystemPolicy(
+            f"{name}-efs",
+            file_system_id=file_system.id,
+            policy=pulumi.Output.all(file_system.arn, *args.efs_client_role_arns).apply(
+                lambda values: to_json(efs_file_system_policy(values[0], list(values[1:])))
+            ),
             opts=child,
         )
         security_group = aws.ec2.SecurityGroup(

@@ -2,7 +2,7 @@
 
 from infra.config.cluster import ClusterConfig, GpuNodeGroupConfig, NodeGroupsConfig, TaintConfig
 from infra.config.errors import ConfigError, ConfigProblem, Problem
-from infra.config.loader import load_from_pulumi, load_stack, stack_file_for
+from infra.config.loader import load_pulumi_config, load_stack_config, stack_file_for
 from infra.config.models import ModelConfig, VllmEngineConfig
 from infra.config.platform import PlatformConfig
 
@@ -17,7 +17,7 @@ __all__ = [
     "Problem",
     "TaintConfig",
     "VllmEngineConfig",
-    "load_from_pulumi",
-    "load_stack",
+    "load_pulumi_config",
+    "load_stack_config",
     "stack_file_for",
 ]

@@ -7,6 +7,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+INT32_MAX = 2**31 - 1
+"""Kubernetes replica counts (Deployment, HPA, KEDA) are int32."""
+
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes label keys: optional DNS-subdomain prefix, then a name of at most 63 characters.
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -48,3 +51,37 @@ def _check_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 Labels = Annotated[dict[str, str], AfterValidator(_check_labels)]
+
+
+def _check_cidr(value: str) -> str:
+    import ipaddress
+
+    try:
+        network = ipaddress.IPv4Network(value, strict=True)
+    except ValueError:
+        raise ValueError(
+            "must be an IPv4 CIDR with no host bits set, such as '203.0.113.0/24' or '198.51.100.7/32'"
+        ) from None
+    return str(network)
+
+
+Cidr = Annotated[str, AfterValidator(_check_cidr)]
+"""An IPv4 network in CIDR notation, parsed (not only pattern-matched)."""
+
+_HOSTNAME_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _check_hostname(value: str) -> str:
+    labels = value.split(".")
+    if len(value) > 253 or len(labels) < 2 or not all(_HOSTNAME_LABEL.match(label) for label in labels):
+        raise ValueError(
+            "must be a lowercase RFC 1123 DNS name with at least two labels, each of 1-63 letters, "
+            "digits and "
+            "'-' not starting or ending with '-' (e.g. 'llama.models.example.com'); no scheme, port, path or "
+            "wildcard"
+        )
+    return value
+
+
+Hostname = Annotated[str, AfterValidator(_check_hostname)]
+"""A fully qualified DNS name (RFC 1123), as an Ingress host and an ACM certificate name need."""

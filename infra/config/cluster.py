@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from infra.catalogue.gpu_instances import gpu_instance_types, lookup_instance_type
-from infra.config.base import Labels, StrictModel, dns_label
+from infra.config.base import Cidr, Labels, StrictModel, dns_label
 from infra.config.errors import ConfigProblem
 from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 
@@ -46,8 +46,16 @@ class ClusterConfig(StrictModel):
     endpoint_public_access: bool = False
     """The API server is private by default; reach it through a VPN/bastion or set this and
     `public_access_cidrs`."""
-    public_access_cidrs: list[str] = []
+    public_access_cidrs: list[Cidr] = []
     """CIDRs allowed to reach a public API endpoint (required when it is public)."""
+    public_access_from_anywhere: bool = False
+    """Opt-in for a public API endpoint open to every address (`0.0.0.0/0` in public_access_cidrs):
+    without it such a CIDR is an error, since one line would expose the cluster's API server."""
+    vpc_flow_logs: bool = True
+    """Mode `eks`: VPC flow logs (all traffic, accepted and rejected) to CloudWatch Logs, so who
+    talked to a pod or node can be answered after the fact."""
+    vpc_flow_log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 90
+    """Days CloudWatch keeps the VPC flow logs."""
     control_plane_logging: list[ControlPlaneLogType] = ["api", "audit", "authenticator"]
     """EKS control-plane log types sent to CloudWatch."""
     admin_principal_arns: list[
@@ -77,12 +85,12 @@ class ClusterConfig(StrictModel):
                 at=("public_access_cidrs",),
             )
         for index, cidr in enumerate(self.public_access_cidrs):
-            try:
-                ipaddress.IPv4Network(cidr)
-            except ValueError:
+            if ipaddress.IPv4Network(cidr).prefixlen == 0 and not self.public_access_from_anywhere:
                 raise ConfigProblem(
-                    "must be an IPv4 CIDR such as '203.0.113.0/24'", at=("public_access_cidrs", index)
-                ) from None
+                    "opens the Kubernetes API endpoint to the whole internet: list your own networks "
+                    "(e.g. '203.0.113.0/24'), or set cluster.public_access_from_anywhere: true to mean it",
+                    at=("public_access_cidrs", index),
+                )
         if self.mode == "eks" and (self.kubeconfig_path or self.kubeconfig_context):
             raise ConfigProblem(
                 "kubeconfig settings apply only to mode 'existing'; in mode 'eks' the stack builds the "

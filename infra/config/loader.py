@@ -1,11 +1,14 @@
 """Reading the typed config: from the running Pulumi program, or straight from a stack file.
 
 Both paths end in `parse_platform_config`, so `pulumi up` and `vllm-platform render` see the same
-config and the same errors.
+config and the same errors. Loading parses and types only: the checks that cross components (the
+pinned vLLM's flags, capacity, add-ons, secrets) are their own step, infra/stack_checks.py, so this
+layer imports nothing from components/ (issue 15, "One way through").
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -38,15 +41,77 @@ def read_stack_file(path: Path) -> dict[str, Any]:
         raise ConfigError(
             shown, [Problem((), str(path), "stack file not found; stacks live in stacks/Pulumi.<stack>.yaml")]
         )
+    text = path.read_text()
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.safe_load(text) or {}
+        duplicates = duplicate_key_problems(yaml.compose(text))
     except yaml.YAMLError as error:
         raise ConfigError(shown, [Problem((), None, f"not valid YAML: {error}")]) from None
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError(
             shown, [Problem((), None, "a Pulumi stack file is a mapping with a 'config:' mapping")]
         )
-    return _project_values(document.get("config") or {})
+    flat = document.get("config") or {}
+    problems = duplicates + namespace_problems(flat)
+    if problems:
+        raise ConfigError(shown, problems)
+    return _project_values(flat)
+
+
+KNOWN_NAMESPACES = (PROJECT_NAMESPACE, "aws", "kubernetes", "pulumi")
+"""Config namespaces a stack of this project may use: its own and its providers'."""
+
+
+def namespace_problems(flat: dict[str, Any]) -> list[Problem]:
+    """A key outside the known namespaces (a typo such as `vllm-platfrom:ingress`) would be dropped
+    without a word, leaving its section at the defaults: an error instead, with the likely fix."""
+    problems = []
+    for key in flat:
+        namespace, separator, name = str(key).partition(":")
+        if separator and namespace in KNOWN_NAMESPACES:
+            continue
+        if not separator:
+            message = (f"config key '{key}' has no namespace, so this program never reads it: "
+                       f"write it as '{PROJECT_NAMESPACE}:{key}'")
+        else:
+            close = difflib.get_close_matches(namespace, KNOWN_NAMESPACES, n=1)
+            hint = f"did you mean '{close[0]}:{name}'? " if close else ""
+            message = (f"unknown config namespace '{namespace}': {hint}this program reads only "
+                       f"{', '.join(repr(n + ':') for n in KNOWN_NAMESPACES)} keys")
+        problems.append(Problem((), str(key), message))
+    return problems
+
+
+def _key_path(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """A path below `config:` as the project's key path (`vllm-platform:ingress.scheme` → ingress, scheme)."""
+    if len(path) >= 2 and path[0] == "config" and str(path[1]).startswith(f"{PROJECT_NAMESPACE}:"):
+        return (str(path[1]).removeprefix(f"{PROJECT_NAMESPACE}:"), *path[2:])
+    return ()
+
+
+def duplicate_key_problems(node: yaml.Node | None, path: tuple[str | int, ...] = ()) -> list[Problem]:
+    """Every mapping key given twice at the same level. YAML loaders keep the last one silently: a
+    second `vllm-platform:ingress` once made dev's load balancer internet-facing (issue 15)."""
+    problems: list[Problem] = []
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                at = _key_path((*path, key))
+                shown = key if at else ".".join(str(p) for p in (*path, key))
+                problems.append(Problem(at, shown, (
+                    f"key given twice (lines {first_line[key]} and {line}); YAML would keep only the "
+                    "last one "
+                    "silently: merge the two into one entry")))
+            else:
+                first_line[key] = line
+            problems += duplicate_key_problems(value_node, (*path, key))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            problems += duplicate_key_problems(item, (*path, index))
+    return problems
 
 
 def _project_values(flat: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +119,7 @@ def _project_values(flat: dict[str, Any]) -> dict[str, Any]:
     return {key.removeprefix(prefix): value for key, value in flat.items() if key.startswith(prefix)}
 
 
-def read_pulumi_config() -> dict[str, Any]:
+def read_pulumi_config(stack_file_display: str = "the stack's config") -> dict[str, Any]:
     """The `vllm-platform:*` values of the running stack, read through pulumi.Config.
 
     Every key the engine passed is read (not only the known ones) so a typo at the top level is
@@ -63,8 +128,11 @@ def read_pulumi_config() -> dict[str, Any]:
     import pulumi
     from pulumi.runtime import config as runtime_config
 
-    names = set(_project_values(dict(runtime_config.CONFIG.get())))
-    names |= set(_project_values(runtime_config.get_config_env()))
+    flat = {**dict(runtime_config.CONFIG.get()), **runtime_config.get_config_env()}
+    problems = namespace_problems(flat)
+    if problems:
+        raise ConfigError(stack_file_display, problems)
+    names = set(_project_values(flat))
     config = pulumi.Config(PROJECT_NAMESPACE)
     values: dict[str, Any] = {}
     for name in sorted(names):
@@ -108,29 +176,16 @@ def resolve_stack_defaults(config: PlatformConfig, stack: str) -> PlatformConfig
     return config.model_copy(update={"cluster": cluster, "storage": storage, "models": models})
 
 
-def load_stack(stack: str, *, stack_file: Path | None = None) -> PlatformConfig:
-    """Parse and fully validate a stack file (what `vllm-platform validate` runs)."""
+def load_stack_config(stack: str, *, stack_file: Path | None = None) -> PlatformConfig:
+    """Parse and type a stack file; no cross-component checks (infra.stack_checks.load_stack runs them)."""
     path = stack_file or stack_file_for(stack)
-    shown = display_path(path)
-    config = parse_platform_config(read_stack_file(path), stack=stack, stack_file=shown)
-    return validate_deeply(config, stack_file=shown)
+    return parse_platform_config(read_stack_file(path), stack=stack, stack_file=display_path(path))
 
 
-def load_from_pulumi(*, stack_file_display: str | None = None) -> PlatformConfig:
-    """Parse and fully validate the running stack's config (what `pulumi preview/up` runs)."""
+def load_pulumi_config(*, stack_file_display: str | None = None) -> tuple[PlatformConfig, str]:
+    """Parse and type the running stack's config; returns it and the stack file name errors show."""
     import pulumi
 
     stack = pulumi.get_stack()
     shown = stack_file_display or f"stacks/Pulumi.{stack}.yaml"
-    config = parse_platform_config(read_pulumi_config(), stack=stack, stack_file=shown)
-    return validate_deeply(config, stack_file=shown)
-
-
-def validate_deeply(config: PlatformConfig, *, stack_file: str) -> PlatformConfig:
-    """Checks that need more than the schema: the pinned vLLM's flags and metrics, capacity."""
-    from infra.validation import platform_problems
-
-    problems = platform_problems(config)
-    if problems:
-        raise ConfigError(stack_file, problems)
-    return config
+    return parse_platform_config(read_pulumi_config(shown), stack=stack, stack_file=shown), shown

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from infra.config.base import StrictModel, dns_label
+from infra.config.base import INT32_MAX, Hostname, StrictModel, dns_label
 from infra.config.errors import ConfigProblem
 from infra.config.rollout import RolloutConfig
 
@@ -224,9 +224,9 @@ class AutoscalingConfig(StrictModel):
     backend: Literal["hpa", "keda"] = "hpa"
     """`hpa`: autoscaling/v2 HPA on Pods metrics from the Prometheus Adapter. `keda`: a KEDA
     ScaledObject with Prometheus triggers on the same queries (needs addons.keda)."""
-    min_replicas: Annotated[int, Field(ge=1)] = 1
+    min_replicas: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1
     """Fewest replicas the autoscaler keeps."""
-    max_replicas: Annotated[int, Field(ge=1)] = 2
+    max_replicas: Annotated[int, Field(ge=1, le=INT32_MAX)] = 2
     """Most replicas; sizes the namespace's GPU quota."""
     metrics: Annotated[list[AutoscalingMetricConfig], Field(min_length=1)] = Field(
         default_factory=_default_autoscaling_metrics
@@ -488,7 +488,7 @@ class ModelConfig(StrictModel):
     """Name of the GPU node group (node_groups.gpu) the model runs on."""
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
     """GPUs of one pod = vLLM tensor-parallel size."""
-    replicas: Annotated[int, Field(ge=0)] = 1
+    replicas: Annotated[int, Field(ge=0, le=INT32_MAX)] = 1
     """Fixed replica count, used when autoscaling is off."""
     autoscaling: AutoscalingConfig = AutoscalingConfig()
     vllm: VllmEngineConfig = VllmEngineConfig()
@@ -509,7 +509,7 @@ class ModelConfig(StrictModel):
     """Defaults to `vllm-platform/<stack>/<model>/api-key`, key `value`, in the secret store."""
     hf_token_secret: SecretRefConfig | None = None
     """Needed when source.requires_hf_token; defaults like api_key_secret with `hf-token`."""
-    ingress_host: str | None = None
+    ingress_host: Hostname | None = None
     """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on."""
     min_available: Annotated[int, Field(ge=0)] = 1
     """PodDisruptionBudget: replicas kept serving during voluntary disruptions. When it is not below

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
-from infra.config.base import Labels, StrictModel, dns_label
+from infra.config.base import Cidr, Hostname, Labels, StrictModel, dns_label
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
 from infra.config.models import ModelConfig
@@ -57,7 +57,20 @@ class SecurityConfig(StrictModel):
     network_policies: bool = True
     """Default-deny NetworkPolicy per model namespace with explicit allows."""
     ingress_controller_namespace: str = "kube-system"
-    """Namespace of the ingress controller allowed to reach vLLM pods (ALB target type `ip`)."""
+    """With an ingress class other than `alb` (e.g. ingress-nginx): the namespace whose controller
+    pods proxy to vLLM and may reach its port. With `alb` the load balancer connects from its own
+    ENIs (target type `ip`), so no namespace is admitted, only `load_balancer_source_cidrs`."""
+    ingress_controller_pod_labels: Labels = Field(default_factory=dict)
+    """With a class other than `alb`: labels of the controller pods in that namespace (empty: every
+    pod of the namespace); e.g. `{app.kubernetes.io/name: ingress-nginx}`."""
+    load_balancer_source_cidrs: list[Cidr] = []
+    """Mode `existing` with ingress class `alb`: CIDRs of the subnets the ALB's ENIs live in (the
+    subnets tagged `kubernetes.io/role/elb` or `internal-elb` for its scheme). Only these reach
+    vLLM's port from outside the cluster's pods. Mode `eks` computes them (the stack's public or
+    internal load-balancer subnets) and rejects this key."""
+    prometheus_pod_labels: Labels = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
+    """Labels of the Prometheus server pods (in `monitoring.namespace`) that scrape vLLM's
+    `/metrics`; the kube-prometheus-stack default. Nothing else in that namespace reaches vLLM."""
 
 
 class IngressConfig(StrictModel):
@@ -69,16 +82,21 @@ class IngressConfig(StrictModel):
     """IngressClass; `alb` gets the AWS Load Balancer Controller annotations."""
     scheme: Literal["internal", "internet-facing"] = "internal"
     """`internal` or `internet-facing` load balancer."""
-    domain: str | None = None
-    """Models get `<model>.<domain>` unless they set ingress_host."""
+    domain: Hostname | None = None
+    """Models get `<model>.<domain>` unless they set ingress_host (an RFC 1123 DNS name)."""
     certificate_arn: (
         Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:acm:[a-z0-9-]+:\d{12}:certificate/.+$")] | None
     ) = None
     """ACM certificate for TLS; when unset the AWS Load Balancer Controller discovers one by host."""
     idle_timeout_seconds: Annotated[int, Field(ge=60, le=4000)] = 3600
     """ALB idle timeout: long enough that an SSE stream waiting on a queued request is not cut."""
-    inbound_cidrs: list[str] = []
+    inbound_cidrs: list[Cidr] = []
     """CIDRs allowed to reach the load balancer (empty: the controller's default)."""
+    wafv2_acl_arn: (
+        Annotated[str, Field(pattern=r"^arn:aws[-a-z]*:wafv2:[a-z0-9-]+:\d{12}:regional/webacl/.+$")] | None
+    ) = None
+    """Class `alb`: an AWS WAF (v2, regional) web ACL to attach to the load balancer, e.g. one with a
+    rate-based rule per client IP (docs/security.md); unset: none."""
 
 
 CHART_VERSION_KEYS = ("chart_version", "aws_provider_chart_version")

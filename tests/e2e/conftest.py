@@ -3,13 +3,16 @@
 It is started with the arguments the stack renders for the dev stack's model (its Deployment's
 `vllm serve` arguments, from the real program under mocks), changed only where a CPU and a tiny
 model need it (see `server_arguments`), and with the API key only in the environment as
-`VLLM_API_KEY`, as the pod gets it from the model's Kubernetes secret, never from argv.
+`VLLM_API_KEY`, as the pod gets it from the model's Kubernetes secret, never from argv. The API-key
+middleware those arguments name is loaded as the pod loads it: the rendered ConfigMap's files in a
+folder, and the rendered container's PYTHONPATH pointing there (`pod_auth_environment`).
 
 The vLLM venv is required: without it every test here fails and says how to create it.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -48,6 +51,36 @@ def rendered_server_arguments(stack: str = RENDERED_STACK) -> list[str]:
                 assert container["command"] == ["vllm", "serve"], container["command"]
                 return list(container["args"])
     raise AssertionError(f"no vLLM Deployment rendered for stack {stack}")
+
+
+def rendered_server_container(stack: str = RENDERED_STACK) -> dict:
+    from tests.conftest import rendered
+
+    for deployment in rendered(stack).find("Deployment"):
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "vllm":
+                return container
+    raise AssertionError(f"no vLLM Deployment rendered for stack {stack}")
+
+
+def pod_auth_environment(directory: Path, stack: str = RENDERED_STACK) -> dict[str, str]:
+    """Write the rendered auth ConfigMap where the container mounts it (below `directory`) and return
+    the container's PYTHONPATH with the mount path replaced by that folder."""
+    from components.server_auth import CONFIG_MAP_NAME
+    from tests.conftest import rendered
+
+    container = rendered_server_container(stack)
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "auth-middleware")
+    config_map = next(
+        c for c in rendered(stack).find("ConfigMap") if c["metadata"]["name"] == CONFIG_MAP_NAME
+    )
+    for file_name, text in config_map["data"].items():
+        (directory / file_name).write_text(text)
+    pythonpath = next(e["value"] for e in container["env"] if e["name"] == "PYTHONPATH")
+    assert pythonpath == mount, (pythonpath, mount)
+    # The repository stays on the path too, for the serve wrapper (tests.support.vllm_server);
+    # the middleware itself is importable only from the ConfigMap's copy.
+    return {"PYTHONPATH": os.pathsep.join([str(directory), str(REPO_ROOT)])}
 
 
 def _option_value(args: list[str], option: str) -> str:
@@ -111,7 +144,7 @@ def booting_vllm_server(
     """The session's server, started but maybe not healthy yet; stopped at the end of the session."""
     server = start_vllm_server(
         server_arguments(tiny_model_dir),
-        env={"VLLM_API_KEY": API_KEY},
+        env={"VLLM_API_KEY": API_KEY, **pod_auth_environment(tmp_path_factory.mktemp("pod-auth-mount"))},
         log_path=tmp_path_factory.mktemp("vllm-server") / "vllm-serve.log",
     )
     yield server

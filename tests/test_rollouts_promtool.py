@@ -26,9 +26,9 @@ import pytest
 import yaml
 
 from components.rollouts import CANARY_HASH_ARG, STABLE_HASH_ARG, analysis_checks
-from infra.config import load_stack
 from infra.config.models import ModelConfig
 from infra.config.rollout import CanaryAnalysisConfig
+from infra.stack_checks import load_stack
 
 METRICS_FIXTURE = Path(__file__).resolve().parent / "data" / "vllm_0.32.0_metrics.txt"
 RULES_FILE = "canary-analysis-rules.yml"

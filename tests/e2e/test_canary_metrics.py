@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from components.rollouts import HTTP_REQUESTS_METRIC, analysis_checks
-from infra.config import load_stack
+from infra.stack_checks import load_stack
 from tests.support.vllm_server import RunningVllmServer
 from tests.test_rollouts_promtool import _LABEL, _SAMPLE, CAPTURED
 

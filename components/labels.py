@@ -21,3 +21,13 @@ def model_labels(model_name: str) -> dict[str, str]:
         "app.kubernetes.io/managed-by": "pulumi",
         MODEL_LABEL: model_name,
     }
+
+
+ROUTER_NAMESPACE = "vllm-router"
+"""Namespace of the LLM-aware router (components/router.py) that every model's vLLM pods admit."""
+ROUTER_APP_NAME = "vllm-router"
+
+
+def router_selector_labels() -> dict[str, str]:
+    """Labels that select the router's pods (Deployment, Service, PDB, PodMonitor, model NetworkPolicies)."""
+    return {"app.kubernetes.io/name": ROUTER_APP_NAME, "app.kubernetes.io/instance": "router"}

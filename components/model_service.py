@@ -43,7 +43,7 @@ from infra.capacity import ModelPlan
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
-from infra.versions import MODEL_CACHE_IMAGE, VLLM_IMAGE, VLLM_VERSION
+from infra.versions import VLLM_IMAGE, VLLM_VERSION
 
 SERVER_NAME = "vllm"
 """Name of the Deployment, Service, PodDisruptionBudget and Ingress in every model namespace."""
@@ -101,13 +101,13 @@ def compile_cache_dir(model: ModelConfig, gpu_type: str) -> str:
 def jit_cache_environment(model: ModelConfig, gpu_type: str) -> list[dict[str, str]]:
     """FlashInfer's and Triton's JIT kernel caches beside the compile cache on the shared volume.
 
-    Measured on the lab H200 (vLLM 0.26.0, bench/serving/results/RESULTS.md "What limits start
-    time"): every start, cold or warm, sat 100-130 s silent after CUDA-graph capture, in the kernel
-    warm-up that runs the sampler, where FlashInfer (vLLM's top-k/top-p sampler) JIT-compiles into
-    $HOME/.cache/flashinfer; HOME is a fresh emptyDir in every pod. Both caches key entries by their
-    own version and the GPU architecture, and write under file locks (FlashInfer) or by atomic
-    rename (Triton), which hold on NFS (EFS). vLLM points Triton at its compile-cache folder once
-    torch.compile runs; TRITON_CACHE_DIR covers eager models and what compiles before that.
+    Measured on the lab H200 (vLLM 0.26.0, 2026-11-29 lab runs: bench/serving/results/RESULTS.md "What
+    limits start time" at commit e4331ca): every start, cold or warm, sat 100-130 s silent after CUDA-
+    graph capture, in the kernel warm-up that runs the sampler, where FlashInfer (vLLM's top-k/top-p
+    sampler) JIT-compiles into $HOME/.cache/flashinfer; HOME is a fresh emptyDir in every pod. Both caches
+    key entries by their own version and the GPU architecture, and write under file locks (FlashInfer) or
+    by atomic rename (Triton), which hold on NFS (EFS). vLLM points Triton at its compile-cache folder
+    once torch.compile runs; TRITON_CACHE_DIR covers eager models and what compiles before that.
     XDG_CACHE_HOME stays in HOME: outlines keeps an SQLite cache there, unsafe on shared NFS.
     """
     root = compile_cache_dir(model, gpu_type)
@@ -243,7 +243,7 @@ def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str)
                        "readOnly": True})
     return {
         "name": PRELOAD_CONTAINER,
-        "image": MODEL_CACHE_IMAGE.reference,
+        "image": config.storage.preloader_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["model-cache"],
         "args": preload_arguments(model, gpu_type, local_nvme),
@@ -399,8 +399,9 @@ def deployment_spec(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
 
 
 def uses_alb_traffic_split(config: PlatformConfig, model: ModelConfig) -> bool:
-    """A canary's weights are applied at the ALB when the model has an ALB Ingress."""
-    return rollouts.uses_canary(model) and config.ingress.enabled and config.ingress.class_name == "alb"
+    """A canary's weights are applied at the ALB when the model has its own ALB Ingress (without one,
+    behind the router only, the split is by pod count: docs/rollouts.md)."""
+    return rollouts.uses_canary(model) and serves_own_hostname(config) and config.ingress.class_name == "alb"
 
 
 def workload(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
@@ -465,7 +466,9 @@ def ingress_group_name(config: PlatformConfig) -> str:
 
 
 def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
-    annotations = _load_balancer_annotations(config, model)
+    annotations = load_balancer_annotations(
+        config, probes.HEALTH_PATH, probes.load_balancer_deregistration_delay_seconds(model.drain)
+    )
     if uses_alb_traffic_split(config, model):
         # Argo Rollouts rewrites this action with the canary's weights; until it first does, all
         # traffic goes to the stable pods.
@@ -473,7 +476,9 @@ def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str,
     return annotations
 
 
-def _load_balancer_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
+def load_balancer_annotations(config: PlatformConfig, healthcheck_path: str,
+                              deregistration_delay_seconds: int) -> dict[str, str]:
+    """The ingress controller's settings for a long-streaming OpenAI backend (models and the router)."""
     ingress = config.ingress
     idle = ingress.idle_timeout_seconds
     if ingress.class_name == "nginx":
@@ -491,12 +496,12 @@ def _load_balancer_annotations(config: PlatformConfig, model: ModelConfig) -> di
         f"{prefix}/listen-ports": json.dumps([{"HTTPS": 443}]),
         f"{prefix}/ssl-policy": ALB_SSL_POLICY,
         f"{prefix}/backend-protocol": "HTTP",
-        f"{prefix}/healthcheck-path": probes.HEALTH_PATH,
+        f"{prefix}/healthcheck-path": healthcheck_path,
         f"{prefix}/success-codes": "200",
         # SSE streams may sit idle while a request waits in vLLM's queue: never cut them sooner.
         f"{prefix}/load-balancer-attributes": f"idle_timeout.timeout_seconds={idle}",
         f"{prefix}/target-group-attributes":
-            f"deregistration_delay.timeout_seconds={probes.load_balancer_deregistration_delay_seconds(model.drain)}",
+            f"deregistration_delay.timeout_seconds={deregistration_delay_seconds}",
     }
     if ingress.certificate_arn:
         annotations[f"{prefix}/certificate-arn"] = ingress.certificate_arn
@@ -558,8 +563,14 @@ def in_cluster_url(model: ModelConfig) -> str:
     return f"http://{SERVER_NAME}.{model.namespace}.svc.cluster.local:{model.vllm.port}"
 
 
+def serves_own_hostname(config: PlatformConfig) -> bool:
+    """A model gets its own Ingress unless the router's unified endpoint replaces them
+    (router.per_model_hostnames: false)."""
+    return config.ingress.enabled and (not config.router.enabled or config.router.per_model_hostnames)
+
+
 def ingress_url(config: PlatformConfig, model: ModelConfig) -> str | None:
-    if not config.ingress.enabled or model.ingress_host is None:
+    if not serves_own_hostname(config) or model.ingress_host is None:
         return None
     return f"https://{model.ingress_host}"
 
@@ -715,8 +726,7 @@ class ModelService(pulumi.ComponentResource):
                 )
         kubernetes.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=meta(SERVER_NAME),
                                                  spec=pod_disruption_budget_spec(model), opts=inside)
-        if config.ingress.enabled:
-            # Argo owns the weighted action of a canary's Ingress once it has written it.
+        if serves_own_hostname(config):
             managed = (
                 [f'metadata.annotations["{rollouts.ALB_ACTION_ANNOTATION}"]',
                  f'metadata.annotations["{rollouts.MANAGED_ALB_ACTIONS_ANNOTATION}"]']

@@ -11,7 +11,7 @@ NetworkPolicy objects. Decisions (docs/security.md, "Who reaches a vLLM pod"; do
   Prometheus server pods, which scrape `/metrics`. Not the VPC, not kube-system. Every route but
   `/health` and `/metrics` still needs the API key (components/server_auth.py). Kubelet probes come
   from the node itself, which NetworkPolicy implementations admit (the VPC CNI's agent and Calico
-  do). A new caller (the LLM router of issue 18) is one more `AllowedPeer`.
+  do). With the router on, its pods (namespace `vllm-router`) are one more `AllowedPeer`.
 - Out: DNS to kube-dns; HTTPS (443) to public addresses only, for S3, STS (IRSA) and, for hf://
   sources, the Hugging Face hub. NetworkPolicy cannot select S3 by name or prefix list, and S3
   (also through a gateway endpoint) answers on public addresses, so "443 to anything except
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.labels import model_selector_labels
+from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
 
@@ -88,9 +88,19 @@ def prometheus_peer(config: PlatformConfig) -> AllowedPeer | None:
     },))
 
 
+def router_peer(config: PlatformConfig) -> AllowedPeer | None:
+    """The router's pods (components/router.py) send each request to one of the model's pods directly."""
+    if not config.router.enabled:
+        return None
+    return AllowedPeer("router", ({
+        **_namespace(ROUTER_NAMESPACE),
+        "podSelector": {"matchLabels": router_selector_labels()},
+    },))
+
+
 def serving_peers(config: PlatformConfig, load_balancer_cidrs: Sequence[str]) -> list[AllowedPeer]:
     """Everyone who may open a connection to a vLLM pod; add a caller here and nowhere else."""
-    peers = (load_balancer_peer(config, load_balancer_cidrs), prometheus_peer(config))
+    peers = (load_balancer_peer(config, load_balancer_cidrs), router_peer(config), prometheus_peer(config))
     return [peer for peer in peers if peer is not None and peer.sources]
 
 

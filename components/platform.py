@@ -11,6 +11,7 @@ from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
+from components.router import Router, RouterArgs
 from components.scrape import scrape_settings
 from infra.capacity import PlatformPlan
 from infra.config import PlatformConfig
@@ -26,6 +27,8 @@ class KubernetesPlatformArgs:
 class KubernetesPlatform(pulumi.ComponentResource):
     model_endpoints: pulumi.Output[dict[str, dict[str, str]]]
     """Per model: `in_cluster` URL (Service) and, with ingress on, the public `ingress` URL."""
+    router_endpoint: pulumi.Output[dict[str, str] | None]
+    """The unified endpoint (router.enabled): `in_cluster` URL and, with ingress on, `ingress`."""
 
     def __init__(
         self, name: str, args: KubernetesPlatformArgs, opts: pulumi.ResourceOptions | None = None
@@ -78,6 +81,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
             *([monitoring.adapter_release] if monitoring.adapter_release else []),
         ]
         endpoints: dict[str, dict[str, str]] = {}
+        model_namespaces: list[pulumi.Resource] = []
         for model in args.config.models:
             service = ModelService(
                 f"{name}-{model.name}",
@@ -90,8 +94,27 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
+            model_namespaces.append(service)
             endpoints[model.name] = {"in_cluster": service.in_cluster_url}
             if service.ingress_url is not None:
                 endpoints[model.name]["ingress"] = service.ingress_url
         self.model_endpoints = pulumi.Output.from_input(endpoints)
-        self.register_outputs({"model_endpoints": self.model_endpoints})
+        # One OpenAI endpoint for every model (docs/routing.md); null when router.enabled is false.
+        router_endpoint: dict[str, str] | None = None
+        if args.config.router.enabled:
+            router = Router(
+                f"{name}-router",
+                RouterArgs(config=args.config, scrape=scrape_settings(config.monitoring),
+                           model_namespaces=model_namespaces, depends_on=[
+                    *self.addons_ready,
+                    *([monitoring.prometheus_release] if monitoring.prometheus_release else []),
+                ]),
+                opts=child,
+            )
+            router_endpoint = {"in_cluster": router.in_cluster_url}
+            if router.ingress_url is not None:
+                router_endpoint["ingress"] = router.ingress_url
+        self.router_endpoint = pulumi.Output.from_input(router_endpoint)
+        self.register_outputs(
+            {"model_endpoints": self.model_endpoints, "router_endpoint": self.router_endpoint}
+        )

@@ -47,6 +47,25 @@ def command_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_images(args: argparse.Namespace) -> int:
+    from infra.images import format_inventory, inventory, unpinned
+    from infra.render import render_stack
+
+    images = inventory(render_stack(args.stack, stack_file=_stack_file(args)))
+    if args.json:
+        print(
+            json.dumps([{"image": use.reference, "used_by": sorted(use.users)} for use in images], indent=2)
+        )
+    elif args.plain:
+        print("\n".join(use.reference for use in images))
+    else:
+        print(format_inventory(images))
+    problems = [f"{use.reference}: {reason}" for use in images if (reason := unpinned(use.reference))]
+    for problem in problems:
+        print(f"unpinned image {problem}", file=sys.stderr)
+    return EXIT_FAILED if problems else 0
+
+
 def command_plan(args: argparse.Namespace) -> int:
     from infra.capacity import plan_platform
     from infra.capacity.report import format_plan_table, plan_as_json
@@ -76,6 +95,50 @@ def command_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _concurrency_levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a comma-separated list of positive integers, e.g. 1,4,16"
+        )
+    return sorted(set(levels))
+
+
+def command_loadtest(args: argparse.Namespace) -> int:
+    from infra.loadtest import LoadtestError, Slo, format_report, plot_report, run_loadtest
+
+    api_key = os.environ.get(args.api_key_env)
+    if api_key is None:
+        print(f"note: ${args.api_key_env} is not set; sending requests without an API key", file=sys.stderr)
+    slo = Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms, percentile=args.slo_percentile)
+    out_dir = Path(args.out)
+    try:
+        report = run_loadtest(
+            args.url.rstrip("/"), args.model, api_key, args.concurrency, slo,
+            requests_per_user=args.requests_per_user, prompt_words=args.prompt_words,
+            output_tokens=args.output_tokens,
+        )  # fmt: skip
+    except LoadtestError as error:
+        print(f"load test failed: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "loadtest.json").write_text(json.dumps(report.as_json(), indent=2))
+    print(format_report(report))
+    try:
+        plot_report(report, out_dir / "loadtest.png")
+    except LoadtestError as error:
+        print(f"no plot: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"  written to {out_dir}/loadtest.json and {out_dir}/loadtest.png")
+    if all(level.requests == level.errors for level in report.levels):
+        print("load test failed: no request succeeded (see the errors above)", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm-platform", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
     render.set_defaults(handler=command_render)
 
+    images = commands.add_parser(
+        "images", help="every container image the stack pulls (ours and the charts'), for mirroring"
+    )
+    _add_stack_arguments(images)
+    images.add_argument("--json", action="store_true", help="print JSON with the objects using each image")
+    images.add_argument(
+        "--plain", action="store_true", help="one image reference a line (for a mirror script)"
+    )
+    images.set_defaults(handler=command_images)
+
     plan = commands.add_parser("plan", help="capacity plan per model and GPU group")
     _add_stack_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -105,6 +178,35 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--max-tokens", type=int, default=64)
     smoke.add_argument("--timeout-seconds", type=float, default=60.0)
     smoke.set_defaults(handler=command_smoke)
+
+    loadtest = commands.add_parser(
+        "loadtest",
+        help="stream chat completions at several concurrency levels (Locust) and find the largest one "
+        "that meets a TTFT/TPOT SLO; needs the loadtest extra",
+    )
+    loadtest.add_argument("--url", required=True, help="base URL, e.g. https://llama-3-1-8b.llm.example.com")
+    loadtest.add_argument("--model", required=True, help="served model name clients send")
+    loadtest.add_argument(
+        "--api-key-env",
+        default="VLLM_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the API key",
+    )
+    loadtest.add_argument(
+        "--concurrency", type=_concurrency_levels, default=[1, 4, 16], help="e.g. 1,4,16,64"
+    )
+    loadtest.add_argument("--slo-ttft-ms", type=float, required=True, help="time to first token limit")
+    loadtest.add_argument("--slo-tpot-ms", type=float, required=True, help="time per output token limit")
+    loadtest.add_argument("--slo-percentile", type=float, default=95.0, choices=[50.0, 90.0, 95.0, 99.0])
+    loadtest.add_argument(
+        "--requests-per-user", type=int, default=4, help="requests each user sends per level"
+    )
+    loadtest.add_argument("--prompt-words", type=int, default=256, help="words of random prompt text")
+    loadtest.add_argument("--output-tokens", type=int, default=128, help="tokens generated per request")
+    loadtest.add_argument(
+        "--out", default="loadtest-out", metavar="DIR", help="loadtest.json and loadtest.png"
+    )
+    loadtest.set_defaults(handler=command_loadtest)
     return parser
 
 

@@ -66,4 +66,5 @@ def build_platform(config: PlatformConfig) -> dict[str, Any]:
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     outputs["model_endpoints"] = platform.model_endpoints
+    outputs["router_endpoint"] = platform.router_endpoint
     return outputs

@@ -35,6 +35,7 @@ def platform_checks() -> list[PlatformCheck]:
     from components.gpu_addons import gpu_registration_problems, gpu_toleration_problems
     from components.model_service import preload_source_problems
     from components.rollouts import rollout_problems
+    from components.router import router_problems
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import server_argument_problems
     from infra.capacity.plan import capacity_problems
@@ -57,12 +58,13 @@ def platform_checks() -> list[PlatformCheck]:
         quantization_problems,
         secret_name_problems,
         rollout_problems,
+        router_problems,
     ]
 
 
 def ingress_host_problems(config: PlatformConfig) -> list[Problem]:
     """With ingress on, every model needs a hostname: models share one load balancer by host."""
-    if not config.ingress.enabled:
+    if not config.ingress.enabled or (config.router.enabled and not config.router.per_model_hostnames):
         return []
     return [
         Problem(

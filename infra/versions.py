@@ -40,12 +40,34 @@ VLLM_IMAGE = ImagePin(
     pinned_on="2026-11-29",
 )
 
-# The preloader init container built from model-cache/Dockerfile (see model-cache/README.md).
+# The preloader init container built from model-cache/Dockerfile (see model-cache/README.md): the
+# default of `storage.preloader_image`. Its tag is always the project's version (pyproject.toml), the
+# tag .github/workflows/release-model-cache.yaml publishes on release tag v<version>;
+# tests/test_model_cache_release.py fails when the two differ.
 MODEL_CACHE_IMAGE = ImagePin(
     repository="ghcr.io/vllm-platform/model-cache",
     tag="0.1.0",
-    source="built from model-cache/ in this repository",
-    pinned_on="2026-11-29",
+    source="published from model-cache/ in this repository by .github/workflows/release-model-cache.yaml "
+    "(release tag v0.1.0; linux/amd64 and linux/arm64)",
+    pinned_on="2026-12-01",
+)
+
+# The LLM-aware router in front of every model (components/router.py, docs/routing.md): vLLM's
+# router (github.com/vllm-project/router), whose release pipeline (.buildkite/release-pipeline.yml)
+# publishes each tag v<version> to PyPI as `vllm-router` and publishes no release image (the
+# `vllm/vllm-router` Docker Hub repository carries `nightly-<date>-<sha>` tags only). So the image is
+# built from router/ here around exactly that wheel (router/requirements.lock pins its sha256) and
+# published by .github/workflows/release-vllm-router.yaml on tag router-v<version>, and the suite
+# runs the same release from PyPI (scripts/setup-vllm-router.sh, tests/e2e/test_router.py).
+VLLM_ROUTER_VERSION = "0.1.17"
+VLLM_ROUTER_WHEEL_SHA256 = "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d"
+"""vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl as PyPI serves it (uploaded 2026-11-04)."""
+VLLM_ROUTER_IMAGE = ImagePin(
+    repository="ghcr.io/vllm-platform/vllm-router",
+    tag=VLLM_ROUTER_VERSION,
+    source="built from router/ in this repository around PyPI vllm-router 0.1.17 (tag v0.1.17 of "
+    "vllm-project/router, wheel sha256 85c96bea...694d; upstream publishes no release image)",
+    pinned_on="2026-12-01",
 )
 
 # The vLLM the lab GPU runs (its PyTorch 2.11 limits it to this release); GPU results name it.

@@ -29,7 +29,7 @@ for stack in "${stacks[@]}"; do
     echo "== $stack: kubernetes-validate --strict -k $version"
     # Custom resources have no schema here: kubernetes-validate prints WARN for them. The reviewed
     # allow-list and the CRs' field checks are in tests/test_schema_validation.py.
-    mapfile -t manifests < <(find "$out/$stack/kubernetes" -name '*.yaml' | sort)
+    mapfile -t manifests < <(find "$out/$stack/kubernetes" "$out/$stack/charts" -name '*.yaml' | sort)
     if ! "$bin/kubernetes-validate" --strict --quiet -k "$version" "${manifests[@]}"; then
         failed=1
     fi
@@ -37,7 +37,7 @@ done
 
 echo "== checkov (all stacks in one run; skips: checkov/skips.yaml)"
 dirs=()
-for stack in "${stacks[@]}"; do dirs+=("$out/$stack/kubernetes"); done
+for stack in "${stacks[@]}"; do dirs+=("$out/$stack/kubernetes" "$out/$stack/charts"); done
 if ! "$bin/python" scripts/checkov_gate.py "${dirs[@]}"; then
     failed=1
 fi
@@ -52,7 +52,8 @@ from policy.vllm_policies import Resource, run_rules
 failures = 0
 for stack in sys.argv[1:]:
     result = render_stack(stack)
-    resources = [Resource(r.type, r.name, r.inputs, r.urn) for r in result.resources if r.custom]
+    records = [r for r in result.resources if r.custom] + result.chart_resources
+    resources = [Resource(r.type, r.name, r.inputs, r.urn) for r in records]
     violations = run_rules(resources)
     print(f"{stack}: {len(resources)} resources, {len(violations)} violations")
     for rule, violation in violations:

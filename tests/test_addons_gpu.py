@@ -43,7 +43,6 @@ RELEASE_TOLERATIONS: dict[str, dict[tuple[str, ...], str]] = {
         ("alertmanager", "alertmanagerSpec", "tolerations"): CONTROLLER,
         ("grafana", "tolerations"): CONTROLLER,
         ("prometheusOperator", "tolerations"): CONTROLLER,
-        ("prometheusOperator", "admissionWebhooks", "patch", "tolerations"): CONTROLLER,
         ("kube-state-metrics", "tolerations"): CONTROLLER,
         ("prometheus-node-exporter", "tolerations"): NODE_AGENT,
     },

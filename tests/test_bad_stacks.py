@@ -53,8 +53,16 @@ def _read_bad_stack(path: Path) -> BadStack:
 
 BAD_STACKS = [_read_bad_stack(path) for path in sorted(BAD_STACKS_DIR.glob("*.yaml"))]
 # A few through the real console script (argument parsing, stderr, exit code); all through the API.
-CLI_CASES = ("typo-nested-key", "unknown-gpu-group", "dropped-vllm-flag", "renamed-metric",
-             "duplicate-yaml-key", "typo-config-namespace", "canary-no-surge-room")
+CLI_CASES = (
+    "typo-nested-key",
+    "unknown-gpu-group",
+    "dropped-vllm-flag",
+    "renamed-metric",
+    "duplicate-yaml-key",
+    "typo-config-namespace",
+    "unpinned-preloader-image",
+    "canary-no-surge-room",
+)
 
 
 def test_every_bad_stack_file_says_what_it_expects() -> None:

@@ -25,7 +25,9 @@ from tests.conftest import REPO_ROOT
 
 OBSERVATIONS = REPO_ROOT / "tests" / "data" / "kv_cache_observations.json"
 LAB_PLAN = REPO_ROOT / "bench" / "capacity" / "kv_cache_plan.json"
-TP_RESULTS = REPO_ROOT / "bench" / "tensor_parallel" / "results" / "results.json"
+TP_OBSERVATIONS = {"tensor-parallel-tp1", "tensor-parallel-tp2"}
+"""Copied from bench/tensor_parallel/results/results.json (vLLM's own log lines of the 2026-11-29 TP
+runs); that runner was deleted with the home-made load generator (issue 17), see commit e4331ca."""
 TOLERANCE = 0.03
 
 
@@ -116,12 +118,8 @@ def test_the_lab_run_covers_two_shapes_at_two_utilizations_and_the_prod_settings
     """The ground truth is there (never an empty file that would make the checks below vacuous)."""
     measured = {o.name for o in _document().observations if o.outcome == "ok"}
     planned = {run["name"] for run in json.loads(LAB_PLAN.read_text())["runs"]}
-    # Plus the tensor-parallel check's completed starts, copied from its results (same log lines).
-    tensor_parallel = json.loads(TP_RESULTS.read_text())["capacity_observations"]
-    assert measured == planned | {run["name"] for run in tensor_parallel if run["outcome"] == "ok"}
-    copied = {o.name: o for o in _document().observations if o.name.startswith("tensor-parallel-")}
-    for run in tensor_parallel:
-        assert copied[run["name"]].kv_cache_tokens == run["kv_cache_tokens"], "re-copy results.json"
+    # Plus the tensor-parallel check's completed starts (same log lines).
+    assert measured == planned | TP_OBSERVATIONS
 
 
 @pytest.mark.parametrize("observation", _measured())
@@ -159,15 +157,17 @@ def test_the_lab_plan_measures_the_prod_stacks_h200_settings_of_its_8b_model() -
         engine.gpu_memory_utilization,
         engine.max_model_len,
         engine.max_num_seqs,
-        engine.max_num_batched_tokens,
         engine.kv_cache_dtype,
     ) == (
         run["gpu_memory_utilization"],
         run["max_model_len"],
         run["max_num_seqs"],
-        run["max_num_batched_tokens"],
         run["kv_cache_dtype"],
     )
+    # The run had the 2026-11 profile's 16,384-token steps; since issue 17 prod uses vLLM's default
+    # (8,192). That only shrinks the profiled activation peak: the 2026-12-01 serving session's
+    # `tuned` server (prod's settings now) logged 1,797,072 KV tokens, this run 1,782,288 (+0.8 %).
+    assert run["max_num_batched_tokens"] == 16384 and engine.max_num_batched_tokens is None
     assert model.gpus_per_replica == 1
 
 

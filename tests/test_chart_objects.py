@@ -303,7 +303,7 @@ def test_every_custom_resource_validates_against_its_pinned_crd_schema(stack: st
 
 
 def test_the_crd_check_catches_a_misspelt_field() -> None:
-    (pod_monitor,) = _render("prod").find("PodMonitor")
+    (pod_monitor,) = [m for m in _render("prod").find("PodMonitor") if m["metadata"]["name"] == "vllm"]
     broken = {**pod_monitor, "spec": {**pod_monitor["spec"], "podMetricsEndpoints": [{"port": 8000}]}}
     errors = list(jsonschema.Draft7Validator(_schema_for(broken)).iter_errors(broken))
     assert errors, "a numeric port name must fail the PodMonitor schema"

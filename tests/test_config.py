@@ -16,6 +16,7 @@ from tests.conftest import REPO_ROOT, STACKS
 
 MODELS = "vllm-platform:models"
 GROUPS = "vllm-platform:node_groups"
+STORAGE = "vllm-platform:storage"
 
 
 def _dev_document() -> dict[str, Any]:
@@ -166,6 +167,24 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "choose a profile measured on L40S or set the vllm settings explicitly",
     ),
     (
+        "untagged_preloader_image",
+        lambda c: c.__setitem__(STORAGE, {"preloader_image": "registry.example.com/mirror/model-cache"}),
+        'vllm-platform:storage.preloader_image = "registry.example.com/mirror/model-cache"',
+        "has no tag",
+    ),
+    (
+        "preloader_image_on_a_branch_tag",
+        lambda c: c.__setitem__(STORAGE, {"preloader_image": "ghcr.io/example/model-cache:main"}),
+        'vllm-platform:storage.preloader_image = "ghcr.io/example/model-cache:main"',
+        "pin the image to a release version tag or a digest",
+    ),
+    (
+        "preloader_image_with_a_short_digest",
+        lambda c: c.__setitem__(STORAGE, {"preloader_image": "ghcr.io/example/model-cache@sha256:abc123"}),
+        'vllm-platform:storage.preloader_image = "ghcr.io/example/model-cache@sha256:abc123"',
+        "digest must be sha256: followed by 64 lowercase hex digits",
+    ),
+    (
         "keda_backend_without_the_keda_addon",
         lambda c: c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "backend": "keda"}),
         'vllm-platform:models[0].autoscaling.backend = "keda"',
@@ -236,3 +255,29 @@ def test_readme_config_reference_is_generated_from_the_current_schema() -> None:
 
     text = README.read_text()
     assert text == refreshed_readme(text), "run: .venv/bin/python -m infra.config.reference --write"
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "registry.example.com/mirror/model-cache:0.1.0",
+        "registry.internal:5000/ml/model-cache:v0.1.0",
+        "ghcr.io/example/model-cache:0.1.0-mirror.1",
+        "ghcr.io/example/model-cache@sha256:" + "0123456789abcdef" * 4,
+        "ghcr.io/example/model-cache:0.1.0@sha256:" + "fedcba9876543210" * 4,
+    ],
+)
+def test_a_mirrored_preloader_image_pinned_by_version_or_digest_is_accepted(
+    tmp_path: Path, image: str
+) -> None:
+    document = _dev_document()
+    document["config"][STORAGE] = {"preloader_image": image}
+    path = tmp_path / "Pulumi.mirror.yaml"
+    path.write_text(yaml.safe_dump(document))
+    assert load_stack("mirror", stack_file=path).storage.preloader_image == image
+
+
+def test_the_preloader_image_defaults_to_the_published_release() -> None:
+    from infra.versions import MODEL_CACHE_IMAGE
+
+    assert load_stack("dev").storage.preloader_image == MODEL_CACHE_IMAGE.reference

@@ -61,7 +61,9 @@ def test_only_the_load_balancer_subnets_and_prometheus_pods_reach_the_server_por
     for model in config.models:
         found = policies(stack_render, model.namespace)
         sources = _ingress_sources(found)
-        assert set(sources) == {"allow-load-balancer", "allow-prometheus"}
+        # The router's pods are one more caller when the router is on (tests/test_routing_render.py).
+        router = {"allow-router"} if config.router.enabled else set()
+        assert set(sources) == {"allow-load-balancer", "allow-prometheus"} | router
         for name in sources:
             assert found[name]["podSelector"] == {"matchLabels": model_selector_labels(model.name)}
             assert [rule["ports"] for rule in found[name]["ingress"]] == [

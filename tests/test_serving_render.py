@@ -407,6 +407,15 @@ def test_existing_clusters_get_no_irsa_annotation(existing_mode_render: RenderRe
 # --- the preloader ----------------------------------------------------------------------------------
 
 
+def test_a_mirrored_preloader_image_is_the_one_every_pod_pulls(existing_mode_render: RenderResult) -> None:
+    # tests/stacks/Pulumi.existing.yaml points storage.preloader_image at a private mirror.
+    config = config_of(existing_mode_render)
+    assert config.storage.preloader_image == "registry.internal.example.com/mirror/model-cache:0.1.0"
+    for model in config.models:
+        preload = container(pod_spec(existing_mode_render, model.name), "model-cache")
+        assert preload["image"] == config.storage.preloader_image
+
+
 def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderResult) -> None:
     from model_cache.cli import build_parser
     from model_cache.s3_source import parse_s3_uri
@@ -417,7 +426,7 @@ def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderR
     plan = plan_platform(config)
     for model in config.models:
         preload = container(pod_spec(stack_render, model.name), "model-cache")
-        assert preload["image"] == MODEL_CACHE_IMAGE.reference
+        assert preload["image"] == config.storage.preloader_image == MODEL_CACHE_IMAGE.reference
         assert preload["command"] == ["model-cache"]
         parsed = build_parser().parse_args(preload["args"])  # the preloader's own parser
         assert parsed.command == "preload"

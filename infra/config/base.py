@@ -85,3 +85,46 @@ def _check_hostname(value: str) -> str:
 
 Hostname = Annotated[str, AfterValidator(_check_hostname)]
 """A fully qualified DNS name (RFC 1123), as an Ingress host and an ACM certificate name need."""
+
+
+# An image reference as the distribution spec writes it: [registry[:port]/]path[:tag][@digest].
+_DOMAIN_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_REGISTRY = rf"(?:{_DOMAIN_LABEL}(?:\.{_DOMAIN_LABEL})*(?::[0-9]+)?/)"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"^(?P<repository>{_REGISTRY}?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>[a-z0-9]+:[A-Za-z0-9=_-]+))?$"
+)
+_SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# A release version (0.1.0, v1.2, 1.2.3-mirror.1): a tag that names one build, unlike latest or a branch.
+_VERSION_TAG = re.compile(r"^v?[0-9]+\.[0-9]+(?:\.[0-9]+)*(?:[-+_.][A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+_PIN_HINT = (
+    "pin the image to a release version tag or a digest, e.g. "
+    "registry.example.com/mirror/model-cache:0.1.0 or ...@sha256:<64 hex digits>"
+)
+
+
+def _check_pinned_image(value: str) -> str:
+    match = _IMAGE_REFERENCE.match(value)
+    if match is None:
+        raise ValueError(
+            f"is not an image reference ([registry/]repository[:tag][@sha256:digest], lowercase "
+            f"repository); {_PIN_HINT}"
+        )
+    tag, digest = match["tag"], match["digest"]
+    if digest is not None:
+        if not _SHA256_DIGEST.match(digest):
+            raise ValueError(f"digest must be sha256: followed by 64 lowercase hex digits; {_PIN_HINT}")
+        return value
+    if tag is None:
+        raise ValueError(f"has no tag, so every node would pull whatever is newest; {_PIN_HINT}")
+    if not _VERSION_TAG.match(tag):
+        raise ValueError(
+            f"tag '{tag}' is not a version: a tag like latest or a branch name moves, so pods on "
+            f"different nodes would run different code; {_PIN_HINT}"
+        )
+    return value
+
+
+# An image the stack pulls: pinned to a version tag or a sha256 digest, never `latest` or untagged.
+PinnedImage = Annotated[str, AfterValidator(_check_pinned_image)]

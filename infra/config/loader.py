@@ -173,7 +173,12 @@ def resolve_stack_defaults(config: PlatformConfig, stack: str) -> PlatformConfig
         if model.ingress_host is None and config.ingress.enabled and config.ingress.domain:
             update["ingress_host"] = f"{model.name}.{config.ingress.domain}"
         models.append(model.model_copy(update=update))
-    return config.model_copy(update={"cluster": cluster, "storage": storage, "models": models})
+    router = config.router
+    if router.enabled and router.host is None and config.ingress.enabled and config.ingress.domain:
+        router = router.model_copy(update={"host": f"api.{config.ingress.domain}"})
+    return config.model_copy(
+        update={"cluster": cluster, "storage": storage, "models": models, "router": router}
+    )
 
 
 def load_stack_config(stack: str, *, stack_file: Path | None = None) -> PlatformConfig:

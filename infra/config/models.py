@@ -432,8 +432,8 @@ class StartupConfig(StrictModel):
     """Extra time on a cold compile cache: torch.compile (first start about 3 minutes on the lab H200)."""
     allreduce_jit_seconds: Annotated[int, Field(ge=0)] = 180
     """Extra time with gpus_per_replica > 1 on a cold JIT cache: FlashInfer builds the fused all-reduce
-    kernels of the `trtllm` backend (174 s on the lab's 2x H200 host, bench/tensor_parallel); later pods
-    find them in the JIT cache on the shared volume."""
+    kernels of the `trtllm` backend (174 s on the lab's 2x H200 host, bench/tensor_parallel at commit
+    e4331ca); later pods find them in the JIT cache on the shared volume."""
     safety_factor: Annotated[float, Field(ge=1, le=5)] = 1.5
     """Multiplies the sum of the phases: the startupProbe budget is this much longer than expected."""
     probe_period_seconds: Annotated[int, Field(ge=1, le=60)] = 10
@@ -511,6 +511,10 @@ class ModelConfig(StrictModel):
     """Needed when source.requires_hf_token; defaults like api_key_secret with `hf-token`."""
     ingress_host: Hostname | None = None
     """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on."""
+    router_policy: (
+        Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"] | None
+    ) = None
+    """How the router spreads this model's requests over its replicas; null = router.default_policy."""
     min_available: Annotated[int, Field(ge=0)] = 1
     """PodDisruptionBudget: replicas kept serving during voluntary disruptions. When it is not below
     the fewest replicas (replicas, or autoscaling.min_replicas), the budget instead lets one pod go

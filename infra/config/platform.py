@@ -7,10 +7,11 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
-from infra.config.base import Cidr, Hostname, Labels, StrictModel, dns_label
+from infra.config.base import Cidr, Hostname, Labels, PinnedImage, StrictModel, dns_label
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
 from infra.config.models import ModelConfig
+from infra.versions import MODEL_CACHE_IMAGE
 
 
 class StorageConfig(StrictModel):
@@ -24,6 +25,11 @@ class StorageConfig(StrictModel):
     """Size asked for by the model PVC (EFS does not enforce it; quota tooling reads it)."""
     existing_efs_file_system_id: Annotated[str, Field(pattern=r"^fs-[0-9a-f]{8,17}$")] | None = None
     """Mode `existing`: the EFS file system that backs the shared model volume."""
+    preloader_image: PinnedImage = MODEL_CACHE_IMAGE.reference
+    """Image of the model-cache init container that fills the shared volume and node NVMe with the
+    weights (model-cache/README.md). The default is the release published with this version of the
+    stack; set it to your mirror of that image in a private registry, pinned to a version tag or a
+    sha256 digest (`latest` and untagged references are rejected)."""
 
 
 class SecretStoreConfig(StrictModel):
@@ -97,6 +103,49 @@ class IngressConfig(StrictModel):
     ) = None
     """Class `alb`: an AWS WAF (v2, regional) web ACL to attach to the load balancer, e.g. one with a
     rate-based rule per client IP (docs/security.md); unset: none."""
+
+
+RoutingPolicy = Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"]
+"""vllm-router 0.1.17's policies that work in its multi-model mode (docs/routing.md, "Policies")."""
+
+
+class RouterConfig(StrictModel):
+    """One OpenAI endpoint for every model: vLLM's router, by model name and prefix (docs/routing.md)."""
+
+    enabled: bool = False
+    """Deploy the router (namespace `vllm-router`) in front of every model."""
+    replicas: Annotated[int, Field(ge=2, le=20)] = 2
+    """Router pods, spread over zones; at least two so a node drain or zone loss keeps the endpoint."""
+    host: str | None = None
+    """Public hostname of the unified endpoint; defaults to `api.<ingress.domain>` when ingress is on."""
+    default_policy: RoutingPolicy = "cache_aware"
+    """How a model's requests are spread over its replicas unless the model sets `router_policy`:
+    `cache_aware` (prefix-aware: the replica whose cache most likely holds the prompt's prefix, least
+    loaded when none does or load is unbalanced), `round_robin`, `consistent_hash` (session affinity
+    on the `x-session-id` header), `power_of_two`, `random`."""
+    per_model_hostnames: bool = True
+    """Keep each model's own Ingress (`<model>.<domain>`) beside the unified one."""
+    cpu_request_cores: Annotated[float, Field(gt=0, le=64)] = 0.5
+    """CPU request of each router process in a pod (the front, and one per model); no limit:
+    throttling would add latency to every token."""
+    memory_request_gib: Annotated[float, Field(gt=0, le=256)] = 0.5
+    """Memory request of each router process; the limit is twice this (prefix trees grow with
+    traffic until evicted)."""
+    health_check_interval_seconds: Annotated[int, Field(ge=1, le=300)] = 5
+    """How often the router probes each vLLM pod's /health; a pod failing `health_failure_threshold`
+    probes in a row gets no new requests until it passes again."""
+    health_failure_threshold: Annotated[int, Field(ge=1, le=10)] = 2
+    """Failed probes before a pod is ejected."""
+    max_retries: Annotated[int, Field(ge=1, le=10)] = 3
+    """Attempts per request on another pod after a connection error or a 5xx/429 answer; only
+    before the first byte reaches the client (a stream is never replayed)."""
+    registration_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 5
+    """How often the registrar sidecar re-registers each model's router with the front router."""
+    drain_seconds: Annotated[int, Field(ge=0, le=600)] = 30
+    """preStop sleep of a router pod, so the load balancer deregisters it before it stops taking
+    connections; streams in flight then get `request_timeout_seconds`-bounded time to finish."""
+    request_timeout_seconds: Annotated[int, Field(ge=30, le=86400)] = 1800
+    """Longest request the router proxies (a whole SSE stream)."""
 
 
 CHART_VERSION_KEYS = ("chart_version", "aws_provider_chart_version")
@@ -319,8 +368,8 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
 
 
 class AddonsConfig(StrictModel):
-    """Cluster add-ons from pinned upstream charts (versions in infra/versions.py). Each takes
-    `enabled` (default per `cluster.mode`, see ADDON_DEFAULTS) and `chart_version`."""
+    """Cluster add-ons from vendored, locked upstream charts (charts/, pins in infra/versions.py). Each
+    takes `enabled` (default per `cluster.mode`, see ADDON_DEFAULTS); versions are not a stack setting."""
 
     nvidia_device_plugin: NvidiaDevicePluginConfig = NvidiaDevicePluginConfig()
     dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
@@ -369,6 +418,7 @@ class PlatformConfig(StrictModel):
     ingress: IngressConfig = IngressConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     addons: AddonsConfig = AddonsConfig()
+    router: RouterConfig = RouterConfig()
 
     @model_validator(mode="before")
     @classmethod

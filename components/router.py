@@ -1,0 +1,628 @@
+"""The LLM-aware router: one OpenAI endpoint for every model, routed by model name and prefix.
+
+    Namespace vllm-router (default-deny NetworkPolicies with explicit allows)
+    ├── ServiceAccount vllm-router; in every model namespace a Role + RoleBinding to watch its pods
+    │   (nothing else, nowhere else)
+    ├── ConfigMap vllm-router-registrar (each model's router, registered with the front)
+    ├── Deployment vllm-router (≥ 2 pods over zones), each pod:
+    │     router        front `vllm-router --enable-igw` on :8000: routes by the request's `model`
+    │     route-<model> one single-model `vllm-router` per model (its policy over its ready pods,
+    │                   found by upstream's Kubernetes discovery), 127.0.0.1:8100+i
+    │     registrar     registers each route-<model> with the front (router/registrar.py)
+    ├── Service vllm-router, PodDisruptionBudget vllm-router, Ingress vllm-router (host router.host, /v1)
+    └── PodMonitor vllm-router (in the monitoring namespace): the router's own metrics
+
+The router is vLLM's (PyPI/GitHub vllm-router, pinned in infra/versions.py); docs/routing.md says
+why it, how a request travels, and how the canary split and the router agree. Pure builders below;
+`Router` only turns them into resources.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components import probes
+from components.labels import (
+    PART_OF,
+    ROUTER_APP_NAME,
+    ROUTER_NAMESPACE,
+    model_selector_labels,
+    router_selector_labels,
+)
+from components.model_service import (
+    PUBLIC_API_PATH,
+    container_security_context,
+    load_balancer_annotations,
+    platform_labels,
+    pod_security_context,
+)
+from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION
+from components.network_policy import DNS_PORT, HTTPS_PORT, KUBE_DNS_LABELS, NAMESPACE_NAME_LABEL
+from components.scrape import ScrapeSettings
+from infra.config.errors import Problem
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+from infra.versions import VLLM_ROUTER_IMAGE
+
+ROUTER_NAME = ROUTER_APP_NAME
+"""Name of the Deployment, Service, PDB, Ingress, ServiceAccount and PodMonitor."""
+ROUTER_CONTAINER = "router"
+REGISTRAR_CONTAINER = "registrar"
+ROUTER_PORT = 8000
+METRICS_PORT = 29000
+MODEL_ROUTER_BASE_PORT = 8100
+"""Model i's single-model router listens on 127.0.0.1:8100+i and serves metrics on 29001+i."""
+PORT_NAME = "http"
+METRICS_PORT_NAME = "metrics"
+READINESS_PATH = "/readiness"
+"""vllm-router answers 200 here once it can route (0.1.17)."""
+LIVENESS_PATH = "/liveness"
+REGISTRAR_CONFIG_DIR = "/etc/vllm-router"
+REGISTRAR_CONFIG_FILE = "registrar.json"
+REGISTRAR_SCRIPT = "/opt/registrar/registrar.py"
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+POD_READER_ROLE = "vllm-router-pods"
+FRONT_POLICY = "round_robin"
+"""The front has one worker per model in each pod (that model's router), so its policy never chooses."""
+
+
+def router_labels() -> dict[str, str]:
+    return {**router_selector_labels(), **platform_labels()}
+
+
+def model_policy(config: PlatformConfig, model: ModelConfig) -> str:
+    return model.router_policy or config.router.default_policy
+
+
+def model_router_container_name(model: ModelConfig) -> str:
+    return f"route-{model.name}"
+
+
+def model_router_port(index: int) -> int:
+    return MODEL_ROUTER_BASE_PORT + index
+
+
+def model_router_metrics_port(index: int) -> int:
+    return METRICS_PORT + 1 + index
+
+
+def _common_arguments(config: PlatformConfig) -> list[str]:
+    router = config.router
+    return [
+        "--health-check-endpoint",
+        probes.HEALTH_PATH,
+        "--health-check-interval-secs",
+        str(router.health_check_interval_seconds),
+        "--health-failure-threshold",
+        str(router.health_failure_threshold),
+        "--retry-max-retries",
+        str(router.max_retries),
+        "--request-timeout-secs",
+        str(router.request_timeout_seconds),
+        "--log-level",
+        "info",
+    ]
+
+
+def router_arguments(config: PlatformConfig) -> list[str]:
+    """The front `vllm-router`: multi-model mode, one worker per model (that model's router)."""
+    return [
+        "--enable-igw",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ROUTER_PORT),
+        "--policy",
+        FRONT_POLICY,
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(METRICS_PORT),
+        *_common_arguments(config),
+    ]
+
+
+def model_router_arguments(config: PlatformConfig, model: ModelConfig, index: int) -> list[str]:
+    """One model's `vllm-router`: single-model mode with the model's policy over its ready pods,
+    found by upstream's Kubernetes discovery (pods with the model's labels in its namespace)."""
+    selector = [f"{key}={value}" for key, value in model_selector_labels(model.name).items()]
+    return [
+        "--service-discovery",
+        "--selector",
+        *selector,
+        "--service-discovery-namespace",
+        model.namespace,
+        "--service-discovery-port",
+        str(model.vllm.port),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(model_router_port(index)),
+        "--policy",
+        model_policy(config, model),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(model_router_metrics_port(index)),
+        *_common_arguments(config),
+    ]
+
+
+def registrar_config(config: PlatformConfig) -> dict[str, Any]:
+    """What router/registrar.py reads: the front router, and each model's router as its worker."""
+    return {
+        "router_url": f"http://127.0.0.1:{ROUTER_PORT}",
+        "interval_seconds": config.router.registration_interval_seconds,
+        "workers": [
+            {
+                "url": f"http://127.0.0.1:{model_router_port(index)}",
+                "model_id": model.openai_model_name,
+                "policy": FRONT_POLICY,
+            }
+            for index, model in enumerate(config.models)
+        ],
+    }
+
+
+def router_problems(config: PlatformConfig) -> list[Problem]:
+    """The router needs a hostname behind the ingress and one served name per model."""
+    router = config.router
+    if not router.enabled:
+        return []
+    problems: list[Problem] = []
+    if config.ingress.enabled and router.host is None:
+        problems.append(
+            Problem(
+                ("router", "host"),
+                None,
+                "the router's unified endpoint needs a hostname: set router.host or "
+                "ingress.domain (it becomes api.<domain>), or set ingress.enabled: false",
+            )
+        )
+    seen: dict[str, int] = {}
+    for index, model in enumerate(config.models):
+        name = model.openai_model_name
+        if name in seen:
+            problems.append(
+                Problem(
+                    ("models", index, "served_model_name"),
+                    name,
+                    f"models[{seen[name]}] serves the same name; the router sends a request "
+                    "to the model its `model` names, so served names must be unique",
+                )
+            )
+        seen.setdefault(name, index)
+        if router.host is not None and model.ingress_host == router.host and config.ingress.enabled:
+            problems.append(
+                Problem(
+                    ("models", index, "ingress_host"),
+                    model.ingress_host,
+                    "is the router's hostname (router.host); give the model another host",
+                )
+            )
+    return problems
+
+
+def _router_resources(config: PlatformConfig) -> dict[str, Any]:
+    router = config.router
+    return {
+        "requests": {"cpu": f"{router.cpu_request_cores:g}", "memory": f"{router.memory_request_gib:g}Gi"},
+        "limits": {"memory": f"{2 * router.memory_request_gib:g}Gi"},
+    }
+
+
+def _liveness(port: str | int) -> dict[str, Any]:
+    return {
+        "httpGet": {"port": port, "path": LIVENESS_PATH},
+        "periodSeconds": 10,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+
+
+def router_container(config: PlatformConfig) -> dict[str, Any]:
+    """The front: what the load balancer reaches; routes by model name to that model's router."""
+    return {
+        "name": ROUTER_CONTAINER,
+        "image": VLLM_ROUTER_IMAGE.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm-router"],
+        "args": router_arguments(config),
+        "ports": [
+            {"name": PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"},
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"port": PORT_NAME, "path": READINESS_PATH},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": _liveness(PORT_NAME),
+        # The load balancer deregisters the pod (readiness, then the deregistration delay) before the
+        # router stops accepting connections; SIGTERM then lets in-flight streams finish.
+        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
+        "resources": _router_resources(config),
+        "securityContext": container_security_context(read_only_root_filesystem=True),
+    }
+
+
+def model_router_container(config: PlatformConfig, model: ModelConfig, index: int) -> dict[str, Any]:
+    """One model's router. Liveness only: a model with no ready pod must not take the pod (and with
+    it every other model) out of the load balancer; the front ejects that model's router instead."""
+    args = model_router_arguments(config, model, index)
+    args[args.index("--host") + 1] = "0.0.0.0"  # the kubelet's probe comes to the pod IP
+    return {
+        "name": model_router_container_name(model),
+        "image": VLLM_ROUTER_IMAGE.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm-router"],
+        "args": args,
+        "ports": [
+            {"name": f"metrics-{index}", "containerPort": model_router_metrics_port(index), "protocol": "TCP"}
+        ],
+        "livenessProbe": _liveness(model_router_port(index)),
+        # Stays up while the front drains, so streams in flight keep their backend.
+        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
+        "resources": _router_resources(config),
+        "securityContext": container_security_context(read_only_root_filesystem=True),
+        # Upstream's discovery reads the model's pods with this token (Role vllm-router-pods).
+        "volumeMounts": [{"name": "api-token", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True}],
+    }
+
+
+def registrar_container() -> dict[str, Any]:
+    return {
+        "name": REGISTRAR_CONTAINER,
+        "image": VLLM_ROUTER_IMAGE.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "python",
+            REGISTRAR_SCRIPT,
+            "--config",
+            f"{REGISTRAR_CONFIG_DIR}/{REGISTRAR_CONFIG_FILE}",
+        ],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": container_security_context(read_only_root_filesystem=True),
+        "volumeMounts": [{"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True}],
+    }
+
+
+def _spread(topology_key: str, when_unsatisfiable: str) -> dict[str, Any]:
+    return {
+        "maxSkew": 1,
+        "topologyKey": topology_key,
+        "whenUnsatisfiable": when_unsatisfiable,
+        "labelSelector": {"matchLabels": router_selector_labels()},
+        "matchLabelKeys": ["pod-template-hash"],
+    }
+
+
+def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
+    router = config.router
+    return {
+        "replicas": router.replicas,
+        "selector": {"matchLabels": router_selector_labels()},
+        # A new pod must be ready (its registrar has registered the workers) before an old one goes.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "revisionHistoryLimit": 5,
+        "template": {
+            "metadata": {
+                "labels": router_labels(),
+                "annotations": {"kubectl.kubernetes.io/default-container": ROUTER_CONTAINER},
+            },
+            "spec": {
+                "serviceAccountName": ROUTER_NAME,
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": router.drain_seconds + router.request_timeout_seconds,
+                # Router pods run on the system nodes (no GPU taint tolerated); one per zone first.
+                "topologySpreadConstraints": [
+                    _spread("topology.kubernetes.io/zone", "DoNotSchedule"),
+                    _spread("kubernetes.io/hostname", "ScheduleAnyway"),
+                ],
+                "securityContext": pod_security_context(),
+                "containers": [
+                    router_container(config),
+                    *(model_router_container(config, model, i) for i, model in enumerate(config.models)),
+                    registrar_container(),
+                ],
+                "volumes": [
+                    {"name": "registrar-config", "configMap": {"name": f"{ROUTER_NAME}-registrar"}},
+                    {
+                        "name": "api-token",
+                        "projected": {
+                            "sources": [
+                                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                                {
+                                    "configMap": {
+                                        "name": "kube-root-ca.crt",
+                                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                    }
+                                },
+                            ]
+                        },
+                    },
+                ],
+            },
+        },
+    }
+
+
+def service_spec() -> dict[str, Any]:
+    return {
+        "type": "ClusterIP",
+        "selector": router_selector_labels(),
+        "ports": [{"name": PORT_NAME, "port": ROUTER_PORT, "targetPort": PORT_NAME, "protocol": "TCP"}],
+    }
+
+
+def pod_disruption_budget_spec() -> dict[str, Any]:
+    return {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": router_selector_labels()},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+
+
+def ingress_spec(config: PlatformConfig) -> dict[str, Any]:
+    assert config.router.host is not None  # checked at validate time (router_problems)
+    backend = {"service": {"name": ROUTER_NAME, "port": {"name": PORT_NAME}}}
+    return {
+        "ingressClassName": config.ingress.class_name,
+        "tls": [{"hosts": [config.router.host]}],
+        # Only the OpenAI API: the router's worker API (/workers, /add_worker, ...) must stay inside.
+        "rules": [
+            {
+                "host": config.router.host,
+                "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": backend}]},
+            }
+        ],
+    }
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
+
+
+def network_policies(config: PlatformConfig) -> list[tuple[str, dict[str, Any]]]:
+    """Load balancer → router → each model's vLLM pods; Prometheus → metrics; the API for discovery."""
+    if not config.security.network_policies:
+        return []
+    pods = {"matchLabels": router_selector_labels()}
+    callers: list[dict[str, Any]] = [_namespace(config.security.ingress_controller_namespace)]
+    if config.ingress.enabled and config.ingress.class_name == "alb":
+        # ALB target type `ip`: the load balancer's own ENIs connect, from VPC addresses.
+        callers.append({"ipBlock": {"cidr": config.cluster.vpc_cidr}})
+    policies: list[tuple[str, dict[str, Any]]] = [
+        ("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        (
+            "allow-load-balancer",
+            {
+                "podSelector": pods,
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": callers, "ports": [{"protocol": "TCP", "port": ROUTER_PORT}]}],
+            },
+        ),
+    ]
+    if config.monitoring.enabled:
+        policies.append(
+            (
+                "allow-prometheus",
+                {
+                    "podSelector": pods,
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [_namespace(config.monitoring.namespace)],
+                            "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                        }
+                    ],
+                },
+            )
+        )
+    policies += [
+        (
+            "allow-dns",
+            {
+                "podSelector": {},
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [
+                            {**_namespace("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}
+                        ],
+                        "ports": [
+                            {"protocol": "UDP", "port": DNS_PORT},
+                            {"protocol": "TCP", "port": DNS_PORT},
+                        ],
+                    }
+                ],
+            },
+        ),
+        (
+            "allow-models",
+            {
+                "podSelector": pods,
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [
+                            {
+                                **_namespace(model.namespace),
+                                "podSelector": {"matchLabels": model_selector_labels(model.name)},
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": model.vllm.port}],
+                    }
+                    for model in config.models
+                ],
+            },
+        ),
+        # The model routers watch their model's pods: the EKS API endpoint's ENIs are in the VPC.
+        (
+            "allow-kubernetes-api",
+            {
+                "podSelector": pods,
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [{"ipBlock": {"cidr": config.cluster.vpc_cidr}}],
+                        "ports": [{"protocol": "TCP", "port": HTTPS_PORT}],
+                    }
+                ],
+            },
+        ),
+    ]
+    return policies
+
+
+def pod_monitor_spec(config: PlatformConfig, scrape: ScrapeSettings) -> dict[str, Any]:
+    """The front's metrics (requests, retries, per-model-router health) and each model router's
+    (per vLLM pod: running requests, health, circuit breaker, cache-aware decisions)."""
+    ports = [METRICS_PORT_NAME, *(f"metrics-{index}" for index in range(len(config.models)))]
+    return {
+        "namespaceSelector": {"matchNames": [ROUTER_NAMESPACE]},
+        "selector": {"matchLabels": router_selector_labels()},
+        "podMetricsEndpoints": [
+            {"port": port, "path": "/metrics", "interval": f"{scrape.interval_seconds}s"} for port in ports
+        ],
+    }
+
+
+def pod_reader_rules() -> list[dict[str, Any]]:
+    """What vllm-router's Kubernetes discovery needs: watch the pods of the model's namespace."""
+    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+
+
+def in_cluster_url() -> str:
+    return f"http://{ROUTER_NAME}.{ROUTER_NAMESPACE}.svc.cluster.local:{ROUTER_PORT}"
+
+
+def ingress_url(config: PlatformConfig) -> str | None:
+    if not config.ingress.enabled or config.router.host is None:
+        return None
+    return f"https://{config.router.host}"
+
+
+@dataclass(frozen=True)
+class RouterArgs:
+    config: PlatformConfig
+    scrape: ScrapeSettings
+    """How the router's metrics are scraped (components/scrape.py)."""
+    model_namespaces: Sequence[pulumi.Resource] = ()
+    """The model namespaces' resources: the pod-reader Roles live in them."""
+    depends_on: Sequence[pulumi.Resource] = ()
+    """Add-ons first: the load balancer controller's webhooks, the monitoring CRDs."""
+
+
+class Router(pulumi.ComponentResource):
+    """vLLM's router in namespace `vllm-router`, in front of every model."""
+
+    in_cluster_url: str
+    ingress_url: str | None
+
+    def __init__(self, name: str, args: RouterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-platform:routing:Router", name, None, opts)
+        config = args.config
+        labels = router_labels()
+
+        def meta(object_name: str, namespace: str = ROUTER_NAMESPACE) -> dict[str, Any]:
+            return {"name": object_name, "namespace": namespace, "labels": labels}
+
+        namespace = kubernetes.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={
+                "name": ROUTER_NAMESPACE,
+                "labels": {**platform_labels(), "app.kubernetes.io/part-of": PART_OF},
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
+        after_addons = pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on])
+
+        for policy_name, policy_spec in network_policies(config):
+            kubernetes.networking.v1.NetworkPolicy(
+                f"{name}-netpol-{policy_name}", metadata=meta(policy_name), spec=policy_spec, opts=inside
+            )
+        account = kubernetes.core.v1.ServiceAccount(
+            f"{name}-service-account",
+            metadata=meta(ROUTER_NAME),
+            automount_service_account_token=False,
+            opts=inside,
+        )
+        in_models = pulumi.ResourceOptions(parent=self, depends_on=[account, *args.model_namespaces])
+        for model in config.models:
+            kubernetes.rbac.v1.Role(
+                f"{name}-{model.name}-pod-reader",
+                metadata=meta(POD_READER_ROLE, model.namespace),
+                rules=pod_reader_rules(),
+                opts=in_models,
+            )
+            kubernetes.rbac.v1.RoleBinding(
+                f"{name}-{model.name}-pod-reader-binding",
+                metadata=meta(POD_READER_ROLE, model.namespace),
+                role_ref={
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": POD_READER_ROLE,
+                },
+                subjects=[{"kind": "ServiceAccount", "name": ROUTER_NAME, "namespace": ROUTER_NAMESPACE}],
+                opts=in_models,
+            )
+        registrar = kubernetes.core.v1.ConfigMap(
+            f"{name}-registrar-config",
+            metadata=meta(f"{ROUTER_NAME}-registrar"),
+            data={REGISTRAR_CONFIG_FILE: json.dumps(registrar_config(config), indent=2, sort_keys=True)},
+            opts=inside,
+        )
+        kubernetes.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=meta(ROUTER_NAME),
+            spec=deployment_spec(config),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[namespace, account, registrar, *args.depends_on]
+            ),
+        )
+        kubernetes.core.v1.Service(
+            f"{name}-service", metadata=meta(ROUTER_NAME), spec=service_spec(), opts=inside
+        )
+        kubernetes.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb", metadata=meta(ROUTER_NAME), spec=pod_disruption_budget_spec(), opts=inside
+        )
+        if config.ingress.enabled:
+            kubernetes.networking.v1.Ingress(
+                f"{name}-ingress",
+                metadata={
+                    **meta(ROUTER_NAME),
+                    "annotations": load_balancer_annotations(
+                        config,
+                        READINESS_PATH,
+                        config.router.drain_seconds + config.router.request_timeout_seconds,
+                    ),
+                },
+                spec=ingress_spec(config),
+                opts=after_addons,
+            )
+        if args.scrape.monitor_objects:
+            kubernetes.apiextensions.CustomResource(
+                f"{name}-pod-monitor",
+                api_version=PROMETHEUS_OPERATOR_API_VERSION,
+                kind="PodMonitor",
+                metadata={
+                    "name": ROUTER_NAME,
+                    "namespace": config.monitoring.namespace,
+                    "labels": args.scrape.labels,
+                },
+                spec=pod_monitor_spec(config, args.scrape),
+                opts=after_addons,
+            )
+        self.in_cluster_url = in_cluster_url()
+        self.ingress_url = ingress_url(config)
+        self.register_outputs({"in_cluster_url": self.in_cluster_url, "ingress_url": self.ingress_url})

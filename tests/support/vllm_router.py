@@ -1,0 +1,152 @@
+"""Run the pinned vLLM router (PyPI vllm-router, `.venv-router`) for real, on loopback.
+
+Stdlib only at the top level, like tests/support/vllm_server.py. The venv comes from
+`scripts/setup-vllm-router.sh` (CI runs it through scripts/setup-test-tools.sh).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.vllm_server import REPO_ROOT, free_port
+
+SETUP_COMMAND = "scripts/setup-vllm-router.sh"
+
+
+class RouterVenvMissingError(RuntimeError):
+    """The router venv has not been set up."""
+
+
+class RouterError(RuntimeError):
+    """The router exited or did not come up; the message carries its log tail."""
+
+
+def router_venv() -> Path:
+    return Path(os.environ.get("VLLM_ROUTER_VENV") or REPO_ROOT / ".venv-router")
+
+
+def require_router_python() -> Path:
+    python = router_venv() / "bin" / "python"
+    if not python.is_file():
+        raise RouterVenvMissingError(
+            f"the vLLM router venv is missing: no {python}. Create it with `{SETUP_COMMAND} {router_venv()}`."
+        )
+    return python
+
+
+def installed_router_version() -> str:
+    python = require_router_python()
+    completed = subprocess.run(
+        [str(python), "-c", "import vllm_router; print(vllm_router.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return completed.stdout.strip()
+
+
+def parse_router_arguments(args: Sequence[str]) -> str | None:
+    """None when the pinned router's own parser and validation accept `vllm-router ARGS`, else its error."""
+    python = require_router_python()
+    code = (
+        "import sys, json\n"
+        "from vllm_router.launch_router import parse_router_args\n"
+        "a = parse_router_args(json.loads(sys.argv[1]))\n"
+        "a._validate_router_args() if hasattr(a, '_validate_router_args') else None\n"
+    )
+    import json
+
+    completed = subprocess.run(
+        [str(python), "-c", code, json.dumps(list(args))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return None if completed.returncode == 0 else (completed.stderr.strip().splitlines() or ["?"])[-1]
+
+
+@dataclass(frozen=True)
+class RunningRouter:
+    base_url: str
+    metrics_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_router(
+    args: Sequence[str], *, log_path: Path, host: str = "127.0.0.1", startup_timeout_seconds: float = 60
+) -> RunningRouter:
+    """`vllm-router ARGS --host HOST --port <free> --prometheus-host HOST --prometheus-port <free>`,
+    returned once /liveness answers 200. ARGS must not set host or ports."""
+    python = require_router_python()
+    port, metrics_port = free_port(host), free_port(host)
+    command = [
+        str(python),
+        "-m",
+        "vllm_router.launch_router",
+        *args,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--prometheus-host",
+        host,
+        "--prometheus-port",
+        str(metrics_port),
+    ]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    router = RunningRouter(
+        f"http://{host}:{port}", f"http://{host}:{metrics_port}/metrics", process, log_path
+    )
+    deadline = time.monotonic() + startup_timeout_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RouterError(f"vllm-router exited with {process.returncode}:\n{router.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{router.base_url}/liveness", timeout=2) as response:
+                if response.status == 200:
+                    return router
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    stop_router(router)
+    raise RouterError(
+        f"vllm-router did not answer /liveness within {startup_timeout_seconds:.0f} s:\n{router.log_tail()}"
+    )
+
+
+def stop_router(router: RunningRouter, timeout_seconds: float = 20) -> None:
+    """SIGTERM to the router's own process group, SIGKILL after the timeout."""
+    process = router.process
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)

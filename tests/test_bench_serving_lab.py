@@ -1,0 +1,120 @@
+"""bench/serving: the lab measures what the stack renders, with arguments both vLLM versions accept,
+and the committed report is what the committed raw files (vLLM's own client's) say."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.serving import report
+from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
+from infra.vllm_flags import check_server_arguments, read_server_flags
+from tests.conftest import rendered
+
+SERVING = Path(__file__).resolve().parents[1] / "bench" / "serving"
+PLAN = json.loads((SERVING / "lab_plan.json").read_text())
+RAW = SERVING / "raw" / "2026-12-01"
+LAB_FLAGS = read_server_flags(SERVING / "data" / f"vllm-{LAB_GPU_VLLM_VERSION}-server-flags.json")
+LAB_ONLY = {"--load-format"}  # the lab's random weights; a pod loads its checkpoint
+
+
+def _lab_module():
+    spec = importlib.util.spec_from_file_location("lab", SERVING / "lab.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _prod_8b_args() -> list[str]:
+    for deployment in rendered("prod").find("Deployment"):
+        if deployment["metadata"]["namespace"] != "vllm-llama-3-1-8b":
+            continue
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "vllm":
+                return list(container["args"])
+    raise AssertionError("prod renders no llama-3-1-8b vLLM container")
+
+
+def _without(args: list[str], flags_with_values: set[str]) -> list[str]:
+    kept, index = [], 0
+    while index < len(args):
+        if args[index] in flags_with_values:
+            index += 2
+            continue
+        kept.append(args[index])
+        index += 1
+    return kept
+
+
+def test_lab_stack_configuration_is_what_prod_renders_for_its_8b_model() -> None:
+    rendered_args = _prod_8b_args()[1:]  # after the model path
+    # --middleware: the API-key middleware the pod loads from a ConfigMap (components/server_auth.py,
+    # issue 15, merged after the 2026-12-01 session): not in the lab's servers; its cost is unmeasured.
+    lab_side = ("--served-model-name", "--host", "--port", "--max-model-len", "--middleware")
+    assert _without(rendered_args, set(lab_side)) == PLAN["configs"]["stack"]["args"], (
+        "bench/serving/lab_plan.json `stack` differs from the prod render: copy the rendered arguments "
+        "(without the model, --served-model-name, --host, --port, --max-model-len, --middleware) into it"
+    )
+    max_model_len = rendered_args[rendered_args.index("--max-model-len") + 1]
+    assert PLAN["base_args"][PLAN["base_args"].index("--max-model-len") + 1] == max_model_len
+
+
+def test_the_profile_deployed_is_the_tuned_configuration_measured() -> None:
+    session = json.loads((RAW / "session.json").read_text())
+    assert sorted(PLAN["configs"]["stack"]["args"]) == sorted(session["configs"]["tuned"]["args"])
+
+
+def test_tuned_rule_reproduces_the_measured_tuned_arguments_from_the_raw_files() -> None:
+    lab = _lab_module()
+    session = json.loads((RAW / "session.json").read_text())
+    args, winners = lab.tuned_args(RAW, PLAN)
+    assert args == session["configs"]["tuned"]["args"]
+    assert winners == session["configs"]["tuned"]["winners"]
+
+
+def test_tuned_rule_takes_the_best_value_of_one_flag_and_drops_losers(tmp_path: Path) -> None:
+    lab = _lab_module()
+    measured = {"defaults": (1000, 100), "si4": (1300, 100), "si16": (1100, 100), "fp8": (990, 90),
+                "api4": (1500, 200)}  # fmt: skip
+    for name, (throughput, p99_ttft) in measured.items():
+        (tmp_path / f"{name}-c256.json").write_text(
+            json.dumps({"output_throughput": throughput, "p99_ttft_ms": p99_ttft})
+        )
+    args, winners = lab.tuned_args(tmp_path, PLAN)
+    assert winners == ["si4"]  # fp8 lost; api4 won on throughput but its p99 TTFT doubled
+    assert args == [*PLAN["tuned_rule"]["base_args"], "--stream-interval", "4"]
+
+
+@pytest.mark.parametrize("name", sorted(name for name in PLAN["configs"] if PLAN["configs"][name]["args"]))
+def test_every_lab_configuration_parses_in_the_lab_and_the_deployed_vllm(name: str) -> None:
+    args = [PLAN["model_dir"], *PLAN["base_args"], *PLAN["configs"][name]["args"]]
+    assert check_server_arguments(args, flags=LAB_FLAGS) == [], LAB_GPU_VLLM_VERSION
+    deployed = _without(args, LAB_ONLY)
+    assert check_server_arguments(deployed, VLLM_VERSION) == [], VLLM_VERSION
+
+
+def test_committed_report_is_what_the_raw_files_make() -> None:
+    assert (SERVING / "RESULTS.md").read_text() == report.render(RAW), (
+        "bench/serving/RESULTS.md is stale: run `.venv/bin/python -m bench.serving.report`"
+    )
+
+
+def test_raw_results_are_vllm_bench_serve_files_with_every_request_served() -> None:
+    files = sorted(RAW.glob("*-c*.json"))
+    assert files
+    for path in files:
+        result = json.loads(path.read_text())
+        assert result["backend"] == "vllm" and result["completed"] == result["num_prompts"], path.name
+        assert result["failed"] == 0 and result["total_output_tokens"] == 256 * result["num_prompts"]
+        assert result["lab_config"] == path.stem.rsplit("-c", 1)[0]
+
+
+def test_report_plot_is_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "plot.png"
+    report.plot(RAW, target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,210 @@
+"""The router as the prod stack renders it (components/router.py): every part of issue 18's item 2."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
+from infra.render import RenderResult
+from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
+from tests.conftest import rendered
+from tests.test_serving_render import config_of
+
+
+@pytest.fixture(scope="module")
+def prod() -> RenderResult:
+    return rendered("prod")
+
+
+def only(result: RenderResult, kind: str, namespace: str = ROUTER_NAMESPACE) -> dict[str, Any]:
+    (found,) = result.find(kind, namespace=namespace)
+    return found
+
+
+def pod_spec(result: RenderResult) -> dict[str, Any]:
+    return only(result, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_router_runs_at_least_two_pinned_pods_spread_over_zones(prod: RenderResult) -> None:
+    deployment = only(prod, "Deployment")
+    assert deployment["spec"]["replicas"] >= 2
+    spec = pod_spec(prod)
+    assert {c["image"] for c in spec["containers"]} == {VLLM_ROUTER_IMAGE.reference}
+    assert VLLM_ROUTER_IMAGE.tag == VLLM_ROUTER_VERSION
+    zone = [c for c in spec["topologySpreadConstraints"] if c["topologyKey"] == "topology.kubernetes.io/zone"]
+    assert zone == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": router_selector_labels()},
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+    ]
+    # No GPU node: the router tolerates no taint and asks for no GPU.
+    assert "tolerations" not in spec
+    assert all("nvidia.com/gpu" not in c["resources"].get("limits", {}) for c in spec["containers"])
+
+
+def test_router_pdb_lets_one_pod_go_at_a_time(prod: RenderResult) -> None:
+    assert only(prod, "PodDisruptionBudget")["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": router_selector_labels()},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+
+
+def test_front_routes_by_model_name_and_each_model_has_its_own_router(prod: RenderResult) -> None:
+    config = config_of(prod)
+    containers = {c["name"]: c for c in pod_spec(prod)["containers"]}
+    front = containers["router"]
+    assert front["args"][0] == "--enable-igw"
+    assert {p["name"]: p["containerPort"] for p in front["ports"]} == {"http": 8000, "metrics": 29000}
+    for index, model in enumerate(config.models):
+        args = containers[f"route-{model.name}"]["args"]
+        # Upstream's Kubernetes discovery over exactly this model's pods, with the model's policy.
+        assert args[: args.index("--service-discovery-namespace")] == [
+            "--service-discovery",
+            "--selector",
+            *(f"{k}={v}" for k, v in model_selector_labels(model.name).items()),
+        ]
+        assert args[args.index("--service-discovery-namespace") + 1] == model.namespace
+        assert args[args.index("--service-discovery-port") + 1] == str(model.vllm.port)
+        assert args[args.index("--port") + 1] == str(8100 + index)
+        assert args[args.index("--policy") + 1] == (model.router_policy or config.router.default_policy)
+    # The registrar registers each model's router with the front, under the model's served name.
+    registrar = json.loads(only(prod, "ConfigMap")["data"]["registrar.json"])
+    assert registrar["router_url"] == "http://127.0.0.1:8000"
+    assert registrar["workers"] == [
+        {"url": f"http://127.0.0.1:{8100 + i}", "model_id": m.openai_model_name, "policy": "round_robin"}
+        for i, m in enumerate(config.models)
+    ]
+
+
+def test_only_the_model_routers_get_an_api_token(prod: RenderResult) -> None:
+    spec = pod_spec(prod)
+    assert spec["automountServiceAccountToken"] is False
+    with_token = {
+        c["name"]
+        for c in spec["containers"]
+        if any(m["name"] == "api-token" for m in c.get("volumeMounts", []))
+    }
+    assert with_token == {f"route-{m.name}" for m in config_of(prod).models}
+
+
+def test_router_rbac_watches_pods_in_model_namespaces_only(prod: RenderResult) -> None:
+    config = config_of(prod)
+    account = {"kind": "ServiceAccount", "name": "vllm-router", "namespace": ROUTER_NAMESPACE}
+    bindings = [
+        b
+        for kind in ("RoleBinding", "ClusterRoleBinding")
+        for b in prod.find(kind)
+        if account in b.get("subjects", [])
+    ]
+    # Only namespaced bindings, one per model namespace, each to the pod-reader Role there.
+    assert sorted((b["kind"], b["metadata"]["namespace"]) for b in bindings) == sorted(
+        ("RoleBinding", m.namespace) for m in config.models
+    )
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "vllm-router-pods",
+        }
+        (role,) = [
+            r
+            for r in prod.find("Role", namespace=binding["metadata"]["namespace"])
+            if r["metadata"]["name"] == "vllm-router-pods"
+        ]
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        ]
+
+
+def test_unified_endpoint_is_a_tls_ingress_for_the_openai_api_only(prod: RenderResult) -> None:
+    ingress = only(prod, "Ingress")
+    host = "api.llm.example.com"
+    assert ingress["spec"]["tls"] == [{"hosts": [host]}]
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == host
+    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [("/v1", "Prefix")]
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["alb.ingress.kubernetes.io/listen-ports"] == '[{"HTTPS": 443}]'
+    assert (
+        annotations["alb.ingress.kubernetes.io/load-balancer-attributes"]
+        == "idle_timeout.timeout_seconds=3600"
+    )
+    # One load balancer with the models' hostnames, which stay (router.per_model_hostnames).
+    groups = {
+        i["metadata"]["annotations"]["alb.ingress.kubernetes.io/group.name"] for i in prod.find("Ingress")
+    }
+    assert len(groups) == 1 and len(prod.find("Ingress")) == len(config_of(prod).models) + 1
+
+
+def test_network_path_is_load_balancer_to_router_to_each_models_pods(prod: RenderResult) -> None:
+    config = config_of(prod)
+    policies = {
+        p["metadata"]["name"]: p["spec"] for p in prod.find("NetworkPolicy", namespace=ROUTER_NAMESPACE)
+    }
+    assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    (entry,) = policies["allow-load-balancer"]["ingress"]
+    assert entry["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert {"ipBlock": {"cidr": config.cluster.vpc_cidr}} in entry["from"]
+    assert policies["allow-models"]["egress"] == [
+        {
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": m.namespace}},
+                    "podSelector": {"matchLabels": model_selector_labels(m.name)},
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": m.vllm.port}],
+        }
+        for m in config.models
+    ]
+    # And each model namespace admits exactly the router's pods on vLLM's port.
+    for model in config.models:
+        (admit,) = [
+            p["spec"]
+            for p in prod.find("NetworkPolicy", namespace=model.namespace)
+            if p["metadata"]["name"] == "allow-router"
+        ]
+        assert admit["ingress"] == [
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": ROUTER_NAMESPACE}
+                        },
+                        "podSelector": {"matchLabels": router_selector_labels()},
+                    }
+                ],
+                "ports": [{"protocol": "TCP", "port": model.vllm.port}],
+            }
+        ]
+
+
+def test_router_metrics_are_scraped(prod: RenderResult) -> None:
+    (monitor,) = [m for m in prod.find("PodMonitor") if m["metadata"]["name"] == "vllm-router"]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [ROUTER_NAMESPACE]}
+    ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
+    assert ports == ["metrics", *(f"metrics-{i}" for i in range(len(config_of(prod).models)))]
+
+
+def test_unified_endpoint_is_a_stack_output(prod: RenderResult) -> None:
+    assert prod.outputs["router_endpoint"] == {
+        "in_cluster": "http://vllm-router.vllm-router.svc.cluster.local:8000",
+        "ingress": "https://api.llm.example.com",
+    }
+
+
+def test_staging_without_the_router_renders_none_of_it() -> None:
+    staging = rendered("staging")
+    assert not staging.find("Deployment", namespace=ROUTER_NAMESPACE)
+    assert staging.outputs["router_endpoint"] is None
+    for model in config_of(staging).models:
+        names = [p["metadata"]["name"] for p in staging.find("NetworkPolicy", namespace=model.namespace)]
+        assert "allow-router" not in names

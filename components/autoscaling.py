@@ -6,7 +6,9 @@ behaviour: fast scale-up (a replica needs minutes to load the model, so react at
 scale-down (traffic is bursty; a removed replica costs a cold start to get back).
 
 When an autoscaler owns a Deployment (`autoscaler_owns_replicas(model)`), the Deployment must not
-set `spec.replicas`: every `pulumi up` would otherwise reset the count the autoscaler chose.
+set `spec.replicas`: every `pulumi up` would otherwise reset the count the autoscaler chose. With
+`rollout.strategy: canary` the pods belong to an Argo Rollouts Rollout instead, and the autoscaler
+scales that (its scale subresource; `components.rollouts.workload_reference`), under the same rule.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pulumi_kubernetes as kubernetes
 from components.adapter_rules import SIGNALS, keda_query, to_quantity
 from components.labels import model_labels
 from components.monitoring import prometheus_url
+from components.rollouts import workload_reference
 from infra.config.errors import Problem
 from infra.config.models import AutoscalingConfig, ModelConfig
 from infra.config.platform import MonitoringConfig, PlatformConfig
@@ -28,7 +31,7 @@ KEDA_API_VERSION = "keda.sh/v1alpha1"
 
 
 def autoscaler_owns_replicas(model: ModelConfig) -> bool:
-    """True when the Deployment must leave `spec.replicas` unset (an HPA or KEDA sets it)."""
+    """True when the Deployment or Rollout must leave `spec.replicas` unset (an HPA or KEDA sets it)."""
     return model.autoscaling.enabled
 
 
@@ -54,7 +57,8 @@ def create_model_autoscaler(
         and a ScaledObject needs KEDA's CRDs: `KubernetesPlatform` passes those releases to the
         ModelService (`ModelServiceArgs.depends_on`), which should put them in `depends_on` here.
 
-    The Kubernetes object is named `deployment_name` in `namespace` (so is the HPA KEDA generates).
+    The Kubernetes object is named `deployment_name` in `namespace` (so is the HPA KEDA generates);
+    it scales the Deployment of that name, or the Rollout of that name for a canary model.
     """
     if not model.autoscaling.enabled:
         return None
@@ -63,7 +67,7 @@ def create_model_autoscaler(
         return kubernetes.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-hpa",
             metadata=metadata,
-            spec=hpa_spec(model.autoscaling, deployment_name),
+            spec=hpa_spec(model.autoscaling, workload_reference(model, deployment_name)),
             opts=opts,
         )
     return kubernetes.apiextensions.CustomResource(
@@ -71,7 +75,8 @@ def create_model_autoscaler(
         api_version=KEDA_API_VERSION,
         kind="ScaledObject",
         metadata=metadata,
-        spec=scaled_object_spec(model.autoscaling, deployment_name, namespace, prometheus_url(monitoring)),
+        spec=scaled_object_spec(model.autoscaling, workload_reference(model, deployment_name), namespace,
+                                prometheus_url(monitoring)),
         opts=opts,
     )
 
@@ -100,10 +105,12 @@ def scaling_behavior(autoscaling: AutoscalingConfig) -> dict[str, Any]:
     }
 
 
-def hpa_spec(autoscaling: AutoscalingConfig, deployment_name: str) -> dict[str, Any]:
-    """Pods metrics from the custom metrics API (Prometheus Adapter), AverageValue targets."""
+def hpa_spec(autoscaling: AutoscalingConfig, scale_target: dict[str, str]) -> dict[str, Any]:
+    """Pods metrics from the custom metrics API (Prometheus Adapter), AverageValue targets.
+
+    scale_target: the workload's apiVersion, kind and name (`workload_reference`)."""
     return {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name},
+        "scaleTargetRef": dict(scale_target),
         "minReplicas": autoscaling.min_replicas,
         "maxReplicas": autoscaling.max_replicas,
         "metrics": [
@@ -122,11 +129,13 @@ def hpa_spec(autoscaling: AutoscalingConfig, deployment_name: str) -> dict[str, 
 
 
 def scaled_object_spec(
-    autoscaling: AutoscalingConfig, deployment_name: str, namespace: str, prometheus_url: str
+    autoscaling: AutoscalingConfig, scale_target: dict[str, str], namespace: str, prometheus_url: str
 ) -> dict[str, Any]:
-    """KEDA ScaledObject: Prometheus triggers on the adapter's per-pod queries, summed per Deployment."""
+    """KEDA ScaledObject: Prometheus triggers on the adapter's per-pod queries, summed per workload
+    (a Deployment's and a Rollout's pods are both named `<name>-<hash>-<suffix>`)."""
+    deployment_name = scale_target["name"]
     return {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name},
+        "scaleTargetRef": dict(scale_target),
         "minReplicaCount": autoscaling.min_replicas,
         "maxReplicaCount": autoscaling.max_replicas,
         "pollingInterval": autoscaling.keda_polling_interval_seconds,

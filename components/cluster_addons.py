@@ -6,6 +6,7 @@
     metrics-server                                  resource metrics (kubectl top, CPU-based HPAs)
     Cluster Autoscaler (IRSA)                       GPU nodes for the replicas an HPA adds
     KEDA                                            models with `autoscaling.backend: keda`
+    Argo Rollouts                                   models with `rollout.strategy: canary`
 
 Which add-on is on by default depends on `cluster.mode` (infra/config/platform.py ADDON_DEFAULTS;
 docs/autoscaling.md explains each choice). Values are built by the pure `*_values` functions so
@@ -48,6 +49,7 @@ from infra.config.platform import (
     SecretStoreConfig,
 )
 from infra.versions import (
+    ARGO_ROLLOUTS_CHART,
     AWS_EFS_CSI_DRIVER_CHART,
     AWS_LOAD_BALANCER_CONTROLLER_CHART,
     CLUSTER_AUTOSCALER_CHART,
@@ -62,6 +64,7 @@ from infra.versions import (
 
 ADDONS_NAMESPACE = "kube-system"
 KEDA_NAMESPACE = "keda"
+ARGO_ROLLOUTS_NAMESPACE = "argo-rollouts"
 EFS_STORAGE_CLASS = "efs-sc"
 """The model volume's StorageClass (components/model_service.py MODEL_VOLUME_STORAGE_CLASS)."""
 EFS_MOUNT_OPTIONS = ("tls", "iam")
@@ -214,6 +217,57 @@ def keda_values() -> dict[str, Any]:
     return {"tolerations": []}
 
 
+ARGO_ROLLOUTS_PROVIDERS = ("istio", "smi", "ambassador", "awsLoadBalancerController", "awsAppMesh", "traefik",
+                           "apisix", "contour", "glooPlatform", "gatewayAPI")
+"""The chart's provider RBAC switches (values.yaml `providerRBAC.providers`), all on by default."""
+
+
+def argo_rollouts_values() -> dict[str, Any]:
+    """The controller only (no dashboard), two replicas with leader election and a PDB, and RBAC for
+    the one traffic router the canaries use: the AWS Load Balancer Controller's Ingress and
+    TargetGroupBindings (components/rollouts.py)."""
+    controller_labels = {"app.kubernetes.io/name": "argo-rollouts",
+                         "app.kubernetes.io/instance": "argo-rollouts",
+                         "app.kubernetes.io/component": "rollouts-controller"}
+    return {
+        "installCRDs": True,
+        # Deleting the release must not delete every Rollout with its CRD (and the pods with them).
+        "keepCRDs": True,
+        "controller": {
+            "replicas": 2,
+            "pdb": {"enabled": False},
+            # A controller: system nodes only, never on GPU nodes (no GPU toleration).
+            "tolerations": [],
+            # One controller watches a handful of Rollouts: small, and bounded so it cannot starve
+            # the system nodes (the chart sets no resources).
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                          "limits": {"cpu": "1", "memory": "1Gi"}},
+        },
+        # The chart's context plus a high UID (the image's own is 999, inside hosts' system range).
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001},
+        "containerSecurityContext": {
+            "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # The chart's own PDB cannot set unhealthyPodEvictionPolicy, so a controller pod that never
+        # becomes ready would block node drains (policy pdbs-allow-node-drains); ours, in the release.
+        "extraObjects": [{
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "argo-rollouts", "namespace": ARGO_ROLLOUTS_NAMESPACE,
+                         "labels": controller_labels},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": controller_labels},
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+        }],
+        "dashboard": {"enabled": False},
+        "providerRBAC": {
+            "enabled": True,
+            "providers": {name: name == "awsLoadBalancerController" for name in ARGO_ROLLOUTS_PROVIDERS},
+        },
+    }
+
+
 @dataclass(frozen=True)
 class ClusterAddonsArgs:
     addons: AddonsConfig
@@ -308,6 +362,11 @@ class ClusterAddons(pulumi.ComponentResource):
                                                pulumi.ResourceOptions(parent=self))
             self.keda_release = release(ChartRelease("keda", KEDA_CHART, KEDA_NAMESPACE, keda_values()),
                                         after=keda_namespace)
+        if addons.argo_rollouts.enabled:
+            rollouts_namespace = release_namespace(f"{name}-argo-rollouts-namespace", ARGO_ROLLOUTS_NAMESPACE,
+                                                   pulumi.ResourceOptions(parent=self))
+            release(ChartRelease("argo-rollouts", ARGO_ROLLOUTS_CHART, ARGO_ROLLOUTS_NAMESPACE,
+                                 argo_rollouts_values()), after=rollouts_namespace)
         self.register_outputs({})
 
 

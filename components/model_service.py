@@ -6,6 +6,8 @@
     ├── ConfigMap vllm-platform-auth: the API-key middleware vLLM loads (components/server_auth.py)
     ├── PersistentVolumeClaim model-cache (RWX, EFS): weights per revision + vLLM compile cache
     ├── Deployment vllm: init container `model-cache preload` → vLLM server
+    │   (or, with rollout.strategy canary, Rollout vllm with the same pod template, Services
+    │   vllm-stable and vllm-canary, AnalysisTemplate vllm-canary: components/rollouts.py)
     ├── Service vllm, PodDisruptionBudget vllm, Ingress vllm (when ingress is on)
     └── HPA or KEDA ScaledObject vllm (components/autoscaling.py) when autoscaling is on
 
@@ -23,10 +25,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import load_balancer, probes, secrets, server_auth
+from components import load_balancer, probes, rollouts, secrets, server_auth
 from components.autoscaling import autoscaler_owns_replicas, create_model_autoscaler
 from components.cluster_context import ClusterContext
 from components.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_labels, model_selector_labels
+from components.monitoring import prometheus_url
 from components.network_policy import model_network_policies, serving_peers
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from components.service_accounts import model_service_account
@@ -332,13 +335,14 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
 def _spread(topology_key: str, model: ModelConfig) -> dict[str, Any]:
     # ScheduleAnyway: GPU capacity is often in one zone only (capacity blocks, ODCRs, spot pools);
     # DoNotSchedule would leave replicas Pending next to idle GPUs. matchLabelKeys counts only the
-    # pods of the same rollout, so old pods being replaced do not skew the spread.
+    # pods of the same revision, so old pods being replaced do not skew the spread (a Rollout's
+    # pods carry rollouts-pod-template-hash instead of pod-template-hash).
     return {
         "maxSkew": 1,
         "topologyKey": topology_key,
         "whenUnsatisfiable": "ScheduleAnyway",
         "labelSelector": {"matchLabels": model_selector_labels(model.name)},
-        "matchLabelKeys": ["pod-template-hash"],
+        "matchLabelKeys": [rollouts.pod_template_hash_label(model)],
     }
 
 
@@ -379,6 +383,7 @@ def pod_template(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
 
 def deployment_spec(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
                     service_account: str) -> dict[str, Any]:
+    """The Deployment's spec; a canary model's Rollout takes it whole but for the strategy."""
     spec: dict[str, Any] = {
         "selector": {"matchLabels": model_selector_labels(model.name)},
         "strategy": probes.rollout_strategy(model).as_spec(),
@@ -391,6 +396,22 @@ def deployment_spec(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
     if not autoscaler_owns_replicas(model):
         spec["replicas"] = model.replicas
     return spec
+
+
+def uses_alb_traffic_split(config: PlatformConfig, model: ModelConfig) -> bool:
+    """A canary's weights are applied at the ALB when the model has its own ALB Ingress (without one,
+    behind the router only, the split is by pod count: docs/rollouts.md)."""
+    return rollouts.uses_canary(model) and serves_own_hostname(config) and config.ingress.class_name == "alb"
+
+
+def workload(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
+             service_account: str) -> tuple[str, str, dict[str, Any]]:
+    """(apiVersion, kind, spec) of what runs the pods: the one place that picks Deployment or Rollout."""
+    spec = deployment_spec(config, model, plan, service_account)
+    if rollouts.uses_canary(model):
+        return (rollouts.ROLLOUTS_API_VERSION, rollouts.ROLLOUT_KIND,
+                rollouts.rollout_spec(model, spec, alb_ingress=uses_alb_traffic_split(config, model)))
+    return "apps/v1", "Deployment", spec
 
 
 # --- around the pod -------------------------------------------------------------------------------
@@ -445,9 +466,14 @@ def ingress_group_name(config: PlatformConfig) -> str:
 
 
 def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
-    return load_balancer_annotations(
+    annotations = load_balancer_annotations(
         config, probes.HEALTH_PATH, probes.load_balancer_deregistration_delay_seconds(model.drain)
     )
+    if uses_alb_traffic_split(config, model):
+        # Argo Rollouts rewrites this action with the canary's weights; until it first does, all
+        # traffic goes to the stable pods.
+        annotations[rollouts.ALB_ACTION_ANNOTATION] = rollouts.initial_alb_action(model)
+    return annotations
 
 
 def load_balancer_annotations(config: PlatformConfig, healthcheck_path: str,
@@ -491,7 +517,10 @@ PUBLIC_API_PATH = "/v1"
 
 def ingress_spec(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
     assert model.ingress_host is not None  # checked at validate time (ingress_host_problems)
-    backend = {"service": {"name": SERVER_NAME, "port": {"name": probes.PORT_NAME}}}
+    # With a canary, the ALB forwards through the weighted action Argo keeps on the root Service.
+    split = uses_alb_traffic_split(config, model)
+    port = {"name": rollouts.ALB_USE_ANNOTATION_PORT if split else probes.PORT_NAME}
+    backend = {"service": {"name": SERVER_NAME, "port": port}}
     return {
         "ingressClassName": config.ingress.class_name,
         # Hosts only: the ALB terminates TLS with the ACM certificate (named, or found by host).
@@ -578,7 +607,8 @@ class ModelService(pulumi.ComponentResource):
     """Everything one model needs to serve, in its own namespace `vllm-<model>`."""
 
     namespace: str
-    deployment: kubernetes.apps.v1.Deployment
+    deployment: pulumi.CustomResource
+    """The workload running the pods: a Deployment, or an Argo Rollouts Rollout for a canary model."""
     autoscaler: pulumi.Resource | None
     deployment_name: str
     in_cluster_url: str
@@ -660,26 +690,54 @@ class ModelService(pulumi.ComponentResource):
 
         # How long `pulumi up` waits for the rollout before reporting it failed.
         rollout_timeout = probes.rollout_timeout_seconds(model, plan.startup_budget_seconds)
-        deployment = kubernetes.apps.v1.Deployment(
-            f"{name}-deployment",
-            metadata={**meta(SERVER_NAME),
-                      "annotations": {"pulumi.com/timeoutSeconds": str(rollout_timeout)}},
-            spec=deployment_spec(config, model, plan, account.name),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[namespace_resource, claim, auth_module, *provider_classes, *args.depends_on],
-            ),
+        workload_meta = {**meta(SERVER_NAME),
+                         "annotations": {"pulumi.com/timeoutSeconds": str(rollout_timeout)}}
+        workload_opts = pulumi.ResourceOptions(
+            parent=self,
+            depends_on=[namespace_resource, claim, auth_module, *provider_classes, *args.depends_on],
         )
+        api_version, kind, workload_spec = workload(config, model, plan, account.name)
+        deployment: pulumi.CustomResource
+        if kind == "Deployment":
+            deployment = kubernetes.apps.v1.Deployment(f"{name}-deployment", metadata=workload_meta,
+                                                       spec=workload_spec, opts=workload_opts)
+        else:
+            # The analysis its steps run, against the Prometheus the PodMonitor feeds.
+            kubernetes.apiextensions.CustomResource(
+                f"{name}-canary-analysis", api_version=rollouts.ROLLOUTS_API_VERSION,
+                kind=rollouts.ANALYSIS_TEMPLATE_KIND, metadata=meta(rollouts.ANALYSIS_TEMPLATE),
+                spec=rollouts.analysis_template_spec(model.rollout.canary.analysis, namespace,
+                                                     prometheus_url(config.monitoring)),
+                opts=after_addons,
+            )
+            deployment = kubernetes.apiextensions.CustomResource(
+                f"{name}-rollout", api_version=api_version, kind=kind, metadata=workload_meta,
+                spec=workload_spec, opts=workload_opts,
+            )
         kubernetes.core.v1.Service(f"{name}-service", metadata=meta(SERVER_NAME), spec=service_spec(model),
                                    opts=inside)
+        if rollouts.uses_canary(model):
+            # Argo pins these selectors to the stable and canary ReplicaSets; `pulumi up` must not undo it.
+            for service_name in (rollouts.STABLE_SERVICE, rollouts.CANARY_SERVICE):
+                kubernetes.core.v1.Service(
+                    f"{name}-service-{service_name}", metadata=meta(service_name), spec=service_spec(model),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource],
+                                                ignore_changes=["spec.selector"]),
+                )
         kubernetes.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=meta(SERVER_NAME),
                                                  spec=pod_disruption_budget_spec(model), opts=inside)
         if serves_own_hostname(config):
+            managed = (
+                [f'metadata.annotations["{rollouts.ALB_ACTION_ANNOTATION}"]',
+                 f'metadata.annotations["{rollouts.MANAGED_ALB_ACTIONS_ANNOTATION}"]']
+                if uses_alb_traffic_split(config, model) else []
+            )
             kubernetes.networking.v1.Ingress(
                 f"{name}-ingress",
                 metadata={**meta(SERVER_NAME), "annotations": ingress_annotations(config, model)},
                 spec=ingress_spec(config, model),
-                opts=after_addons,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource, *args.depends_on],
+                                            ignore_changes=managed),
             )
 
         # The HPA or KEDA ScaledObject that owns the Deployment's replicas (none when autoscaling is off).

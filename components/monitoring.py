@@ -24,6 +24,7 @@ from components.adapter_rules import adapter_rules
 from components.cluster_context import ClusterContext
 from components.helm.release import ChartRelease, install_chart, release_namespace
 from components.labels import MODEL_LABEL, VLLM_APP_NAME
+from components.rollouts import POD_TEMPLATE_HASH_LABEL, POD_TEMPLATE_HASH_SERIES_LABEL
 from components.scheduling import all_gpu_tolerations
 from components.scrape import ScrapeSettings, scrape_settings
 from components.secrets import csi_volume, uses_csi
@@ -233,8 +234,13 @@ def vllm_pod_monitor_spec(models: Sequence[ModelConfig], scrape: ScrapeSettings)
                 "path": "/metrics",
                 "interval": f"{scrape.interval_seconds}s",
                 # `namespace` and `pod` come with every target (the adapter maps them to resources);
-                # `model` makes dashboards readable.
-                "relabelings": [{"sourceLabels": [_meta_label(MODEL_LABEL)], "targetLabel": "model"}],
+                # `model` makes dashboards readable; a canary's analysis tells the stable pods from
+                # the canary ones by the ReplicaSet hash Argo Rollouts labels them with.
+                "relabelings": [
+                    {"sourceLabels": [_meta_label(MODEL_LABEL)], "targetLabel": "model"},
+                    {"sourceLabels": [_meta_label(POD_TEMPLATE_HASH_LABEL)],
+                     "targetLabel": POD_TEMPLATE_HASH_SERIES_LABEL},
+                ],
             }
         ],
     }

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from components.rollouts import peak_replicas
 from infra.config.models import DrainConfig, ModelConfig
 
 HEALTH_PATH = "/health"
@@ -114,14 +115,16 @@ def rollout_strategy(model: ModelConfig) -> RolloutStrategy:
 
 
 def gpu_quota(model: ModelConfig) -> int:
-    """`requests.nvidia.com/gpu` for the model's namespace: the most replicas, plus one GPU set.
+    """`requests.nvidia.com/gpu` for the model's namespace: the most pods at once, plus one GPU set.
 
-    The extra set is for the surge pod of a single-replica rollout, and is needed even with
-    maxSurge 0: a pod counts against quota until it has finished terminating, and the Deployment
-    creates the replacement while the old pod drains (up to the grace period). Without it a
-    rollout at max replicas would be refused by the quota and back off instead of waiting.
+    The most pods are the most replicas, or for a canary the stable plus canary pods at its peak
+    (`rollouts.peak_replicas`: one more). The extra set is for the surge pod of a single-replica
+    rollout, and is needed even with maxSurge 0: a pod counts against quota until it has finished
+    terminating, and the Deployment (or Rollout) creates the replacement while the old pod drains
+    (up to the grace period). Without it a rollout at max replicas would be refused by the quota
+    and back off instead of waiting.
     """
-    return (model.max_replicas + 1) * model.gpus_per_replica
+    return (peak_replicas(model) + 1) * model.gpus_per_replica
 
 
 def progress_deadline_seconds(startup_budget_seconds: int) -> int:

@@ -39,6 +39,8 @@ class RecordedResource:
     parent_urn: str
     custom: bool
     urn: str = ""
+    ignore_changes: tuple[str, ...] = ()
+    """Fields `pulumi up` leaves to someone else (ResourceOptions.ignore_changes), e.g. a controller."""
 
     @property
     def is_kubernetes_object(self) -> bool:
@@ -229,7 +231,9 @@ def _make_mocks(region: str, records: list[RecordedResource]):
                 _fake_outputs(args.typ, args.name, inputs, region) if args.typ.startswith("aws:") else inputs
             )
             pending = _pending_parents.pop((args.typ, args.name), "")
-            records.append(RecordedResource(args.typ, args.name, inputs, pending, bool(args.custom)))
+            ignored = _pending_ignore_changes.pop((args.typ, args.name), ())
+            records.append(RecordedResource(args.typ, args.name, inputs, pending, bool(args.custom),
+                                            ignore_changes=ignored))
             return [resource_id, outputs]
 
         def call(self, args: pulumi.runtime.MockCallArgs):
@@ -262,10 +266,12 @@ def _make_mocks(region: str, records: list[RecordedResource]):
             return {}
 
     _pending_parents: dict[tuple[str, str], str] = {}
+    _pending_ignore_changes: dict[tuple[str, str], tuple[str, ...]] = {}
 
     class ParentRecordingMonitor(MockMonitor):
         def RegisterResource(self, request):
             _pending_parents[(request.type, request.name)] = request.parent
+            _pending_ignore_changes[(request.type, request.name)] = tuple(request.ignoreChanges)
             response = super().RegisterResource(request)
             for record in reversed(records):
                 if record.type == request.type and record.name == request.name and not record.urn:

@@ -34,6 +34,7 @@ def platform_checks() -> list[PlatformCheck]:
     from components.cluster_addons import addon_mode_problems
     from components.gpu_addons import gpu_registration_problems, gpu_toleration_problems
     from components.model_service import preload_source_problems
+    from components.rollouts import rollout_problems
     from components.router import router_problems
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import server_argument_problems
@@ -56,6 +57,7 @@ def platform_checks() -> list[PlatformCheck]:
         replica_bound_problems,
         quantization_problems,
         secret_name_problems,
+        rollout_problems,
         router_problems,
     ]
 

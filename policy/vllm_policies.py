@@ -33,7 +33,8 @@ _EKS_TAINT_EFFECTS = {
     "PREFER_NO_SCHEDULE": "PreferNoSchedule",
 }
 _HARD_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
-_WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
+# Rollout: Argo Rollouts' replacement for a Deployment (canary models); same spec.template.
+_WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Rollout")
 
 
 @dataclass(frozen=True)
@@ -723,7 +724,7 @@ def check_pdbs_allow_node_drains(resources: Sequence[Resource], settings: Policy
         workloads = [
             r
             for r in resources
-            if r.kind in ("Deployment", "StatefulSet", "ReplicaSet")
+            if r.kind in ("Deployment", "StatefulSet", "ReplicaSet", "Rollout")
             and r.namespace == pdb.namespace
             and _selector_matches(selector, pod_template_labels(r))
         ]

@@ -10,7 +10,9 @@ chart objects by release, kind, namespace and name; Helm releases by namespace a
 resources by type and Pulumi name. Values are compared
 after normalising key order (and floats the render writes for integers), so only real changes
 show. Removals and changes to fields Kubernetes or AWS cannot update in place are flagged first:
-those are the lines a reviewer must not miss. Stack outputs are not diffed (they hold the
+those are the lines a reviewer must not miss. A change to a canary Rollout's steps (or a model
+switching between `rolling` and `canary`) is summarised next, as the steps a new revision will go
+through (docs/rollouts.md). Stack outputs are not diffed (they hold the
 kubeconfig).
 """
 
@@ -34,6 +36,7 @@ MAX_LINES_PER_OBJECT = 200
 # Changes that replace the object (or fail) instead of updating it in place.
 _REPLACING_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "Deployment": (("spec", "selector"),),
+    "Rollout": (("spec", "selector"),),
     "StatefulSet": (("spec", "selector"), ("spec", "volumeClaimTemplates"), ("spec", "serviceName")),
     "DaemonSet": (("spec", "selector"),),
     "Job": (("spec", "template"), ("spec", "selector")),
@@ -200,6 +203,40 @@ def replacing_changes(old: Entry, new: Entry) -> list[str]:
     ]
 
 
+def rollout_steps(content: Any) -> str:
+    """A Rollout's canary steps as a reviewer reads them: `10% → analysis → 50% → analysis → 100%`."""
+    steps = _dig(content, ("spec", "strategy", "canary", "steps"))
+    if not isinstance(steps, list):
+        return "no canary steps"
+    shown = []
+    for step in steps:
+        if "setWeight" in step:
+            shown.append(f"{step['setWeight']}%")
+        elif "analysis" in step:
+            templates = [t.get("templateName", "?") for t in step["analysis"].get("templates", [])]
+            shown.append(f"analysis ({', '.join(templates)})")
+        elif "pause" in step:
+            duration = (step["pause"] or {}).get("duration")
+            shown.append(f"pause {duration}" if duration else "pause (until promoted)")
+        else:
+            shown.append(next(iter(step), "?"))
+    return " → ".join([*shown, "100%"])
+
+
+def rollout_step_changes(diff: StackDiff) -> list[str]:
+    """One line per model whose canary steps change, appear (rolling → canary) or go (canary → rolling)."""
+    lines = []
+    for old, new in diff.changed:
+        if new.kind == "Rollout" and rollout_steps(old.content) != rollout_steps(new.content):
+            lines.append(f"- **{diff.stack}**: {new.label}: `{rollout_steps(old.content)}` → "
+                         f"`{rollout_steps(new.content)}`")
+    lines += [f"- **{diff.stack}**: {e.label} (new canary): `{rollout_steps(e.content)}`"
+              for e in diff.added if e.kind == "Rollout"]
+    lines += [f"- **{diff.stack}**: {e.label} removed: new revisions no longer go out as canaries"
+              for e in diff.removed if e.kind == "Rollout"]
+    return lines
+
+
 def _dump(content: Any) -> list[str]:
     return yaml.safe_dump(content, sort_keys=True, default_flow_style=False, width=100).splitlines()
 
@@ -241,6 +278,9 @@ def render_markdown(diffs: list[StackDiff], *, title: str, max_chars: int = DEFA
                 )
     if warnings:
         lines += ["", "### ⚠️ Deletions and replacements", *warnings]
+    steps = [line for d in diffs for line in rollout_step_changes(d)]
+    if steps:
+        lines += ["", "### Canary rollout steps", *steps]
     details: list[str] = []
     for d in diffs:
         if not d.has_changes:

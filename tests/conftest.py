@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,15 @@ def rendered(stack: str, stack_file: Path | None = None) -> RenderResult:
     if key not in _cache:
         _cache[key] = render_stack(stack, stack_file=stack_file)
     return _cache[key]
+
+
+WORKLOAD_KINDS = ("Deployment", "Rollout")
+"""What runs a model's vLLM pods: a Deployment, or an Argo Rollouts Rollout (rollout.strategy canary)."""
+
+
+def model_workloads(result: RenderResult, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The `vllm` Deployments and Rollouts of a render (of one model namespace when given)."""
+    return [obj for kind in WORKLOAD_KINDS for obj in result.find(kind, "vllm", namespace)]
 
 
 @pytest.fixture(params=STACKS)

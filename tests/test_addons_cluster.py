@@ -166,6 +166,8 @@ def test_eks_stacks_install_every_addon_the_serving_unit_needs(stack_render: Ren
         expected.add("vault-csi-provider")
     if config.addons.keda.enabled:
         expected.add("keda")
+    if config.addons.argo_rollouts.enabled:
+        expected.add("argo-rollouts")
     assert release_names(stack_render) == expected
 
 

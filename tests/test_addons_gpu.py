@@ -48,6 +48,7 @@ RELEASE_TOLERATIONS: dict[str, dict[tuple[str, ...], str]] = {
     },
     "prometheus-adapter": {("tolerations",): CONTROLLER},
     "keda": {("tolerations",): CONTROLLER},
+    "argo-rollouts": {("controller", "tolerations"): CONTROLLER},
     "aws-efs-csi-driver": {("controller", "tolerations"): CONTROLLER, ("node", "tolerations"): NODE_AGENT},
     "secrets-store-csi-driver": {("linux", "tolerations"): NODE_AGENT},
     "secrets-store-csi-driver-provider-aws": {("tolerations",): NODE_AGENT},
@@ -89,7 +90,7 @@ def placement_render(
 
 def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
     kind, spec = obj["kind"], obj.get("spec", {})
-    if kind in ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"):
+    if kind in ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "Rollout"):
         return [spec["template"]["spec"]]
     if kind == "CronJob":
         return [spec["jobTemplate"]["spec"]["template"]["spec"]]
@@ -350,7 +351,7 @@ def test_device_plugin_override_need_not_cover_groups_with_their_own_plugin(tmp_
         h200 = values["node_groups"]["gpu"]["h200"]
         h200["ami_type"] = "BOTTLEROCKET_x86_64_NVIDIA"
         h200["taints"] = [{"key": "dedicated", "value": "h200", "effect": "NoSchedule"}]
-        values["addons"] = {"keda": True, "nvidia_device_plugin": {"tolerations": [
+        values["addons"] = {"keda": True, "argo_rollouts": True, "nvidia_device_plugin": {"tolerations": [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
 
     config = load_variant(tmp_path, bottlerocket_h200_with_own_taint, base="prod")

@@ -17,7 +17,7 @@ from components.monitoring import (
 from components.scrape import creates_monitor_objects
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
-from tests.conftest import rendered
+from tests.conftest import model_workloads, rendered
 from tests.test_addons_cluster import (
     as_int,
     config_error,
@@ -168,7 +168,7 @@ def test_vllm_pod_monitor_scrapes_every_model_pod_on_its_http_port(stack_render:
     [endpoint] = spec["podMetricsEndpoints"]
     assert endpoint["port"] == VLLM_METRICS_PORT_NAME and endpoint["path"] == "/metrics"
     for model in config.models:
-        [deployment] = stack_render.find("Deployment", "vllm", model.namespace)
+        [deployment] = model_workloads(stack_render, model.namespace)
         template = deployment["spec"]["template"]
         assert spec["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
         assert template["metadata"]["labels"][MODEL_LABEL] == model.name  # relabelled to `model`

@@ -13,9 +13,10 @@ import pytest
 from components.adapter_rules import SIGNALS, keda_query, to_quantity
 from components.autoscaling import create_model_autoscaler, scaling_behavior
 from components.monitoring import prometheus_url
+from components.rollouts import uses_canary
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
-from tests.conftest import rendered
+from tests.conftest import model_workloads, rendered
 from tests.test_addons_cluster import as_int, config_error, config_of, release
 
 
@@ -37,13 +38,13 @@ def test_every_autoscaled_model_gets_exactly_the_object_of_its_backend(stack_ren
     }
     assert set(hpas) == expected_hpa
     assert set(scaled_objects) == expected_keda
-    for autoscaler in [*hpas.values(), *scaled_objects.values()]:
+    models = {m.namespace: m for m in config.models}
+    for namespace, autoscaler in [*hpas.items(), *scaled_objects.items()]:
         assert autoscaler["metadata"]["name"] == "vllm"
-        assert autoscaler["spec"]["scaleTargetRef"] == {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "name": "vllm",
-        }
+        # The Deployment, or for a canary model the Rollout (its scale subresource).
+        canary = uses_canary(models[namespace])
+        api, kind = ("argoproj.io/v1alpha1", "Rollout") if canary else ("apps/v1", "Deployment")
+        assert autoscaler["spec"]["scaleTargetRef"] == {"apiVersion": api, "kind": kind, "name": "vllm"}
 
 
 def test_prod_exercises_both_backends() -> None:
@@ -149,7 +150,7 @@ def test_scaled_object_triggers_sum_the_adapter_queries_over_the_deployment() ->
 def test_autoscaled_deployments_leave_replicas_to_the_autoscaler(stack_render: RenderResult) -> None:
     config = config_of(stack_render)
     for model in config.models:
-        [deployment] = stack_render.find("Deployment", "vllm", model.namespace)
+        [deployment] = model_workloads(stack_render, model.namespace)
         assert ("replicas" in deployment["spec"]) is not model.autoscaling.enabled, model.name
 
 

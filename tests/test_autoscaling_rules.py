@@ -25,6 +25,7 @@ from components.adapter_rules import (
     to_quantity,
 )
 from components.autoscaling import hpa_spec
+from components.rollouts import workload_reference
 from infra import vllm_metrics
 from infra.stack_checks import load_stack
 from tests.conftest import STACKS
@@ -56,7 +57,7 @@ def test_hpa_asks_for_exactly_the_metric_names_the_adapter_exposes(stack: str) -
         metric["pods"]["metric"]["name"]
         for model in config.models
         if model.autoscaling.enabled and model.autoscaling.backend == "hpa"
-        for metric in hpa_spec(model.autoscaling, "vllm")["metrics"]
+        for metric in hpa_spec(model.autoscaling, workload_reference(model, "vllm"))["metrics"]
     }
     assert asked == _exposed_names(adapter_rules(config.models))
 

@@ -61,6 +61,7 @@ CLI_CASES = (
     "duplicate-yaml-key",
     "typo-config-namespace",
     "unpinned-preloader-image",
+    "canary-no-surge-room",
 )
 
 

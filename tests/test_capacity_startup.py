@@ -9,6 +9,7 @@ from infra.capacity.startup import PHASES, plan_startup
 from infra.config.models import StartupConfig
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
+from tests.conftest import model_workloads
 
 GIB = 1 << 30
 
@@ -66,7 +67,7 @@ def test_the_serving_units_startup_probe_allows_exactly_the_planned_budget(
     config = load_stack(stack_render.stack)
     plan = plan_platform(config)
     for model in config.models:
-        [deployment] = stack_render.find("Deployment", "vllm", model.namespace)
+        [deployment] = model_workloads(stack_render, model.namespace)
         [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
         probe = container["startupProbe"]
         allowed = probe["failureThreshold"] * probe["periodSeconds"]

@@ -31,7 +31,7 @@ from infra import versions
 LOCK = load_lock()
 
 # Charts vendored and locked for an issue that does not install them yet; each one still needs a pin.
-VENDORED_NOT_INSTALLED = {"argo-rollouts": "canary rollouts (issue 16) will install it"}
+VENDORED_NOT_INSTALLED: dict[str, str] = {}
 
 # The modules that install charts: every installed pin is one of their globals.
 INSTALLING_MODULES = ("components.gpu_addons", "components.monitoring", "components.cluster_addons")

@@ -140,3 +140,35 @@ def test_webhook_certificates_a_chart_generates_at_render_are_not_a_change(tmp_p
     head = _with_chart_object(rendered("dev"), "Secret", "aws-load-balancer-tls", regenerate)
     write_render(head, tmp_path / "head" / "dev")
     assert "No change to any rendered" in _diff(tmp_path / "base", tmp_path / "head")
+
+
+def _prod_with_steps(steps: list[int]) -> RenderResult:
+    """prod with the first canary model's Rollout going through `steps` (as the program writes them)."""
+    result = copy.deepcopy(rendered("prod"))
+    rollout = next(r for r in result.resources if r.is_kubernetes_object and r.inputs["kind"] == "Rollout")
+    canary = rollout.inputs["spec"]["strategy"]["canary"]
+    analysis = canary["steps"][1]
+    canary["steps"] = [step for weight in steps for step in ({"setWeight": weight}, analysis)]
+    return result
+
+
+def test_a_change_to_a_rollouts_steps_is_summarised_as_the_steps_before_and_after(tmp_path: Path) -> None:
+    write_render(rendered("prod"), tmp_path / "base" / "prod")
+    write_render(_prod_with_steps([5, 25, 60]), tmp_path / "head" / "prod")
+    comment = _diff(tmp_path / "base", tmp_path / "head")
+    [line] = [line for line in comment.splitlines() if line.startswith("- **prod**: Rollout")]
+    assert line.endswith(
+        "`10% → analysis (vllm-canary) → 50% → analysis (vllm-canary) → 100%` → "
+        "`5% → analysis (vllm-canary) → 25% → analysis (vllm-canary) → 60% → analysis (vllm-canary) → 100%`"
+    )
+    assert "### Canary rollout steps" in comment
+
+
+def test_switching_a_model_to_canary_shows_its_steps_and_unchanged_steps_show_nothing(tmp_path: Path) -> None:
+    write_render(rendered("prod"), tmp_path / "base" / "prod")
+    write_render(rendered("prod"), tmp_path / "head" / "prod")
+    assert "Canary rollout steps" not in _diff(tmp_path / "base", tmp_path / "head")
+    empty = tmp_path / "empty" / "prod"
+    write_render(copy.deepcopy(rendered("dev")), empty)
+    comment = _diff(tmp_path / "empty", tmp_path / "head")
+    assert "(new canary): `10% → analysis (vllm-canary) → 50% → analysis (vllm-canary) → 100%`" in comment

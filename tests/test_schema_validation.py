@@ -2,7 +2,9 @@
 against the OpenAPI schemas of the stack's own Kubernetes version (cluster.kubernetes_version).
 
 Unknown kinds fail, except the custom resources on the reviewed allow-list below; their fields are
-checked here instead (kubernetes-validate ships schemas for built-in kinds only).
+checked here instead (kubernetes-validate ships schemas for built-in kinds only): Argo Rollouts'
+Rollout and AnalysisTemplate against the CRD schemas of the pinned chart (tests/support/
+argo_rollouts_crds.py), a Rollout's pod template also as the Deployment it replaces.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from infra.render import write_render
 from infra.stack_checks import load_stack
 from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
+from tests.support.argo_rollouts_crds import crd_schema_problems
 
 RENDERED_STACKS = {**dict.fromkeys(STACKS), "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml"}
 CustomResourceCheck = Callable[[dict[str, Any]], list[str]]
@@ -118,6 +121,16 @@ def _prometheus_rule_problems(obj: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _rollout_problems(obj: dict[str, Any]) -> list[str]:
+    """The CRD's schema keeps the pod template's own fields unchecked (preserve-unknown-fields); the
+    template is a PodTemplateSpec, checked strictly as a Deployment's."""
+    as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": obj["metadata"],
+                     "spec": {key: _spec(obj)[key] for key in ("selector", "template")}}
+    problems = schema_problems(as_deployment, DEFAULT_KUBERNETES_VERSION)
+    template = [f"as a Deployment: {problem}" for problem in problems]
+    return [*crd_schema_problems(obj), *template]
+
+
 def _schema_checked_elsewhere(obj: dict[str, Any]) -> list[str]:
     """Chart-made custom resources: tests/test_chart_objects.py validates them (and ours) against the
     openAPIV3Schema of the pinned chart's CRD."""
@@ -134,6 +147,8 @@ ALLOWED_CUSTOM_RESOURCES: dict[tuple[str, str], CustomResourceCheck] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): _monitor_problems("endpoints"),
     ("monitoring.coreos.com/v1", "PodMonitor"): _monitor_problems("podMetricsEndpoints"),
     ("monitoring.coreos.com/v1", "PrometheusRule"): _prometheus_rule_problems,
+    ("argoproj.io/v1alpha1", "Rollout"): _rollout_problems,
+    ("argoproj.io/v1alpha1", "AnalysisTemplate"): crd_schema_problems,
 }
 
 

@@ -3,6 +3,8 @@
 Zero failed checks outside checkov/skips.yaml, and no stale skip in it. Helm releases are values for
 upstream charts, not manifests, so checkov does not see them; their values are covered by our own
 tests of the add-on components and by the policy pack's helm-charts-pinned rule (docs/checks.md).
+checkov has no checks for Argo Rollouts' Rollout: a canary model's Rollout carries the very pod
+template its Deployment would, so that template is scanned as that Deployment.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 from infra.render import write_render
 from tests.conftest import REPO_ROOT, STACKS, TEST_STACKS_DIR, rendered
@@ -70,6 +73,13 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Scan:
         result = rendered(stack, stack_file)
         write_render(result, out)
         directories[stack] = out / "kubernetes"
+        for rollout in result.find("Rollout"):
+            metadata = rollout["metadata"]
+            as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+                             "spec": {key: rollout["spec"][key] for key in ("selector", "template")}}
+            (out / "kubernetes" / metadata["namespace"] / f"deployment-{metadata['name']}.yaml").write_text(
+                yaml.safe_dump(as_deployment, sort_keys=False))
+            expected_pods.add((stack, f"Deployment.{metadata['namespace']}.{metadata['name']}"))
         # The charts' objects (charts/<release>/...) are scanned as this stack's too.
         directories[f"{stack}{CHART_OBJECTS}"] = out / "charts"
         for obj in result.kubernetes_objects:

@@ -14,13 +14,14 @@ import yaml
 
 from components import model_service as serving
 from components.labels import model_selector_labels
+from components.rollouts import peak_replicas, uses_canary, workload_reference
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from infra.capacity import plan_platform
 from infra.config import PlatformConfig
 from infra.config.loader import stack_file_for
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
-from tests.conftest import TEST_STACKS_DIR, rendered
+from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
 
 BUILT_IN_GROUPS = {
     "",
@@ -66,7 +67,10 @@ def one(result: RenderResult, kind: str, name: str, namespace: str | None = None
 
 
 def deployment(result: RenderResult, model_name: str) -> dict[str, Any]:
-    return one(result, "Deployment", "vllm", f"vllm-{model_name}")
+    """The model's workload: its Deployment, or its Rollout (same pod template) for a canary model."""
+    found = model_workloads(result, f"vllm-{model_name}")
+    assert len(found) == 1, f"expected one Deployment or Rollout vllm-{model_name}/vllm, found {len(found)}"
+    return found[0]
 
 
 def pod_spec(result: RenderResult, model_name: str) -> dict[str, Any]:
@@ -116,7 +120,7 @@ def test_every_model_gets_a_labelled_namespace_with_gpu_quota_and_limit_range(
         namespace = one(stack_render, "Namespace", model.namespace)
         assert namespace["metadata"]["labels"]["vllm-platform/model"] == model.name
         quota = one(stack_render, "ResourceQuota", "gpu-quota", model.namespace)
-        expected = (model.max_replicas + 1) * model.gpus_per_replica
+        expected = (peak_replicas(model) + 1) * model.gpus_per_replica
         assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": str(expected)}
         limits = one(stack_render, "LimitRange", "container-defaults", model.namespace)["spec"]["limits"]
         assert "cpu" not in limits[0].get("default", {}), "a default CPU limit would throttle vLLM"
@@ -129,8 +133,8 @@ def test_quota_admits_a_rollout_at_max_replicas(stack_render: RenderResult) -> N
                 "requests.nvidia.com/gpu"
             ]
         )
-        # Every replica plus the one pod the Deployment creates while an old one drains.
-        assert hard >= (model.max_replicas + 1) * model.gpus_per_replica
+        # Every replica (and a canary's extra pod at its peak) plus one pod created while an old one drains.
+        assert hard >= (peak_replicas(model) + 1) * model.gpus_per_replica
 
 
 # --- the vLLM pod ---------------------------------------------------------------------------------------
@@ -239,7 +243,7 @@ def test_hpa_owns_replicas_so_deployment_omits_them() -> None:
     for model in models:
         assert "replicas" not in deployment(result, model.name)["spec"]
         hpa = one(result, "HorizontalPodAutoscaler", "vllm", model.namespace)["spec"]
-        assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"}
+        assert hpa["scaleTargetRef"] == workload_reference(model, "vllm")
 
 
 def test_keda_owns_replicas_so_deployment_omits_them() -> None:
@@ -266,7 +270,11 @@ def test_fixed_replicas_are_set_when_autoscaling_is_off(stack_render: RenderResu
 
 def test_rollout_strategy_follows_the_replica_floor(stack_render: RenderResult) -> None:
     for model in config_of(stack_render).models:
-        rolling = deployment(stack_render, model.name)["spec"]["strategy"]["rollingUpdate"]
+        strategy = deployment(stack_render, model.name)["spec"]["strategy"]
+        if uses_canary(model):  # tests/test_rollouts.py
+            assert set(strategy) == {"canary"}
+            continue
+        rolling = strategy["rollingUpdate"]
         floor = model.autoscaling.min_replicas if model.autoscaling.enabled else model.replicas
         expected = (
             {"maxSurge": 0, "maxUnavailable": 1} if floor >= 2 else {"maxSurge": 1, "maxUnavailable": 0}
@@ -556,8 +564,10 @@ def test_ingress_has_tls_long_idle_timeout_and_alb_health_check() -> None:
         assert spec["rules"][0]["host"] == model.ingress_host
         # vLLM's key does not guard /metrics, /tokenize or admin routes: only /v1 is published.
         assert [path["path"] for path in spec["rules"][0]["http"]["paths"]] == ["/v1"]
+        # A canary's ALB forwards through the weighted action Argo Rollouts keeps (tests/test_rollouts.py).
+        port = "use-annotation" if uses_canary(model) else "http"
         assert spec["rules"][0]["http"]["paths"][0]["backend"] == {
-            "service": {"name": "vllm", "port": {"name": "http"}}
+            "service": {"name": "vllm", "port": {"name": port}}
         }
         assert (
             one(result, "Namespace", model.namespace)["metadata"]["labels"][

@@ -31,7 +31,7 @@ from infra.config.models import DEFAULT_NCCL_ENV, VllmEngineConfig
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from infra.vllm_flags import check_server_arguments
-from tests.conftest import REPO_ROOT, rendered
+from tests.conftest import REPO_ROOT, model_workloads, rendered
 
 TP_MODEL = "qwen2-5-7b-tp2"
 LAB_GPU_GROUP = "h200"
@@ -48,7 +48,7 @@ def _with_size(config: Any, model_name: str, gpus_per_replica: int) -> Any:
 
 
 def _vllm_container(result: RenderResult, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    deployment = result.find("Deployment", namespace=f"vllm-{model}")[0]
+    deployment = model_workloads(result, f"vllm-{model}")[0]
     spec = deployment["spec"]["template"]["spec"]
     return spec, next(c for c in spec["containers"] if c["name"] == "vllm")
 

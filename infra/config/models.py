@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from infra.config.base import INT32_MAX, Hostname, StrictModel, dns_label
 from infra.config.errors import ConfigProblem
+from infra.config.rollout import RolloutConfig
 
 _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]+?)/?$")
 _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -536,6 +537,9 @@ class ModelConfig(StrictModel):
     drain: DrainConfig = DrainConfig()
     """Graceful drain: preStop sleep and vLLM's shutdown timeout."""
     probes: HealthProbesConfig = HealthProbesConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    """How a new revision, image or argument set replaces the pods: `rolling` or a `canary` checked
+    against vLLM's metrics (docs/rollouts.md)."""
     read_only_root_filesystem: bool = True
     """vLLM container with a read-only root filesystem; everything it writes goes to HOME, /tmp,
     /dev/shm and the model volume. Set false only if a vLLM feature writes elsewhere."""

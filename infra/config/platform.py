@@ -352,6 +352,11 @@ class KedaConfig(AddonConfig):
     """KEDA, for models with `autoscaling.backend: keda`. Off by default in every mode."""
 
 
+class ArgoRolloutsConfig(AddonConfig):
+    """Argo Rollouts controller, for models with `rollout.strategy: canary` (docs/rollouts.md). Off by
+    default in every mode; a canary model needs it on."""
+
+
 class EfsCsiDriverConfig(AddonConfig):
     """AWS EFS CSI driver (IRSA role from the AWS layer) behind StorageClass `efs-sc`."""
 
@@ -395,6 +400,7 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
     "dcgm_exporter": (True, True),
     "prometheus_adapter": (True, True),
     "keda": (False, False),
+    "argo_rollouts": (False, False),
     "efs_csi_driver": (True, False),
     "secrets_store_csi_driver": (True, False),
     "aws_load_balancer_controller": (True, False),
@@ -413,6 +419,7 @@ class AddonsConfig(StrictModel):
     dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
     prometheus_adapter: PrometheusAdapterConfig = PrometheusAdapterConfig()
     keda: KedaConfig = KedaConfig()
+    argo_rollouts: ArgoRolloutsConfig = ArgoRolloutsConfig()
     efs_csi_driver: EfsCsiDriverConfig = EfsCsiDriverConfig()
     secrets_store_csi_driver: SecretsStoreCsiDriverConfig = SecretsStoreCsiDriverConfig()
     aws_load_balancer_controller: AwsLoadBalancerControllerConfig = AwsLoadBalancerControllerConfig()

@@ -145,3 +145,30 @@ def test_verify_command_accepts_a_complete_copy_and_rejects_a_tampered_one(s3_cl
     assert "model-00001-of-00002.safetensors" in tampered.error_message
     no_marker = run_cli(["verify", "--dir", str(directory.parent)], aws_env)
     assert no_marker.returncode == 8
+
+
+def test_a_canary_revision_beside_the_stable_one_leaves_it_whole_so_a_rollback_needs_no_download(
+    s3_client, bucket, roots, aws_env
+):
+    """During a canary (docs/rollouts.md) old and new pods share nodes and the volume: preloading the
+    new revision deletes nothing of the old one, and an abort's stable pods start from their copy
+    with S3 unreachable."""
+    shared, local = roots
+    upload_revision(s3_client, bucket, "models/llama/rev1", checkpoint_files(seed=1))
+    upload_revision(s3_client, bucket, "models/llama/rev2", checkpoint_files(seed=2))
+    source = f"s3://{bucket}/models/llama"
+    stable = preload_args(source, shared, "--local-root", str(local), revision="rev1")
+    assert run_cli(stable, aws_env).returncode == 0
+    before = {root: tree_digest(root / "llama" / "rev1") for root in (shared, local)}
+
+    canary = run_cli(preload_args(source, shared, "--local-root", str(local), revision="rev2"), aws_env)
+
+    assert canary.returncode == 0, canary.stderr
+    assert canary.served_path == str(local / "llama" / "rev2")
+    for root in (shared, local):
+        assert tree_digest(root / "llama" / "rev1") == before[root], f"{root}: the stable revision changed"
+        assert (root / "llama" / "rev2" / ".model-cache-complete.json").is_file()
+    rollback = run_cli(stable, {**aws_env, "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
+    assert rollback.returncode == 0, rollback.stderr
+    assert rollback.served_path == str(local / "llama" / "rev1")
+    assert not rollback.named("download_done")

@@ -1,0 +1,471 @@
+"""Canary rollouts of one model with Argo Rollouts: the Rollout strategy, its analysis, the traffic split.
+
+With `rollout.strategy: canary` the model's pods run under an Argo Rollouts `Rollout` instead of a
+Deployment, with the very same pod template (components/model_service.py builds it once). A new
+revision, image or set of arguments then goes out as docs/rollouts.md describes:
+
+    setWeight 10 → analysis → setWeight 50 → analysis → 100 % (promoted)
+                      │ a failed analysis aborts: all traffic back to the stable pods
+
+- Traffic split: at the AWS Load Balancer Controller's ALB (`trafficRouting.alb`). The model's
+  Ingress sends to the root Service `vllm` through the action annotation Argo keeps up to date
+  (`alb.ingress.kubernetes.io/actions.vllm`), a forward to two weighted target groups: the Services
+  `vllm-stable` and `vllm-canary`, whose selectors Argo pins to the stable and canary ReplicaSets.
+  Those three Service names are the contract with anything else that routes to the model (the
+  router of issue 18, docs/rollouts.md "One split for every path").
+- Analysis: an AnalysisTemplate `vllm-canary` with one Prometheus measurement per check; each
+  query compares vLLM's own metrics of the canary pods with those of the stable pods (selected by
+  the `rollouts-pod-template-hash` label Argo puts on every pod, which the vLLM PodMonitor copies
+  onto the series) and returns the canary's share of what it is allowed: at most 1 passes.
+- Scale: the autoscaler scales the Rollout (scale subresource), which then carries no replicas.
+  `dynamicStableScale` shrinks the stable side as the canary grows, so the model never runs more
+  than one extra pod (`peak_replicas`), which the namespace's GPU quota reserves.
+
+Everything here is a pure function of the typed config; `ModelService` creates the resources.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from infra import vllm_metrics
+from infra.config.errors import Problem
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+from infra.config.rollout import CanaryAnalysisConfig, CanaryConfig
+
+ROLLOUTS_API_VERSION = "argoproj.io/v1alpha1"
+ROLLOUT_KIND = "Rollout"
+ANALYSIS_TEMPLATE_KIND = "AnalysisTemplate"
+
+ROOT_SERVICE = "vllm"
+"""Every pod of the model, stable and canary: what the Ingress names and in-cluster clients call."""
+STABLE_SERVICE = "vllm-stable"
+"""Only the stable ReplicaSet's pods (Argo adds the pod-template-hash to its selector)."""
+CANARY_SERVICE = "vllm-canary"
+"""Only the canary ReplicaSet's pods; the same as stable when no rollout is in progress."""
+ANALYSIS_TEMPLATE = "vllm-canary"
+
+POD_TEMPLATE_HASH_LABEL = "rollouts-pod-template-hash"
+"""The label Argo Rollouts puts on each ReplicaSet's pods (a Deployment's is `pod-template-hash`)."""
+POD_TEMPLATE_HASH_SERIES_LABEL = "rollouts_pod_template_hash"
+"""The same label on the Prometheus series (the vLLM PodMonitor copies it, components/monitoring.py)."""
+
+CANARY_HASH_ARG = "canary-hash"
+STABLE_HASH_ARG = "stable-hash"
+ALB_ACTION_ANNOTATION = f"alb.ingress.kubernetes.io/actions.{ROOT_SERVICE}"
+ALB_USE_ANNOTATION_PORT = "use-annotation"
+"""The Ingress backend port name that tells the AWS Load Balancer Controller to read the action."""
+MANAGED_ALB_ACTIONS_ANNOTATION = "rollouts.argoproj.io/managed-alb-actions"
+"""Argo writes this beside the action; neither may be reset by `pulumi up` (ignore_changes)."""
+
+HTTP_REQUESTS_METRIC = "http_requests_total"
+"""The API server's own request counter on vLLM's /metrics (prometheus-fastapi-instrumentator),
+labelled handler, method and status (`2xx` .. `5xx`): 5xx answers that never reach the engine (a
+broken chat template, a crashed tokenizer) show only here."""
+SMALLEST_ALLOWANCE = 1e-9
+"""Denominator floor of a check whose floor is 0: 0/0 must read as a pass, any error as a failure."""
+
+
+def uses_canary(model: ModelConfig) -> bool:
+    return model.rollout.strategy == "canary"
+
+
+def workload_reference(model: ModelConfig, name: str) -> dict[str, str]:
+    """What an HPA or KEDA ScaledObject scales: the Deployment, or the Rollout (scale subresource)."""
+    if uses_canary(model):
+        return {"apiVersion": ROLLOUTS_API_VERSION, "kind": ROLLOUT_KIND, "name": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+
+
+def pod_template_hash_label(model: ModelConfig) -> str:
+    """The label that tells one revision's pods apart (topology spread `matchLabelKeys`)."""
+    return POD_TEMPLATE_HASH_LABEL if uses_canary(model) else "pod-template-hash"
+
+
+# --- how many pods -------------------------------------------------------------------------------
+
+
+def pods_at_weight(weight: int, replicas: int) -> tuple[int, int]:
+    """(stable, canary) pods at `weight` % with dynamicStableScale, as Argo Rollouts sizes them:
+    canary ceil(weight × replicas), stable ceil((100 - weight) × replicas) (rollout/replicaset.go)."""
+    canary = math.ceil(weight * replicas / 100)
+    stable = math.ceil((100 - weight) * replicas / 100)
+    return stable, canary
+
+
+def peak_replicas(model: ModelConfig) -> int:
+    """The most pods the model runs during a rollout at its most replicas: stable + canary."""
+    replicas = model.max_replicas
+    if not uses_canary(model):
+        return replicas
+    return max(sum(pods_at_weight(weight, replicas)) for weight in model.rollout.canary.steps)
+
+
+# --- the analysis ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnalysisCheck:
+    """One measurement of the analysis: the canary's value over what it is allowed (≤ 1 passes)."""
+
+    name: str
+    metric: str
+    """The vLLM family it reads (for the checks against the pinned vLLM's metrics)."""
+    query: str
+    """PromQL with Argo's `{{args.canary-hash}}` / `{{args.stable-hash}}` placeholders."""
+    meaning: str
+
+
+def _selector(namespace: str, hash_arg: str, extra: str = "") -> str:
+    matchers = [f'namespace="{namespace}"', f'{POD_TEMPLATE_HASH_SERIES_LABEL}="{{{{args.{hash_arg}}}}}"']
+    if extra:
+        matchers.append(extra)
+    return "{" + ",".join(matchers) + "}"
+
+
+def _number(value: float) -> str:
+    return format(value, "g")
+
+
+def _share_of_allowance(canary: str, stable: str, ratio: float, floor: float) -> str:
+    """canary / max(ratio × stable, floor): above 1 exactly when the canary exceeds both the
+    multiple of the stable value and the floor. A side without samples in the window (no traffic:
+    an empty vector, or NaN from a histogram with no observations) counts as 0."""
+    return (
+        f"(({canary}) >= 0 or vector(0))"
+        f" / clamp_min({_number(ratio)} * (({stable}) >= 0 or vector(0)),"
+        f" {_number(max(floor, SMALLEST_ALLOWANCE))})"
+    )
+
+
+def _error_fraction(metric: str, namespace: str, hash_arg: str, window: str, error: str, scope: str) -> str:
+    selected = _selector(namespace, hash_arg, scope)
+    errors = _selector(namespace, hash_arg, ",".join(filter(None, [scope, error])))
+    return f"sum(rate({metric}{errors}[{window}])) / sum(rate({metric}{selected}[{window}]))"
+
+
+def _quantile(metric: str, quantile: float, namespace: str, hash_arg: str, window: str) -> str:
+    return (
+        f"histogram_quantile({_number(quantile)}, sum by (le) "
+        f"(rate({metric}_bucket{_selector(namespace, hash_arg)}[{window}])))"
+    )
+
+
+def _queue_per_pod(metric: str, namespace: str, hash_arg: str, window: str) -> str:
+    # One series per engine; a pod's queue is the sum over its engines (as the autoscaler reads it).
+    return f"avg(sum by (pod) (avg_over_time({metric}{_selector(namespace, hash_arg)}[{window}])))"
+
+
+def analysis_checks(analysis: CanaryAnalysisConfig, namespace: str) -> list[AnalysisCheck]:
+    """The measurements of one model's canary analysis, in the order the AnalysisRun lists them."""
+    window = f"{analysis.window_seconds}s"
+    errors, ttft, tpot, queue = (
+        analysis.error_rate,
+        analysis.ttft_p95,
+        analysis.tpot_p95,
+        analysis.queue_depth,
+    )
+
+    engine_error = ('finished_reason="error"', "")
+    http_error = ('status="5xx"', 'handler=~"/v1/.*"')
+    checks = []
+    for name, metric, (error, scope), meaning in (
+        (
+            "error-rate",
+            errors.metric,
+            engine_error,
+            "share of the canary's finished requests with finished_reason=error",
+        ),
+        (
+            "http-error-rate",
+            HTTP_REQUESTS_METRIC,
+            http_error,
+            "share of the canary's /v1 answers that were 5xx",
+        ),
+    ):
+        canary = _error_fraction(metric, namespace, CANARY_HASH_ARG, window, error, scope)
+        stable = _error_fraction(metric, namespace, STABLE_HASH_ARG, window, error, scope)
+        checks.append(
+            AnalysisCheck(
+                name,
+                metric,
+                _share_of_allowance(canary, stable, errors.max_ratio_to_stable, errors.max_error_fraction),
+                meaning,
+            )
+        )
+    for name, latency in (("ttft-p95", ttft), ("tpot-p95", tpot)):
+        canary = _quantile(latency.metric, latency.quantile, namespace, CANARY_HASH_ARG, window)
+        stable = _quantile(latency.metric, latency.quantile, namespace, STABLE_HASH_ARG, window)
+        checks.append(
+            AnalysisCheck(
+                name,
+                latency.metric,
+                _share_of_allowance(canary, stable, latency.max_ratio_to_stable, latency.floor_seconds),
+                f"the canary's p{latency.quantile * 100:g} of {latency.metric}",
+            )
+        )
+    canary = _queue_per_pod(queue.metric, namespace, CANARY_HASH_ARG, window)
+    stable = _queue_per_pod(queue.metric, namespace, STABLE_HASH_ARG, window)
+    checks.append(
+        AnalysisCheck(
+            "queue-depth",
+            queue.metric,
+            _share_of_allowance(canary, stable, queue.max_ratio_to_stable, queue.floor_requests),
+            f"requests waiting per canary pod ({queue.metric})",
+        )
+    )
+    return checks
+
+
+def analysis_template_spec(
+    analysis: CanaryAnalysisConfig, namespace: str, prometheus_url: str
+) -> dict[str, Any]:
+    """The AnalysisTemplate every analysis step of the model's Rollout runs."""
+    return {
+        "args": [{"name": CANARY_HASH_ARG}, {"name": STABLE_HASH_ARG}],
+        "metrics": [
+            {
+                "name": check.name,
+                "interval": f"{analysis.interval_seconds}s",
+                "count": analysis.measurements,
+                # Allowance shares: at most 1 passes (components/rollouts.py `_share_of_allowance`).
+                "successCondition": "result[0] <= 1",
+                "failureLimit": analysis.failure_limit,
+                # Prometheus unreachable is not a verdict on the canary: a few misses are retried,
+                # more than that end the analysis in Error, which aborts like a failure.
+                "consecutiveErrorLimit": 4,
+                "provider": {"prometheus": {"address": prometheus_url, "query": check.query}},
+            }
+            for check in analysis_checks(analysis, namespace)
+        ],
+    }
+
+
+# --- the Rollout ---------------------------------------------------------------------------------------
+
+
+def canary_steps(canary: CanaryConfig) -> list[dict[str, Any]]:
+    """setWeight, then the analysis, for each weight; Argo promotes to 100 % after the last step."""
+    analysis = {
+        "templates": [{"templateName": ANALYSIS_TEMPLATE}],
+        "args": [
+            {"name": CANARY_HASH_ARG, "valueFrom": {"podTemplateHashValue": "Latest"}},
+            {"name": STABLE_HASH_ARG, "valueFrom": {"podTemplateHashValue": "Stable"}},
+        ],
+    }
+    steps: list[dict[str, Any]] = []
+    for weight in canary.steps:
+        steps += [{"setWeight": weight}, {"analysis": analysis}]
+    return steps
+
+
+def canary_strategy(model: ModelConfig, alb_ingress: bool) -> dict[str, Any]:
+    canary = model.rollout.canary
+    strategy: dict[str, Any] = {
+        "canaryService": CANARY_SERVICE,
+        "stableService": STABLE_SERVICE,
+        # The stable side shrinks as the canary grows: at most one extra pod's GPUs at any weight
+        # (peak_replicas), instead of a second full set at promotion.
+        "dynamicStableScale": True,
+        "abortScaleDownDelaySeconds": canary.abort_scale_down_delay_seconds,
+        "steps": canary_steps(canary),
+    }
+    if alb_ingress:
+        strategy["trafficRouting"] = {
+            "alb": {
+                "ingress": ROOT_SERVICE,
+                "rootService": ROOT_SERVICE,
+                "servicePort": model.vllm.port,
+            }
+        }
+    return strategy
+
+
+def rollout_spec(model: ModelConfig, workload: Mapping[str, Any], *, alb_ingress: bool) -> dict[str, Any]:
+    """The Rollout: the Deployment's selector, template, deadlines and replicas, a canary strategy."""
+    spec = {key: value for key, value in workload.items() if key != "strategy"}
+    # A canary pod that never becomes ready (the planner's startup budget is in its startupProbe)
+    # aborts the rollout instead of leaving it stuck.
+    spec["progressDeadlineAbort"] = True
+    spec["strategy"] = {"canary": canary_strategy(model, alb_ingress)}
+    return spec
+
+
+def initial_alb_action(model: ModelConfig) -> str:
+    """All traffic to the stable Service: what the Ingress carries until Argo first writes weights."""
+    port = str(model.vllm.port)
+    return json.dumps(
+        {
+            "type": "forward",
+            "forwardConfig": {
+                "targetGroups": [
+                    {"serviceName": CANARY_SERVICE, "servicePort": port, "weight": 0},
+                    {"serviceName": STABLE_SERVICE, "servicePort": port, "weight": 100},
+                ]
+            },
+        },
+        separators=(",", ":"),
+    )
+
+
+def describe_steps(canary: CanaryConfig) -> str:
+    """`10% → analysis → 50% → analysis → 100%`, as docs/rollouts.md writes the steps."""
+    return " → ".join([*(f"{weight}% → analysis" for weight in canary.steps), "100%"])
+
+
+# --- checks over the config ------------------------------------------------------------------------
+
+_CHECK_TYPES: dict[str, str] = {
+    "error_rate": "counter",
+    "ttft_p95": "histogram",
+    "tpot_p95": "histogram",
+    "queue_depth": "gauge",
+}
+
+
+def analysis_metric_problems(analysis: CanaryAnalysisConfig, at: tuple[str | int, ...]) -> list[Problem]:
+    """Every check must read a family the pinned vLLM exports, of the type its query needs."""
+    problems = []
+    for check, kind in _CHECK_TYPES.items():
+        metric = getattr(analysis, check).metric
+        path = (*at, check, "metric")
+        message = vllm_metrics.check_metric_name(metric)
+        if message is not None:
+            problems.append(Problem(path, metric, f"{message} (infra/vllm_metrics.py lists what it exports)"))
+            continue
+        exported = vllm_metrics.EXPORTED_METRICS.get(metric)
+        if exported != kind:
+            same_kind = sorted(name for name, found in vllm_metrics.EXPORTED_METRICS.items() if found == kind)
+            problems.append(
+                Problem(
+                    path,
+                    metric,
+                    f"{check} needs a {kind} and {metric} is "
+                    f"{'a ' + exported if exported else 'a sample series'}; "
+                    f"use one of {', '.join(same_kind[:4])}{' ...' if len(same_kind) > 4 else ''}",
+                )
+            )
+    return problems
+
+
+def _group_gpus(config: PlatformConfig, group_name: str) -> int:
+    group = config.node_groups.gpu[group_name]
+    return group.max_size * min(instance.gpus_per_node for instance in group.gpu_instances)
+
+
+def rollout_problems(config: PlatformConfig) -> list[Problem]:
+    """A canary needs the controller, Prometheus, the ALB (or no ingress), analysable metrics, and
+    room for its extra pod: in the GPU node group and, for the second revision, on node NVMe."""
+    from infra.capacity.architecture import checkpoint_bytes
+    from infra.capacity.plan import model_shape
+
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        if not uses_canary(model):
+            continue
+        path: tuple[str | int, ...] = ("models", index, "rollout")
+        if not config.addons.argo_rollouts.enabled:
+            problems.append(
+                Problem(
+                    (*path, "strategy"),
+                    "canary",
+                    "a canary is run by Argo Rollouts, which is off; set addons.argo_rollouts: true, or "
+                    "rollout.strategy: rolling",
+                )
+            )
+        if not config.monitoring.enabled:
+            problems.append(
+                Problem(
+                    (*path, "strategy"),
+                    "canary",
+                    "the canary analysis reads vLLM's metrics from Prometheus, but monitoring.enabled is "
+                    "false; set monitoring.enabled: true or rollout.strategy: rolling",
+                )
+            )
+        if config.ingress.enabled and config.ingress.class_name != "alb":
+            problems.append(
+                Problem(
+                    (*path, "strategy"),
+                    "canary",
+                    f"the canary's traffic split is made by the ALB (Argo Rollouts trafficRouting.alb); "
+                    f"ingress.class_name '{config.ingress.class_name}' is not supported; use "
+                    "ingress.class_name: "
+                    "alb or rollout.strategy: rolling",
+                )
+            )
+        analysis = model.rollout.canary.analysis
+        problems += analysis_metric_problems(analysis, (*path, "canary", "analysis"))
+        scrape = config.monitoring.scrape_interval_seconds
+        if analysis.window_seconds < 2 * scrape:
+            problems.append(
+                Problem(
+                    (*path, "canary", "analysis", "window_seconds"),
+                    analysis.window_seconds,
+                    "rate() needs at least two samples in the window and Prometheus scrapes every "
+                    f"{scrape} s; "
+                    f"set window_seconds to at least {2 * scrape} (4 × the scrape interval, {4 * scrape}, is "
+                    "steadier)",
+                )
+            )
+        peak = peak_replicas(model)
+        needed = peak * model.gpus_per_replica
+        available = _group_gpus(config, model.gpu_group)
+        if needed > available:
+            problems.append(
+                Problem(
+                    (*path, "strategy"),
+                    "canary",
+                    f"the canary runs {peak} pods at its peak (up to {model.max_replicas} "
+                    f"replica{'s' if model.max_replicas != 1 else ''} plus the canary's extra pod) = "
+                    f"{needed} GPUs, but node group "
+                    f"'{model.gpu_group}' has at most {available} "
+                    "(max_size × GPUs per node); no room to surge: raise "
+                    f"node_groups.gpu.{model.gpu_group}.max_size, "
+                    "lower the replicas, or use rollout.strategy: rolling",
+                )
+            )
+        group = config.node_groups.gpu[model.gpu_group]
+        if group.local_nvme.enabled:
+            # Old and canary pods may share a node, and the preloader deletes no revision: each
+            # node's NVMe holds both revisions' copies until the rollout ends.
+            both_gib = 2 * checkpoint_bytes(model_shape(model)) / (1 << 30)
+            smallest = min(instance.local_nvme_gib for instance in group.gpu_instances)
+            if 0 < smallest < both_gib:
+                problems.append(
+                    Problem(
+                        (*path, "strategy"),
+                        "canary",
+                        "during a canary a node keeps the old and the new revision on its NVMe "
+                        f"({both_gib:.0f} GiB), but the smallest instance type of '{model.gpu_group}' "
+                        f"has {smallest} GiB; pick instance types with more local NVMe or use "
+                        "rollout.strategy: rolling",
+                    )
+                )
+    problems += _shared_volume_problems(config)
+    return problems
+
+
+def _shared_volume_problems(config: PlatformConfig) -> list[Problem]:
+    """The shared volume holds every model's revision, and a canary model's old one beside it."""
+    from infra.capacity.architecture import checkpoint_bytes
+    from infra.capacity.plan import model_shape
+
+    needed = sum(
+        (2 if uses_canary(model) else 1) * checkpoint_bytes(model_shape(model)) for model in config.models
+    ) / (1 << 30)
+    size = config.storage.model_volume_size_gib
+    if not any(uses_canary(model) for model in config.models) or needed <= size:
+        return []
+    return [
+        Problem(
+            ("storage", "model_volume_size_gib"),
+            size,
+            f"the model volume holds each model's revision and, for canary models, the old one until the "
+            f"rollout ends: {needed:.0f} GiB; raise model_volume_size_gib to at least {math.ceil(needed)}",
+        )
+    ]

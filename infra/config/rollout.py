@@ -1,0 +1,124 @@
+"""Per-model rollout settings: replace pods in place (`rolling`) or ship a canary (docs/rollouts.md).
+
+A canary sends a share of the model's traffic to the new pods, step by step; after each step an
+analysis compares vLLM's own metrics of the canary pods with the stable ones in Prometheus, and a
+failed analysis aborts the rollout (the stable pods take all traffic again). Argo Rollouts does the
+work (components/rollouts.py); this module is only the typed settings and their own checks.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from infra.config.base import StrictModel
+
+
+class ErrorRateCheckConfig(StrictModel):
+    """Share of the canary's finished requests that ended in an error (vLLM's finished_reason)."""
+
+    metric: str = "vllm:request_success_total"
+    """Counter of finished requests labelled `finished_reason` (stop, length, abort, error, ...)."""
+    max_error_fraction: Annotated[float, Field(ge=0, le=1)] = 0.01
+    """Fail above this fraction of the canary's finished requests ending with `finished_reason="error"`."""
+    max_ratio_to_stable: Annotated[float, Field(ge=1, le=100)] = 2
+    """...and only when it is also above this multiple of the stable pods' error fraction (a backend
+    problem both see is not the canary's fault)."""
+
+
+class LatencyCheckConfig(StrictModel):
+    """The canary's p95 of a vLLM latency histogram against the stable pods' p95."""
+
+    metric: str
+    """A histogram the pinned vLLM exports (infra/vllm_metrics.py), e.g. vllm:time_to_first_token_seconds."""
+    quantile: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    """Which quantile is compared (0.95: p95)."""
+    max_ratio_to_stable: Annotated[float, Field(ge=1, le=100)] = 1.25
+    """Fail when the canary's quantile is above this multiple of the stable pods' ..."""
+    floor_seconds: Annotated[float, Field(ge=0)]
+    """... and above this many seconds (an idle stable side, or noise at very low latencies, never
+    fails a canary on its own)."""
+
+
+class QueueDepthCheckConfig(StrictModel):
+    """Requests waiting in the canary pods' vLLM queue, per pod, against the stable pods'."""
+
+    metric: str = "vllm:num_requests_waiting"
+    """Gauge of requests waiting for a batch slot, per engine."""
+    max_ratio_to_stable: Annotated[float, Field(ge=1, le=100)] = 1.5
+    """Fail when the canary's average per pod is above this multiple of the stable pods' ..."""
+    floor_requests: Annotated[float, Field(ge=0)] = 5
+    """... and above this many waiting requests per pod."""
+
+
+def _default_ttft() -> LatencyCheckConfig:
+    return LatencyCheckConfig(metric="vllm:time_to_first_token_seconds", floor_seconds=0.5)
+
+
+def _default_tpot() -> LatencyCheckConfig:
+    return LatencyCheckConfig(metric="vllm:request_time_per_output_token_seconds", floor_seconds=0.05)
+
+
+class CanaryAnalysisConfig(StrictModel):
+    """How the canary is judged after each traffic step (an Argo Rollouts AnalysisTemplate)."""
+
+    window_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
+    """How far back each measurement looks (PromQL range): the analysis window."""
+    interval_seconds: Annotated[int, Field(ge=15, le=3600)] = 60
+    """Time between two measurements."""
+    measurements: Annotated[int, Field(ge=1, le=100)] = 5
+    """Measurements per analysis step; a step's analysis lasts interval × measurements."""
+    failure_limit: Annotated[int, Field(ge=0, le=100)] = 1
+    """Failed measurements of one check tolerated before the analysis fails and the rollout aborts."""
+    error_rate: ErrorRateCheckConfig = ErrorRateCheckConfig()
+    """Request error rate."""
+    ttft_p95: LatencyCheckConfig = Field(default_factory=_default_ttft)
+    """Time to first token (default: p95 of vllm:time_to_first_token_seconds, 1.25× stable, floor 0.5 s)."""
+    tpot_p95: LatencyCheckConfig = Field(default_factory=_default_tpot)
+    """Time per output token (default: p95 of vllm:request_time_per_output_token_seconds, 1.25× stable,
+    floor 0.05 s)."""
+    queue_depth: QueueDepthCheckConfig = QueueDepthCheckConfig()
+    """Queue depth."""
+
+
+class CanaryConfig(StrictModel):
+    """Traffic steps of a canary rollout; an analysis runs after each step."""
+
+    steps: Annotated[list[int], Field(min_length=1, max_length=10)] = [10, 50]
+    """Canary traffic weights in percent, increasing, each below 100; after the last one the canary
+    is promoted to 100 %. Default 10 % → analysis → 50 % → analysis → 100 %."""
+    analysis: CanaryAnalysisConfig = CanaryAnalysisConfig()
+    """What each analysis compares and for how long."""
+    max_surge: Annotated[int, Field(ge=1, le=100)] = 1
+    """Canary pods started on top of the stable ones (their GPUs are reserved in the namespace quota).
+    The canary never takes a stable pod's GPUs, so a failed canary leaves full capacity behind."""
+    abort_scale_down_delay_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
+    """After an abort, how long the failed canary pods stay (not serving) for `kubectl logs`."""
+
+    @field_validator("steps")
+    @classmethod
+    def _weights_increase_below_100(cls, steps: list[int]) -> list[int]:
+        for index, weight in enumerate(steps):
+            if not 0 < weight < 100:
+                raise ValueError(
+                    f"step {index} is {weight} %: each weight is a share of traffic above 0 and below 100 "
+                    "(the canary gets 100 % when it is promoted after the last step), e.g. [10, 50]"
+                )
+            if index and weight <= steps[index - 1]:
+                raise ValueError(
+                    f"weights must increase: step {index} ({weight} %) is not above step {index - 1} "
+                    f"({steps[index - 1]} %); e.g. [10, 50]"
+                )
+        return steps
+
+
+class RolloutConfig(StrictModel):
+    """How a new revision, image or set of arguments replaces the running pods (docs/rollouts.md)."""
+
+    strategy: Literal["rolling", "canary"] = "rolling"
+    """`rolling`: a Deployment replaces pods one at a time (docs/serving.md). `canary`: an Argo
+    Rollouts Rollout shifts traffic step by step, checked against vLLM's metrics (needs
+    addons.argo_rollouts, monitoring and the ALB ingress)."""
+    canary: CanaryConfig = CanaryConfig()
+    """Steps and analysis of `strategy: canary` (ignored for `rolling`)."""

@@ -26,8 +26,10 @@ def _policy(render: RenderResult, type_: str, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("stack", EKS_STACKS)
 def test_efs_takes_only_tls_iam_mounts_by_the_node_role_and_never_root(stack: str) -> None:
     render = rendered(stack)
-    statements = {s["Sid"]: s for s in _policy(render, "aws:efs/fileSystemPolicy:FileSystemPolicy",
-                                               "aws-storage-efs")["Statement"]}
+    statements = {
+        s["Sid"]: s
+        for s in _policy(render, "aws:efs/fileSystemPolicy:FileSystemPolicy", "aws-storage-efs")["Statement"]
+    }
     deny = statements["DenyInsecureTransport"]
     assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
     allow = statements["MountAndWriteByClusterNodesThroughMountTargets"]
@@ -56,8 +58,14 @@ def test_vllm_keeps_connections_open_longer_than_the_load_balancer(stack_render:
 
 
 def test_only_the_preloader_gets_iam_credentials(stack_render: RenderResult) -> None:
-    for deployment in stack_render.find("Deployment"):
-        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    config = config_of(stack_render)
+    for model in config.models:
+        (workload,) = [
+            obj
+            for kind in ("Deployment", "Rollout")
+            for obj in stack_render.find(kind, "vllm", model.namespace)
+        ]
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["eks.amazonaws.com/skip-containers"] == "vllm"
 
 

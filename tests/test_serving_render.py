@@ -90,11 +90,17 @@ def mount(spec: dict[str, Any], container_name: str, volume_name: str) -> dict[s
 
 
 def model_namespace_objects(result: RenderResult) -> list[dict[str, Any]]:
+    """Objects in the models' namespaces (`vllm-<model>`; the router's `vllm-router` is not one)."""
+    from components.labels import ROUTER_NAMESPACE
+
+    def in_model_namespace(namespace: str) -> bool:
+        return namespace.startswith("vllm-") and namespace != ROUTER_NAMESPACE
+
     return [
         obj
         for obj in result.kubernetes_objects
-        if str(obj["metadata"].get("namespace", "")).startswith("vllm-")
-        or (obj["kind"] == "Namespace" and obj["metadata"]["name"].startswith("vllm-"))
+        if in_model_namespace(str(obj["metadata"].get("namespace", "")))
+        or (obj["kind"] == "Namespace" and in_model_namespace(obj["metadata"]["name"]))
     ]
 
 

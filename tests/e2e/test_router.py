@@ -30,7 +30,7 @@ import pytest
 from infra.smoke import run_smoke
 from infra.versions import VLLM_ROUTER_VERSION
 from router.registrar import RouterClient, Worker, reconcile
-from tests.e2e.conftest import API_KEY, SERVED_MODEL_NAME, server_arguments
+from tests.e2e.conftest import API_KEY, SERVED_MODEL_NAME, pod_auth_environment, server_arguments
 from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningRouter,
@@ -148,9 +148,9 @@ def replica_b(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     args = server_arguments(tiny_model_dir)
     position = args.index("--served-model-name")
     args[position + 1 : position + 2] = [BETA, ALPHA]
-    server = start_vllm_server(
-        args, env={"VLLM_API_KEY": API_KEY}, log_path=tmp_path_factory.mktemp("vllm-b") / "vllm-serve.log"
-    )
+    # As the pod runs it: the rendered API-key middleware on PYTHONPATH (tests/e2e/conftest.py).
+    env = {"VLLM_API_KEY": API_KEY, **pod_auth_environment(tmp_path_factory.mktemp("pod-auth-mount-b"))}
+    server = start_vllm_server(args, env=env, log_path=tmp_path_factory.mktemp("vllm-b") / "vllm-serve.log")
     try:
         wait_until_healthy(server, timeout_seconds=300)
     except VllmServerError as error:

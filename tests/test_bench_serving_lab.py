@@ -12,7 +12,7 @@ import pytest
 from bench.serving import report
 from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
 from infra.vllm_flags import check_server_arguments, read_server_flags
-from tests.conftest import rendered
+from tests.conftest import model_workloads, rendered
 
 SERVING = Path(__file__).resolve().parents[1] / "bench" / "serving"
 PLAN = json.loads((SERVING / "lab_plan.json").read_text())
@@ -30,9 +30,8 @@ def _lab_module():
 
 
 def _prod_8b_args() -> list[str]:
-    for deployment in rendered("prod").find("Deployment"):
-        if deployment["metadata"]["namespace"] != "vllm-llama-3-1-8b":
-            continue
+    # prod's models are canary Rollouts: the workload carries the same pod template as a Deployment.
+    for deployment in model_workloads(rendered("prod"), "vllm-llama-3-1-8b"):
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             if container["name"] == "vllm":
                 return list(container["args"])

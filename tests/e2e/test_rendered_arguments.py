@@ -15,7 +15,8 @@ def _vllm_arguments_of_every_model() -> dict[str, list[str]]:
     results.append(rendered("existing", TEST_STACKS_DIR / "Pulumi.existing.yaml"))
     arguments: dict[str, list[str]] = {}
     for result in results:
-        for deployment in result.find("Deployment"):
+        # prod's models are Argo Rollouts (canary), the others Deployments: the same pod template.
+        for deployment in [*result.find("Deployment"), *result.find("Rollout")]:
             for container in deployment["spec"]["template"]["spec"]["containers"]:
                 if container["name"] == "vllm":
                     assert container["command"] == ["vllm", "serve"]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.config.base import unpinned_image_problem
 from infra.render import RenderResult
 
 POD_TEMPLATE_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "Rollout"})
@@ -21,7 +22,6 @@ IMAGE_SPEC_KINDS = frozenset({"Prometheus", "Alertmanager", "ThanosRuler", "Prom
 # `--prometheus-config-reloader=quay.io/...:v0.93.1`, `--thanos-default-base-image=...`: images an
 # operator starts for the pods it manages.
 _IMAGE_ARGUMENT = re.compile(r"^--[a-z0-9-]*(?:image|reloader)[a-z0-9-]*=([a-z0-9.-]+(?::\d+)?/\S+)$")
-_UNPINNED_TAGS = frozenset({"", "latest", "main", "master", "stable", "edge", "nightly"})
 
 
 @dataclass
@@ -81,15 +81,9 @@ def inventory(result: RenderResult) -> list[ImageUse]:
 
 
 def unpinned(reference: str) -> str | None:
-    """Why a reference is not pinned (no tag or a moving tag, and no digest), or None."""
-    name, _, digest = reference.partition("@")
-    if digest:
-        return None if digest.startswith("sha256:") else f"digest {digest!r} is not a sha256 digest"
-    colon, slash = name.rfind(":"), name.rfind("/")
-    tag = name[colon + 1 :] if colon > slash else ""
-    if tag.lower() in _UNPINNED_TAGS:
-        return "no tag" if not tag else f"tag {tag!r} moves"
-    return None
+    """Why a reference is not pinned (no tag, a moving tag, a malformed digest), or None: the same
+    rule `validate` applies to the images a stack file names (infra/config/base.py)."""
+    return unpinned_image_problem(reference)
 
 
 def format_inventory(images: list[ImageUse]) -> str:

@@ -104,25 +104,36 @@ _PIN_HINT = (
 )
 
 
-def _check_pinned_image(value: str) -> str:
+def unpinned_image_problem(value: str) -> str | None:
+    """Why an image reference is not pinned to one build (a version tag or a sha256 digest), or None.
+
+    The one definition of "pinned": config validation (`PinnedImage`) and the image inventory of
+    every rendered object (`vllm-platform images`, infra/images.py) both use it."""
     match = _IMAGE_REFERENCE.match(value)
     if match is None:
-        raise ValueError(
+        return (
             f"is not an image reference ([registry/]repository[:tag][@sha256:digest], lowercase "
             f"repository); {_PIN_HINT}"
         )
     tag, digest = match["tag"], match["digest"]
     if digest is not None:
         if not _SHA256_DIGEST.match(digest):
-            raise ValueError(f"digest must be sha256: followed by 64 lowercase hex digits; {_PIN_HINT}")
-        return value
+            return f"digest must be sha256: followed by 64 lowercase hex digits; {_PIN_HINT}"
+        return None
     if tag is None:
-        raise ValueError(f"has no tag, so every node would pull whatever is newest; {_PIN_HINT}")
+        return f"has no tag, so every node would pull whatever is newest; {_PIN_HINT}"
     if not _VERSION_TAG.match(tag):
-        raise ValueError(
+        return (
             f"tag '{tag}' is not a version: a tag like latest or a branch name moves, so pods on "
             f"different nodes would run different code; {_PIN_HINT}"
         )
+    return None
+
+
+def _check_pinned_image(value: str) -> str:
+    problem = unpinned_image_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

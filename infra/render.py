@@ -407,8 +407,8 @@ def write_render(result: RenderResult, out_dir: Path) -> None:
     for release in result.helm_releases:
         target = out_dir / "helm" / f"{release.get('namespace', 'default')}-{release['name']}.yaml"
         target.parent.mkdir(parents=True, exist_ok=True)
-        chart = yaml.safe_load((Path.cwd() / release["chart"] / "Chart.yaml").read_text())
-        target.write_text(yaml.safe_dump({**release, "chartVersion": chart["version"]}, sort_keys=False))
+        chart_version = str(chart_metadata(release)["version"])
+        target.write_text(yaml.safe_dump({**release, "chartVersion": chart_version}, sort_keys=False))
     for item in result.chart_objects:
         if item.is_hook:
             continue  # helm.v4.Chart does not apply hooks; tests/test_chart_objects.py reports any
@@ -430,13 +430,14 @@ def _redact_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
     return {key: ("[secret]" if key == "kubeconfig" else value) for key, value in outputs.items()}
 
 
+def chart_metadata(release: dict[str, Any]) -> dict[str, Any]:
+    """The Chart.yaml of the vendored chart a release installs (its `chart` input is that directory)."""
+    return yaml.safe_load((Path.cwd() / release["chart"] / "Chart.yaml").read_text())
+
+
 def _release_versions(result: RenderResult) -> list[tuple[str, str]]:
-    charts = {item.release: item.chart for item in result.chart_objects}
-    versions = {}
-    for release in result.helm_releases:
-        chart_file = Path.cwd() / release["chart"] / "Chart.yaml"
-        versions[release["name"]] = str(yaml.safe_load(chart_file.read_text()).get("version", "?"))
-    return [(f"{name} ({charts.get(name, '?')})", version) for name, version in versions.items()]
+    releases = [(release["name"], chart_metadata(release)) for release in result.helm_releases]
+    return [(f"{name} ({chart['name']})", str(chart["version"])) for name, chart in releases]
 
 
 def summarize(result: RenderResult) -> str:

@@ -37,6 +37,7 @@ from components.vllm_arguments import (
     SERVE_COMMAND,
     build_server_arguments,
     format_number,
+    serves_render_endpoints,
     tensor_parallel_environment,
 )
 from infra.capacity import ModelPlan
@@ -308,7 +309,8 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         "image": VLLM_IMAGE.reference,
         "imagePullPolicy": "IfNotPresent",
         "command": list(SERVE_COMMAND),
-        "args": build_server_arguments(model, served_model_path(model, local_nvme)),
+        "args": build_server_arguments(model, served_model_path(model, local_nvme),
+                                       render_endpoints=serves_render_endpoints(config, model)),
         "ports": [{"name": probes.PORT_NAME, "containerPort": model.vllm.port, "protocol": "TCP"}],
         "env": env,
         "resources": {

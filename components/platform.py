@@ -122,7 +122,8 @@ class KubernetesPlatform(pulumi.ComponentResource):
             router = Router(
                 f"{name}-router",
                 RouterArgs(config=args.config, scrape=scrape_settings(config.monitoring),
-                           model_namespaces=model_namespaces, depends_on=[
+                           model_namespaces=model_namespaces,
+                           load_balancer_cidrs=args.context.load_balancer_source_cidrs, depends_on=[
                     *self.addons_ready,
                     *([monitoring.prometheus_release] if monitoring.prometheus_release else []),
                 ]),

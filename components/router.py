@@ -43,7 +43,13 @@ from components.model_service import (
     pod_security_context,
 )
 from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION
-from components.network_policy import DNS_PORT, HTTPS_PORT, KUBE_DNS_LABELS, NAMESPACE_NAME_LABEL
+from components.network_policy import (
+    DNS_PORT,
+    HTTPS_PORT,
+    KUBE_DNS_LABELS,
+    NAMESPACE_NAME_LABEL,
+    load_balancer_peer,
+)
 from components.scrape import ScrapeSettings
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
@@ -77,7 +83,9 @@ def router_labels() -> dict[str, str]:
 
 
 def model_policy(config: PlatformConfig, model: ModelConfig) -> str:
-    return model.router_policy or config.router.default_policy
+    policy = config.routing_policy(model)
+    assert policy is not None, "the router is off"
+    return policy
 
 
 def model_router_container_name(model: ModelConfig) -> str:
@@ -391,26 +399,37 @@ def _namespace(name: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
 
 
-def network_policies(config: PlatformConfig) -> list[tuple[str, dict[str, Any]]]:
-    """Load balancer → router → each model's vLLM pods; Prometheus → metrics; the API for discovery."""
+def network_policies(
+    config: PlatformConfig, load_balancer_cidrs: Sequence[str] = ()
+) -> list[tuple[str, dict[str, Any]]]:
+    """Load balancer → router → each model's vLLM pods; Prometheus → metrics; the API for discovery.
+
+    The load balancer is admitted as it is to the vLLM pods (components/network_policy.py): an ALB
+    (target type `ip`) from the addresses of its own subnets (`load_balancer_cidrs`, the cluster
+    context's), never the whole VPC, so nodes and pods with VPC addresses cannot reach the router's
+    unauthenticated worker API; another ingress controller from its namespace.
+    """
     if not config.security.network_policies:
         return []
     pods = {"matchLabels": router_selector_labels()}
-    callers: list[dict[str, Any]] = [_namespace(config.security.ingress_controller_namespace)]
-    if config.ingress.enabled and config.ingress.class_name == "alb":
-        # ALB target type `ip`: the load balancer's own ENIs connect, from VPC addresses.
-        callers.append({"ipBlock": {"cidr": config.cluster.vpc_cidr}})
     policies: list[tuple[str, dict[str, Any]]] = [
         ("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
-        (
-            "allow-load-balancer",
-            {
-                "podSelector": pods,
-                "policyTypes": ["Ingress"],
-                "ingress": [{"from": callers, "ports": [{"protocol": "TCP", "port": ROUTER_PORT}]}],
-            },
-        ),
     ]
+    peer = load_balancer_peer(config, load_balancer_cidrs)
+    # No peer (ingress off) or no subnets: no policy at all, since an empty `from` would admit everyone.
+    if peer is not None and peer.sources:
+        policies.append(
+            (
+                f"allow-{peer.name}",
+                {
+                    "podSelector": pods,
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {"from": list(peer.sources), "ports": [{"protocol": "TCP", "port": ROUTER_PORT}]}
+                    ],
+                },
+            )
+        )
     if config.monitoring.enabled:
         policies.append(
             (
@@ -518,6 +537,9 @@ class RouterArgs:
     """How the router's metrics are scraped (components/scrape.py)."""
     model_namespaces: Sequence[pulumi.Resource] = ()
     """The model namespaces' resources: the pod-reader Roles live in them."""
+    load_balancer_cidrs: Sequence[str] = ()
+    """The load balancer's subnets (ClusterContext.load_balancer_source_cidrs): the only addresses
+    admitted to the router's port with an ALB."""
     depends_on: Sequence[pulumi.Resource] = ()
     """Add-ons first: the load balancer controller's webhooks, the monitoring CRDs."""
 
@@ -547,7 +569,7 @@ class Router(pulumi.ComponentResource):
         inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         after_addons = pulumi.ResourceOptions(parent=self, depends_on=[namespace, *args.depends_on])
 
-        for policy_name, policy_spec in network_policies(config):
+        for policy_name, policy_spec in network_policies(config, args.load_balancer_cidrs):
             kubernetes.networking.v1.NetworkPolicy(
                 f"{name}-netpol-{policy_name}", metadata=meta(policy_name), spec=policy_spec, opts=inside
             )

@@ -38,8 +38,24 @@ def _switch(flag: str, enabled: bool) -> str:
     return flag if enabled else "--no-" + flag.removeprefix("--")
 
 
-def build_server_arguments(model: ModelConfig, model_path: str) -> list[str]:
-    """Arguments after `vllm serve` for `model`, serving the weights at `model_path`.
+ROUTER_POLICIES_THAT_RENDER = frozenset({"cache_aware"})
+"""vllm-router 0.1.17's prefix-aware policy tokenizes each request through the replicas'
+`/v1/completions/render` and `/v1/chat/completions/render` (forwarding the client's key) and keys
+its prefix tree on the token ids. vLLM 0.32.0 answers those routes 403 unless it runs with
+`--enable-scale-out`, and the router then silently routes without any prefix match (measured in
+tests/e2e/test_router.py: every repeated prefix went to the first replica)."""
+
+
+def serves_render_endpoints(config: PlatformConfig, model: ModelConfig) -> bool:
+    """Whether `model`'s servers need vLLM's render endpoints: the router routes it by prefix."""
+    return config.routing_policy(model) in ROUTER_POLICIES_THAT_RENDER
+
+
+def build_server_arguments(
+    model: ModelConfig, model_path: str, *, render_endpoints: bool = False
+) -> list[str]:
+    """Arguments after `vllm serve` for `model`, serving the weights at `model_path`; with
+    `render_endpoints`, also vLLM's render routes (`serves_render_endpoints`).
 
     The model path is the positional argument: vLLM 0.32.0 still parses `--model` but warns that
     `vllm serve` takes the model positionally and that `--model` "will be removed in a future
@@ -74,6 +90,10 @@ def build_server_arguments(model: ModelConfig, model_path: str) -> list[str]:
         arguments.append("--enforce-eager")
     # Drain: in-flight (streaming) requests get this long after SIGTERM; see components/probes.py.
     arguments += ["--shutdown-timeout", str(model.drain.shutdown_timeout_seconds)]
+    if render_endpoints:
+        # Also registers /v1/*/derender, /inference/v1/generate and /inference/v1/abort_requests;
+        # like every route they need the model's key (components/pod_files/vllm_platform_auth.py).
+        arguments.append("--enable-scale-out")
     # Every route but /health and /metrics needs the key (components/server_auth.py).
     arguments += server_auth.server_arguments()
     return arguments + list(engine.extra_args)
@@ -126,6 +146,9 @@ RESERVED_FLAGS: tuple[ReservedFlag, ...] = (
     ReservedFlag(("--enable-chunked-prefill", "--no-enable-chunked-prefill"),
                  "set vllm.enable_chunked_prefill instead"),
     ReservedFlag(("--enforce-eager", "--no-enforce-eager"), "set vllm.enforce_eager instead"),
+    ReservedFlag(("--enable-scale-out", "--no-enable-scale-out"),
+                 "the platform turns it on for models the router routes by prefix (router policy "
+                 "cache_aware), which need vLLM's render endpoints; choose the policy instead"),
     ReservedFlag(("--shutdown-timeout",),
                  "set drain.shutdown_timeout_seconds instead (it also sizes the grace period)"),
     ReservedFlag(("--api-key",),
@@ -189,7 +212,9 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
         problems += reserved
         if reserved:
             continue  # the parser would only repeat the same flags less helpfully
-        arguments = build_server_arguments(model, served_model_path_placeholder(model))
+        render = serves_render_endpoints(config, model)
+        path = served_model_path_placeholder(model)
+        arguments = build_server_arguments(model, path, render_endpoints=render)
         typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
         typed_findings = check_server_arguments(typed)
         problems += [Problem(("models", index, "vllm"), " ".join(typed), found) for found in typed_findings]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_se
 from infra.render import RenderResult
 from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
 from tests.conftest import rendered
-from tests.test_serving_render import config_of
+from tests.test_serving_render import config_of, render_variant
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +153,18 @@ def test_network_path_is_load_balancer_to_router_to_each_models_pods(prod: Rende
     assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     (entry,) = policies["allow-load-balancer"]["ingress"]
     assert entry["ports"] == [{"protocol": "TCP", "port": 8000}]
-    assert {"ipBlock": {"cidr": config.cluster.vpc_cidr}} in entry["from"]
+    # The ALB's own subnets, exactly as the vLLM pods admit it; never the whole VPC (nodes and every
+    # pod have VPC addresses, and the router's worker API has no authentication).
+    model = config.models[0]
+    (model_admit,) = [
+        p["spec"]
+        for p in prod.find("NetworkPolicy", namespace=model.namespace)
+        if p["metadata"]["name"] == "allow-load-balancer"
+    ]
+    (model_entry,) = model_admit["ingress"]
+    assert entry["from"] == model_entry["from"] and entry["from"]
+    assert all(set(source) == {"ipBlock"} for source in entry["from"])
+    assert {"ipBlock": {"cidr": config.cluster.vpc_cidr}} not in entry["from"]
     assert policies["allow-models"]["egress"] == [
         {
             "to": [
@@ -185,6 +197,36 @@ def test_network_path_is_load_balancer_to_router_to_each_models_pods(prod: Rende
                 "ports": [{"protocol": "TCP", "port": model.vllm.port}],
             }
         ]
+
+
+def test_models_routed_by_prefix_serve_vllms_render_endpoints(prod: RenderResult, tmp_path: Path) -> None:
+    """vllm-router's cache_aware policy tokenizes through /v1/*/render, which vLLM 0.32.0 serves
+    only with --enable-scale-out: on for cache_aware models, off for the other policies."""
+    config = config_of(prod)
+    for model in config.models:
+        (deployment,) = [
+            *prod.find("Deployment", namespace=model.namespace),
+            *prod.find("Rollout", namespace=model.namespace),
+        ]
+        (server,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+        expected = config.routing_policy(model) == "cache_aware"
+        assert ("--enable-scale-out" in server["args"]) is expected, model.name
+
+    def round_robin(values: dict[str, Any]) -> None:
+        values["router"] = {**values.get("router", {}), "default_policy": "round_robin"}
+
+    variant = render_variant(tmp_path, round_robin)
+    for model in config_of(variant).models:
+        (deployment,) = variant.find("Deployment", namespace=model.namespace)
+        (server,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+        assert "--enable-scale-out" not in server["args"], model.name
+
+
+def test_the_render_switch_is_the_platforms_not_extra_args() -> None:
+    from components.vllm_arguments import reserved_flag_problems
+
+    (problem,) = reserved_flag_problems(["--enable-scale-out"], ("models", 0, "vllm", "extra_args"))
+    assert "cache_aware" in problem.message
 
 
 def test_router_metrics_are_scraped(prod: RenderResult) -> None:

@@ -49,7 +49,10 @@ case "$mode" in
     export PYTHONPATH="$repo" VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 TOKENIZERS_PARALLELISM=false
     model=$work/tiny
     $python -m tests.support.tiny_model "$model" || exit 1
-    serve_args=(--max-model-len 1024 --enforce-eager --load-format dummy --enable-prefix-caching)
+    # vLLM 0.32.0 serves /v1/*/render (what the router's cache_aware policy tokenizes with) only with
+    # --enable-scale-out, as the stack sets for cache_aware models; 0.26.0 (gpu) always serves it.
+    serve_args=(--max-model-len 1024 --enforce-eager --load-format dummy --enable-prefix-caching
+                --enable-scale-out)
     bench_args=(--prefix-repetition-prefix-len 512 --prefix-repetition-suffix-len 16
                 --prefix-repetition-num-prefixes 4 --prefix-repetition-output-len 4
                 --num-prompts 24 --max-concurrency 2)
@@ -79,6 +82,11 @@ for port in 8101 8102; do
   wait_for "http://127.0.0.1:$port/health" "$start_timeout" "${pids[-1]}" || exit 1
 done
 grep -h "GPU KV cache size\|KV cache" "$out"/vllm-*.log | tail -2
+# The render route the cache_aware policy needs (without it the policy silently matches nothing).
+for port in 8101 8102; do
+  say "render on $port: HTTP $(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
+    -d '{"model":"llama","prompt":"hello"}' "http://127.0.0.1:$port/v1/completions/render")"
+done | tee "$out/render-probe.txt"
 
 prefix_counters() {  # the replicas' prefix-cache counters and request counts, as JSON
   $python - "$@" <<'PY'

@@ -477,6 +477,13 @@ class PlatformConfig(StrictModel):
             return data  # ClusterConfig reports the bad mode
         return {**data, "addons": _fill_addon_defaults(data.get("addons", {}), mode)}
 
+
+    def routing_policy(self, model: ModelConfig) -> RoutingPolicy | None:
+        """The router's policy for `model` (its `router_policy`, else `router.default_policy`);
+        None when the router is off."""
+        if not self.router.enabled:
+            return None
+        return model.router_policy or self.router.default_policy
     @model_validator(mode="after")
     def _models_fit_their_groups(self) -> PlatformConfig:
         seen: dict[str, int] = {}

@@ -264,13 +264,6 @@ def chat(router: RunningRouter, model: str, system: str, user: str, max_tokens: 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vllm-router 0.1.17 (single-model mode, cache_aware): a request whose prefix one replica "
-    "served went back to the first replica instead (seen on every run here, chat and completions); "
-    "new prefixes do spread by load. Strict: a router release that fixes it makes this fail, so the "
-    "mark is removed (docs/routing.md, 'Known limits').",
-)
 def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
     router: RunningRouter, pod: RouterPod, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
 ) -> None:

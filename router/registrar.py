@@ -9,25 +9,37 @@ finds that model's pods) and a front vllm-router in multi-model mode whose only 
 per-model routers on localhost. This sidecar makes the front's worker list equal to that fixed list,
 every few seconds, so a restarted front container is re-registered within one interval.
 
+It also answers `GET /v1/models` for the unified endpoint (`ModelsServer`, port `models_port`),
+because no upstream piece does: the front answers that route in its own shape (`{"models": [...]}`,
+not OpenAI's list, so OpenAI SDKs' `models.list()` fails on it) and checks no key, and the router
+pod holds no keys to check one with. So the sidecar asks every model's router with the client's
+`Authorization` header (and nothing else); each model router forwards it to one of the model's vLLM
+pods, which checks the key as on every `/v1` route. The list is the models whose vLLM said 200: a key
+lists exactly the models it is valid for.
+
 Stdlib only (it runs in the router image). Run:
 
     python registrar.py --config /etc/vllm-router/registrar.json
 
 The config (rendered by components/router.py) is
-`{"router_url": ..., "interval_seconds": 5, "workers": [{"url", "model_id", "policy"}]}`.
+`{"router_url": ..., "interval_seconds": 5, "models_port": 8090, "workers": [{"url", "model_id",
+"policy"}]}`.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import http.server
 import json
 import logging
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +110,122 @@ def desired_workers(config: Mapping[str, Any]) -> dict[str, Worker]:
     }
 
 
+MODELS_PATH = "/v1/models"
+MODEL_ROUTER_TIMEOUT_SECONDS = 5.0
+"""How long one model's router may take to answer `/v1/models` (vLLM answers it from memory); one
+that hangs costs the list this long, never more, since all are asked at once."""
+# No proxy from the environment: the client's key goes to localhost only.
+_LOCAL_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def openai_error(message: str, code: str, error_type: str = "invalid_request_error") -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
+def ask_model_router(
+    worker: Worker, authorization: str | None, timeout_seconds: float
+) -> tuple[int | None, list[dict[str, Any]]]:
+    """One model router's `GET /v1/models` with the client's key: (status or None if unreachable,
+    the entries for the model it routes; vLLM may list more names for one process)."""
+    headers = {"Authorization": authorization} if authorization else {}
+    request = urllib.request.Request(worker.url.rstrip("/") + MODELS_PATH, headers=headers)
+    try:
+        with _LOCAL_OPENER.open(request, timeout=timeout_seconds) as response:
+            status, listed = response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, []
+    except (OSError, ValueError) as error:  # refused, timed out, not JSON
+        LOG.debug("%s: no answer to %s: %s", worker.url, MODELS_PATH, error)
+        return None, []
+    entries = listed.get("data") if isinstance(listed, dict) else None
+    return status, [e for e in entries or [] if isinstance(e, dict) and e.get("id") == worker.model_id]
+
+
+def list_models(
+    workers: Sequence[Worker],
+    authorization: str | None,
+    timeout_seconds: float = MODEL_ROUTER_TIMEOUT_SECONDS,
+) -> tuple[int, dict[str, Any]]:
+    """(status, body) of `GET /v1/models` for this key: 200 with every model whose vLLM accepted it;
+    401 when every model rejected it; 503 when none accepted it and some could not answer (the
+    key's own model may be the one without a ready pod, so 401 would be wrong)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
+        answers = list(pool.map(lambda w: ask_model_router(w, authorization, timeout_seconds), workers))
+    if any(status == 200 for status, _ in answers):
+        data: dict[str, dict[str, Any]] = {}
+        for status, entries in answers:
+            for entry in entries if status == 200 else []:
+                data.setdefault(entry["id"], entry)
+        return 200, {"object": "list", "data": list(data.values())}
+    if answers and all(status in (401, 403) for status, _ in answers):
+        return 401, openai_error("Incorrect API key provided.", "invalid_api_key")
+    return 503, openai_error("No model could answer; try again.", "service_unavailable", "server_error")
+
+
+class ModelsHandler(http.server.BaseHTTPRequestHandler):
+    """`GET /v1/models`, `GET /v1/models/<id>`, `GET /readiness` and `/health`; 404 for the rest."""
+
+    server: ModelsServer
+    server_version = "vllm-platform-models"
+    sys_version = ""
+    timeout = 30  # a client that stops sending does not hold a thread
+
+    def do_GET(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        if path in ("/readiness", "/health"):
+            self._reply(200, {"status": "ok"})
+            return
+        if path != MODELS_PATH and not path.startswith(MODELS_PATH + "/"):
+            self._not_found()
+            return
+        status, body = list_models(
+            self.server.workers, self.headers.get("Authorization"), self.server.timeout_seconds
+        )
+        model_id = urllib.parse.unquote(path[len(MODELS_PATH) + 1 :])
+        if status == 200 and model_id:
+            found = [entry for entry in body["data"] if entry["id"] == model_id]
+            if found:
+                body = found[0]
+            else:  # not a model, or not one this key may use: the same answer for both
+                status = 404
+                body = openai_error(f"The model `{model_id}` does not exist.", "model_not_found")
+        self._reply(status, body)
+
+    def _not_found(self) -> None:
+        self._reply(404, openai_error(f"{self.command} {self.path} is not served here.", "not_found"))
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = _not_found
+
+    def _reply(self, status: int, body: Mapping[str, Any]) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        LOG.debug("%s " + format, self.address_string(), *args)
+
+
+class ModelsServer(http.server.ThreadingHTTPServer):
+    """The unified endpoint's `/v1/models`, answered from `workers` (the registrar's list)."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        workers: Sequence[Worker],
+        timeout_seconds: float = MODEL_ROUTER_TIMEOUT_SECONDS,
+    ) -> None:
+        super().__init__(address, ModelsHandler)
+        self.workers = list(workers)
+        self.timeout_seconds = timeout_seconds
+
+
 def run_forever(config: Mapping[str, Any]) -> None:
     router = RouterClient(config["router_url"])
     desired = desired_workers(config)
@@ -118,7 +246,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run_forever(json.loads(args.config.read_text()))
+    config = json.loads(args.config.read_text())
+    models = ModelsServer(("0.0.0.0", int(config["models_port"])), list(desired_workers(config).values()))
+    threading.Thread(target=models.serve_forever, name="models", daemon=True).start()
+    run_forever(config)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,182 @@
+"""The registrar's `/v1/models` (router/registrar.py ModelsServer) where real model routers cannot
+easily be made to misbehave: one unreachable, one hanging, models with different keys.
+
+Each stand-in model router is a real HTTP server on loopback that answers `/v1/models` as vLLM does
+(200 with OpenAI's list for its key, 401 otherwise) and records the headers it received. The real
+model routers and vLLM servers are in tests/e2e/test_router.py.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from router.registrar import ModelsServer, Worker, list_models
+from tests.support.vllm_server import free_port
+
+
+@dataclass
+class StandIn:
+    """A model router for one model that accepts one key."""
+
+    model_id: str
+    key: str
+    delay_seconds: float = 0
+    received: list[dict[str, str]] = field(default_factory=list)
+
+
+def entry(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "vllm"}
+
+
+def serve(stand_in: StandIn) -> http.server.ThreadingHTTPServer:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            stand_in.received.append(dict(self.headers))
+            time.sleep(stand_in.delay_seconds)
+            if self.headers.get("Authorization") == f"Bearer {stand_in.key}":
+                # vLLM lists every served name of the process; the registrar keeps the routed one.
+                status, body = 200, {"object": "list", "data": [entry(stand_in.model_id), entry("alias")]}
+            else:
+                status, body = 401, {"error": "Unauthorized"}
+            payload = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server
+
+
+ModelRouters = dict[str, tuple[StandIn, Worker]]
+"""model id → (the stand-in, the registrar's worker for it)."""
+
+
+@pytest.fixture
+def model_routers() -> Iterator[ModelRouters]:
+    stand_ins = [StandIn("alpha", "key-a"), StandIn("beta", "key-b"), StandIn("gamma", "key-a")]
+    servers = [serve(s) for s in stand_ins]
+    yield {
+        s.model_id: (s, Worker(f"http://127.0.0.1:{server.server_port}", s.model_id, "round_robin"))
+        for s, server in zip(stand_ins, servers, strict=True)
+    }
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def workers_of(model_routers: ModelRouters) -> list[Worker]:
+    return [worker for _, worker in model_routers.values()]
+
+
+def unreachable(model_id: str) -> Worker:
+    return Worker(f"http://127.0.0.1:{free_port()}", model_id, "round_robin")
+
+
+def test_a_key_lists_exactly_the_models_that_accept_it(model_routers: ModelRouters) -> None:
+    workers = workers_of(model_routers)
+    assert list_models(workers, "Bearer key-a") == (
+        200,
+        {"object": "list", "data": [entry("alpha"), entry("gamma")]},
+    )
+    assert list_models(workers, "Bearer key-b") == (200, {"object": "list", "data": [entry("beta")]})
+
+
+def test_a_key_no_model_accepts_is_401_in_openais_shape(model_routers: ModelRouters) -> None:
+    status, body = list_models(workers_of(model_routers), "Bearer nobody's")
+    assert status == 401
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["code"] == "invalid_api_key"
+    assert list_models(workers_of(model_routers), None)[0] == 401
+
+
+def test_no_model_router_reachable_is_503() -> None:
+    status, body = list_models([unreachable("alpha"), unreachable("beta")], "Bearer key-a")
+    assert status == 503 and body["error"]["code"] == "service_unavailable"
+
+
+def test_an_unreachable_model_leaves_the_others_listed_and_turns_a_rejection_into_503(
+    model_routers: ModelRouters,
+) -> None:
+    workers = [*workers_of(model_routers), unreachable("delta")]
+    assert list_models(workers, "Bearer key-b") == (200, {"object": "list", "data": [entry("beta")]})
+    # The key may be delta's, whose router cannot answer now: not "invalid key", but "try again".
+    assert list_models(workers, "Bearer wrong")[0] == 503
+
+
+def test_a_hanging_model_router_costs_the_timeout_once(model_routers: ModelRouters) -> None:
+    slow = StandIn("slow", "key-b", delay_seconds=3)
+    server = serve(slow)
+    try:
+        workers = [*workers_of(model_routers), Worker(f"http://127.0.0.1:{server.server_port}", "slow", "x")]
+        started = time.monotonic()
+        answer = list_models(workers, "Bearer key-a", timeout_seconds=1)
+        elapsed = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer == (200, {"object": "list", "data": [entry("alpha"), entry("gamma")]})
+    assert elapsed < 2.5, f"the routers were not asked at once, or the timeout did not hold: {elapsed:.1f}s"
+
+
+@pytest.fixture
+def models_url(model_routers: ModelRouters) -> Iterator[str]:
+    server = ModelsServer(("127.0.0.1", 0), workers_of(model_routers))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def test_only_the_clients_authorization_header_reaches_a_model_router(
+    models_url: str, model_routers: ModelRouters
+) -> None:
+    response = httpx.get(
+        f"{models_url}/v1/models",
+        headers={
+            "Authorization": "Bearer key-b",
+            "Cookie": "session=secret",
+            "X-Forwarded-For": "203.0.113.9",
+        },
+        timeout=30,
+    )
+    assert response.status_code == 200
+    for stand_in, _ in model_routers.values():
+        (received,) = stand_in.received
+        assert received["Authorization"] == "Bearer key-b"
+        assert {name.lower() for name in received} <= {
+            "authorization",
+            "host",
+            "user-agent",
+            "accept-encoding",
+            "connection",
+        }
+
+
+def test_the_server_answers_one_model_404s_the_others_and_the_rest(models_url: str) -> None:
+    key = {"Authorization": "Bearer key-a"}
+    assert httpx.get(f"{models_url}/v1/models/gamma", headers=key, timeout=30).json() == entry("gamma")
+    # beta is a model, but not one of this key's: the same 404 as a name no model serves.
+    for name in ("beta", "nonexistent"):
+        missing = httpx.get(f"{models_url}/v1/models/{name}", headers=key, timeout=30)
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    rejected = httpx.get(f"{models_url}/v1/models/gamma", headers={"Authorization": "Bearer no"}, timeout=30)
+    assert rejected.status_code == 401 and rejected.headers["www-authenticate"] == "Bearer"
+    for path in ("/readiness", "/health"):
+        assert httpx.get(f"{models_url}{path}", timeout=30).status_code == 200
+    for method, path in (("GET", "/v1/completions"), ("GET", "/workers"), ("POST", "/v1/models")):
+        assert httpx.request(method, f"{models_url}{path}", headers=key, timeout=30).status_code == 404

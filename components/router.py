@@ -8,8 +8,10 @@
     │     router        front `vllm-router --enable-igw` on :8000: routes by the request's `model`
     │     route-<model> one single-model `vllm-router` per model (its policy over its ready pods,
     │                   found by upstream's Kubernetes discovery), 127.0.0.1:8100+i
-    │     registrar     registers each route-<model> with the front (router/registrar.py)
-    ├── Service vllm-router, PodDisruptionBudget vllm-router, Ingress vllm-router (host router.host, /v1)
+    │     registrar     registers each route-<model> with the front (router/registrar.py) and answers
+    │                   /v1/models on :8090 in OpenAI's shape, asking each model with the client's key
+    ├── Service vllm-router, PodDisruptionBudget vllm-router, Ingress vllm-router (host router.host:
+    │   /v1/models to the registrar, the rest of /v1 to the front)
     └── PodMonitor vllm-router (in the monitoring namespace): the router's own metrics
 
 The router is vLLM's (PyPI/GitHub vllm-router, pinned in infra/versions.py); docs/routing.md says
@@ -64,10 +66,16 @@ ROUTER_PORT = 8000
 METRICS_PORT = 29000
 MODEL_ROUTER_BASE_PORT = 8100
 """Model i's single-model router listens on 127.0.0.1:8100+i and serves metrics on 29001+i."""
+MODELS_PORT = 8090
+"""The registrar's `/v1/models` (router/registrar.py ModelsServer): the front's own answer there is not
+OpenAI's list and checks no key."""
 PORT_NAME = "http"
+MODELS_PORT_NAME = "models"
 METRICS_PORT_NAME = "metrics"
 READINESS_PATH = "/readiness"
-"""vllm-router answers 200 here once it can route (0.1.17)."""
+"""vllm-router answers 200 here once it can route (0.1.17); the registrar's models server, once it
+listens."""
+MODELS_PATH = "/v1/models"
 LIVENESS_PATH = "/liveness"
 REGISTRAR_CONFIG_DIR = "/etc/vllm-router"
 REGISTRAR_CONFIG_FILE = "registrar.json"
@@ -167,6 +175,7 @@ def registrar_config(config: PlatformConfig) -> dict[str, Any]:
     return {
         "router_url": f"http://127.0.0.1:{ROUTER_PORT}",
         "interval_seconds": config.router.registration_interval_seconds,
+        "models_port": MODELS_PORT,
         "workers": [
             {
                 "url": f"http://127.0.0.1:{model_router_port(index)}",
@@ -285,7 +294,10 @@ def model_router_container(config: PlatformConfig, model: ModelConfig, index: in
     }
 
 
-def registrar_container() -> dict[str, Any]:
+def registrar_container(config: PlatformConfig) -> dict[str, Any]:
+    """Registers the model routers with the front and serves `/v1/models` to the load balancer. Its
+    readiness is its own server's only (never a model's), so the pod stays in the load balancer
+    while any model has no ready pod."""
     return {
         "name": REGISTRAR_CONTAINER,
         "image": VLLM_ROUTER_IMAGE.reference,
@@ -296,6 +308,15 @@ def registrar_container() -> dict[str, Any]:
             "--config",
             f"{REGISTRAR_CONFIG_DIR}/{REGISTRAR_CONFIG_FILE}",
         ],
+        "ports": [{"name": MODELS_PORT_NAME, "containerPort": MODELS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"port": MODELS_PORT_NAME, "path": READINESS_PATH},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
+        },
+        # Answers /v1/models while the load balancer deregisters the pod, as the front does.
+        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "securityContext": container_security_context(read_only_root_filesystem=True),
         "volumeMounts": [{"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True}],
@@ -339,7 +360,7 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
                 "containers": [
                     router_container(config),
                     *(model_router_container(config, model, i) for i, model in enumerate(config.models)),
-                    registrar_container(),
+                    registrar_container(config),
                 ],
                 "volumes": [
                     {"name": "registrar-config", "configMap": {"name": f"{ROUTER_NAME}-registrar"}},
@@ -367,7 +388,10 @@ def service_spec() -> dict[str, Any]:
     return {
         "type": "ClusterIP",
         "selector": router_selector_labels(),
-        "ports": [{"name": PORT_NAME, "port": ROUTER_PORT, "targetPort": PORT_NAME, "protocol": "TCP"}],
+        "ports": [
+            {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+            for name, port in ((PORT_NAME, ROUTER_PORT), (MODELS_PORT_NAME, MODELS_PORT))
+        ],
     }
 
 
@@ -381,15 +405,24 @@ def pod_disruption_budget_spec() -> dict[str, Any]:
 
 def ingress_spec(config: PlatformConfig) -> dict[str, Any]:
     assert config.router.host is not None  # checked at validate time (router_problems)
-    backend = {"service": {"name": ROUTER_NAME, "port": {"name": PORT_NAME}}}
+    front = {"service": {"name": ROUTER_NAME, "port": {"name": PORT_NAME}}}
+    models = {"service": {"name": ROUTER_NAME, "port": {"name": MODELS_PORT_NAME}}}
+
     return {
         "ingressClassName": config.ingress.class_name,
         "tls": [{"hosts": [config.router.host]}],
         # Only the OpenAI API: the router's worker API (/workers, /add_worker, ...) must stay inside.
+        # The models list first: the AWS Load Balancer Controller keeps the paths' order in a rule.
         "rules": [
             {
                 "host": config.router.host,
-                "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": backend}]},
+                "http": {
+                    "paths": [
+                        {"path": MODELS_PATH, "pathType": "Exact", "backend": models},
+                        {"path": MODELS_PATH + "/", "pathType": "Prefix", "backend": models},
+                        {"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": front},
+                    ]
+                },
             }
         ],
     }
@@ -402,7 +435,8 @@ def _namespace(name: str) -> dict[str, Any]:
 def network_policies(
     config: PlatformConfig, load_balancer_cidrs: Sequence[str] = ()
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Load balancer → router → each model's vLLM pods; Prometheus → metrics; the API for discovery.
+    """Load balancer → router (the front, and the registrar's /v1/models) → each model's vLLM pods;
+    Prometheus → metrics; the API for discovery.
 
     The load balancer is admitted as it is to the vLLM pods (components/network_policy.py): an ALB
     (target type `ip`) from the addresses of its own subnets (`load_balancer_cidrs`, the cluster
@@ -425,7 +459,13 @@ def network_policies(
                     "podSelector": pods,
                     "policyTypes": ["Ingress"],
                     "ingress": [
-                        {"from": list(peer.sources), "ports": [{"protocol": "TCP", "port": ROUTER_PORT}]}
+                        {
+                            "from": list(peer.sources),
+                            "ports": [
+                                {"protocol": "TCP", "port": ROUTER_PORT},
+                                {"protocol": "TCP", "port": MODELS_PORT},
+                            ],
+                        }
                     ],
                 },
             )

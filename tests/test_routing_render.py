@@ -131,7 +131,16 @@ def test_unified_endpoint_is_a_tls_ingress_for_the_openai_api_only(prod: RenderR
     assert ingress["spec"]["tls"] == [{"hosts": [host]}]
     (rule,) = ingress["spec"]["rules"]
     assert rule["host"] == host
-    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [("/v1", "Prefix")]
+    # /v1/models to the registrar's models server, listed before /v1 (the AWS Load Balancer
+    # Controller keeps the order of a rule's paths, so /v1 would otherwise take it); nothing else.
+    assert [
+        (p["path"], p["pathType"], p["backend"]["service"]["name"], p["backend"]["service"]["port"]["name"])
+        for p in rule["http"]["paths"]
+    ] == [
+        ("/v1/models", "Exact", "vllm-router", "models"),
+        ("/v1/models/", "Prefix", "vllm-router", "models"),
+        ("/v1", "Prefix", "vllm-router", "http"),
+    ]
     annotations = ingress["metadata"]["annotations"]
     assert annotations["alb.ingress.kubernetes.io/listen-ports"] == '[{"HTTPS": 443}]'
     assert (
@@ -145,6 +154,26 @@ def test_unified_endpoint_is_a_tls_ingress_for_the_openai_api_only(prod: RenderR
     assert len(groups) == 1 and len(prod.find("Ingress")) == len(config_of(prod).models) + 1
 
 
+def test_registrar_serves_the_models_list_on_its_own_port_behind_the_service(prod: RenderResult) -> None:
+    """The load balancer reaches the registrar's models server (router/registrar.py) through the
+    Service's `models` port; the server listens where the ConfigMap says and is probed there."""
+    containers = {c["name"]: c for c in pod_spec(prod)["containers"]}
+    registrar = containers["registrar"]
+    assert registrar["ports"] == [{"name": "models", "containerPort": 8090, "protocol": "TCP"}]
+    assert json.loads(only(prod, "ConfigMap")["data"]["registrar.json"])["models_port"] == 8090
+    assert registrar["readinessProbe"]["httpGet"] == {"port": "models", "path": "/readiness"}
+    # It keeps answering while the load balancer deregisters the pod, as long as the front does.
+    assert registrar["lifecycle"] == containers["router"]["lifecycle"]
+    # A model router still has no readiness probe: a model without ready pods keeps the pod (and
+    # every other model) in the load balancer.
+    probed = {name for name, c in containers.items() if "readinessProbe" in c}
+    assert probed == {"router", "registrar"}
+    assert only(prod, "Service")["spec"]["ports"] == [
+        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
+        {"name": "models", "port": 8090, "targetPort": "models", "protocol": "TCP"},
+    ]
+
+
 def test_network_path_is_load_balancer_to_router_to_each_models_pods(prod: RenderResult) -> None:
     config = config_of(prod)
     policies = {
@@ -152,7 +181,8 @@ def test_network_path_is_load_balancer_to_router_to_each_models_pods(prod: Rende
     }
     assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     (entry,) = policies["allow-load-balancer"]["ingress"]
-    assert entry["ports"] == [{"protocol": "TCP", "port": 8000}]
+    # The front and the registrar's models list, from the same sources.
+    assert entry["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8090}]
     # The ALB's own subnets, exactly as the vLLM pods admit it; never the whole VPC (nodes and every
     # pod have VPC addresses, and the router's worker API has no authentication).
     model = config.models[0]

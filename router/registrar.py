@@ -133,6 +133,7 @@ def ask_model_router(
         with _LOCAL_OPENER.open(request, timeout=timeout_seconds) as response:
             status, listed = response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
+        error.close()
         return error.code, []
     except (OSError, ValueError) as error:  # refused, timed out, not JSON
         LOG.debug("%s: no answer to %s: %s", worker.url, MODELS_PATH, error)
@@ -192,7 +193,9 @@ class ModelsHandler(http.server.BaseHTTPRequestHandler):
         self._reply(status, body)
 
     def _not_found(self) -> None:
-        self._reply(404, openai_error(f"{self.command} {self.path} is not served here.", "not_found"))
+        self._reply(
+            404, openai_error("Only GET /v1/models and /v1/models/<id> are served here.", "not_found")
+        )
 
     do_POST = do_PUT = do_PATCH = do_DELETE = _not_found
 

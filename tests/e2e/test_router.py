@@ -11,13 +11,17 @@ vLLM serves one process under several `--served-model-name`s, so B is a replica 
 router runs with the arguments the dev stack renders for its container (host and ports changed for
 loopback, the Kubernetes discovery replaced by the two servers' URLs, the health checks faster),
 and the front's workers are registered by the real registrar's `reconcile` (router/registrar.py)
-from the rendered registrar ConfigMap's policy. Every loop is bounded in count and time.
+from the rendered registrar ConfigMap's policy; its models server (`ModelsServer`, what the Ingress
+sends `/v1/models` to) runs in a thread over the same model routers. Every loop is bounded in count
+and time.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +33,7 @@ import pytest
 
 from infra.smoke import run_smoke
 from infra.versions import VLLM_ROUTER_VERSION
-from router.registrar import RouterClient, Worker, reconcile
+from router.registrar import ModelsServer, RouterClient, Worker, reconcile
 from tests.e2e.conftest import API_KEY, SERVED_MODEL_NAME, pod_auth_environment, server_arguments
 from tests.support.vllm_router import (
     RouterVenvMissingError,
@@ -43,6 +47,7 @@ from tests.support.vllm_router import (
 from tests.support.vllm_server import (
     RunningVllmServer,
     VllmServerError,
+    require_vllm_venv,
     start_vllm_server,
     stop_vllm_server,
     wait_until_healthy,
@@ -165,6 +170,8 @@ class RouterPod:
     front: RunningRouter
     alpha: RunningRouter
     beta: RunningRouter
+    workers: tuple[Worker, ...]
+    """What the registrar registers with the front: one model router per model."""
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +204,7 @@ def pod(
         }
         added, removed = reconcile(RouterClient(front.base_url), desired)
         assert sorted(added) == sorted(desired) and removed == []
-        yield RouterPod(front=front, alpha=alpha, beta=beta)
+        yield RouterPod(front=front, alpha=alpha, beta=beta, workers=tuple(desired.values()))
     finally:
         for running in started:
             stop_router(running)
@@ -233,10 +240,81 @@ def test_registrar_leaves_the_front_exactly_one_router_per_model(pod: RouterPod)
     assert reconcile(client, workers) == ([], [])
 
 
-def test_router_lists_every_model(router: RunningRouter) -> None:
-    # vllm-router 0.1.17's multi-model mode answers with its own shape, not OpenAI's list (docs/routing.md).
-    listed = httpx.get(f"{router.base_url}/v1/models", timeout=30).json()
-    assert sorted(listed["models"]) == sorted([ALPHA, BETA])
+def test_the_fronts_own_models_list_is_not_openais_nor_keyed(router: RunningRouter) -> None:
+    """Why the registrar serves /v1/models (the Ingress sends it there): vllm-router 0.1.17's
+    multi-model mode answers in its own shape, to anyone. A release that changes this fails here."""
+    response = httpx.get(f"{router.base_url}/v1/models", timeout=30)
+    assert response.status_code == 200
+    assert sorted(response.json()["models"]) == sorted([ALPHA, BETA])
+
+
+@pytest.fixture(scope="module")
+def models_endpoint(pod: RouterPod) -> Iterator[str]:
+    """The registrar's models server (router/registrar.py), in a thread, over the real model routers."""
+    server = ModelsServer(("127.0.0.1", 0), pod.workers)
+    thread = threading.Thread(target=server.serve_forever, name="models", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
+
+
+def test_the_unified_models_list_is_openais_and_lists_every_model_for_the_key(models_endpoint: str) -> None:
+    response = httpx.get(f"{models_endpoint}/v1/models", headers=AUTH, timeout=30)
+    assert response.status_code == 200, response.text
+    listed = response.json()
+    assert listed["object"] == "list"
+    assert sorted(entry["id"] for entry in listed["data"]) == sorted([ALPHA, BETA])
+    # Each entry is vLLM's own, as the model's hostname serves it.
+    assert {entry["object"] for entry in listed["data"]} == {"model"}
+    assert all(entry["owned_by"] == "vllm" for entry in listed["data"])
+
+    beta = httpx.get(f"{models_endpoint}/v1/models/{BETA}", headers=AUTH, timeout=30)
+    assert beta.status_code == 200 and beta.json()["id"] == BETA
+    missing = httpx.get(f"{models_endpoint}/v1/models/no-such-model", headers=AUTH, timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_openai_sdk_lists_and_retrieves_models_through_the_unified_endpoint(models_endpoint: str) -> None:
+    """OpenAI's own client (the one in the vLLM venv) parses the list, and raises its
+    AuthenticationError for a wrong key."""
+    code = (
+        "import json, openai\n"
+        "client = openai.OpenAI(max_retries=0, timeout=60)\n"
+        "listed = sorted(m.id for m in client.models.list())\n"
+        "retrieved = client.models.retrieve(listed[0]).id\n"
+        "try:\n"
+        "    openai.OpenAI(api_key='not-the-key', max_retries=0, timeout=60).models.list()\n"
+        "    wrong = 'accepted'\n"
+        "except openai.AuthenticationError as error:\n"
+        "    wrong = error.status_code\n"
+        "print(json.dumps({'listed': listed, 'retrieved': retrieved, 'wrong': wrong}))\n"
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")},
+        "OPENAI_API_KEY": API_KEY,
+        "OPENAI_BASE_URL": f"{models_endpoint}/v1",
+    }
+    completed = subprocess.run(
+        [str(require_vllm_venv()), "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result == {"listed": sorted([ALPHA, BETA]), "retrieved": sorted([ALPHA, BETA])[0], "wrong": 401}
+
+
+def test_the_unified_models_list_needs_a_models_key(models_endpoint: str) -> None:
+    # The key is checked by each model's vLLM (through its router): none accepts these.
+    for headers in ({}, {"Authorization": "Bearer not-the-key"}):
+        response = httpx.get(f"{models_endpoint}/v1/models", headers=headers, timeout=30)
+        assert response.status_code == 401, response.text
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.json()["error"]["code"] == "invalid_api_key"
+        one = httpx.get(f"{models_endpoint}/v1/models/{ALPHA}", headers=headers, timeout=30)
+        assert one.status_code == 401
 
 
 def test_each_request_goes_to_the_model_it_names(

@@ -1,5 +1,6 @@
 """The registrar's `/v1/models` (router/registrar.py ModelsServer) where real model routers cannot
-easily be made to misbehave: one unreachable, one hanging, models with different keys.
+easily be made to misbehave: one unreachable, one hanging, models with different keys; and the
+container's command with the rendered ConfigMap.
 
 Each stand-in model router is a real HTTP server on loopback that answers `/v1/models` as vLLM does
 (200 with OpenAI's list for its key, 401 otherwise) and records the headers it received. The real
@@ -10,16 +11,21 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
 
 from router.registrar import ModelsServer, Worker, list_models
-from tests.support.vllm_server import free_port
+from tests.support.vllm_server import REPO_ROOT, free_port
+
+REGISTRAR = REPO_ROOT / "router" / "registrar.py"
 
 
 @dataclass
@@ -180,3 +186,36 @@ def test_the_server_answers_one_model_404s_the_others_and_the_rest(models_url: s
         assert httpx.get(f"{models_url}{path}", timeout=30).status_code == 200
     for method, path in (("GET", "/v1/completions"), ("GET", "/workers"), ("POST", "/v1/models")):
         assert httpx.request(method, f"{models_url}{path}", headers=key, timeout=30).status_code == 404
+
+
+def test_the_registrar_serves_the_models_list_from_the_rendered_config(tmp_path: Path) -> None:
+    """The container's command, with the dev stack's ConfigMap (only the port moved to a free one):
+    the models server listens beside the registration loop, whose front is not there."""
+    from tests.conftest import rendered
+
+    (config_map,) = rendered("dev").find("ConfigMap", namespace="vllm-router")
+    config = json.loads(config_map["data"]["registrar.json"])
+    port = free_port()
+    config_file = tmp_path / "registrar.json"
+    config_file.write_text(json.dumps({**config, "models_port": port}))
+    process = subprocess.Popen(
+        [sys.executable, str(REGISTRAR), "--config", str(config_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                readiness = httpx.get(f"http://127.0.0.1:{port}/readiness", timeout=5)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, "the registrar exited"
+                assert time.monotonic() < deadline, "the models server did not listen within 30 s"
+                time.sleep(0.2)
+        assert readiness.status_code == 200
+        # No model router runs here: none can answer, whatever the key.
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).status_code == 503
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -57,14 +57,19 @@ MODEL_CACHE_IMAGE = ImagePin(
 # publishes each tag v<version> to PyPI as `vllm-router` and publishes no release image (the
 # `vllm/vllm-router` Docker Hub repository carries `nightly-<date>-<sha>` tags only). So the image is
 # built from router/ here around exactly that wheel (router/requirements.lock pins its sha256) and
-# published by .github/workflows/release-vllm-router.yaml on tag router-v<version>, and the suite
+# published by .github/workflows/release-vllm-router.yaml on tag router-v<image tag>, and the suite
 # runs the same release from PyPI (scripts/setup-vllm-router.sh, tests/e2e/test_router.py).
 VLLM_ROUTER_VERSION = "0.1.17"
 VLLM_ROUTER_WHEEL_SHA256 = "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d"
 """vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl as PyPI serves it (uploaded 2026-11-04)."""
+VLLM_ROUTER_IMAGE_REVISION = 2
+"""Our build around one router release, since router/ (the registrar, Dockerfile, lock) also goes into
+the image and a published tag never changes: bump it with any change there, reset it to 1 with a new
+VLLM_ROUTER_VERSION. Tag `0.1.17` was the first build (registration loop only); 2 adds the
+registrar's OpenAI `/v1/models` server (port 8090), which the rendered Ingress and probes need."""
 VLLM_ROUTER_IMAGE = ImagePin(
     repository="ghcr.io/vllm-platform/vllm-router",
-    tag=VLLM_ROUTER_VERSION,
+    tag=f"{VLLM_ROUTER_VERSION}-{VLLM_ROUTER_IMAGE_REVISION}",
     source="built from router/ in this repository around PyPI vllm-router 0.1.17 (tag v0.1.17 of "
     "vllm-project/router, wheel sha256 85c96bea...694d; upstream publishes no release image)",
     pinned_on="2026-12-01",

@@ -173,13 +173,16 @@ def test_shellcheck_finds_an_unquoted_expansion(tmp_path: Path) -> None:
 
 
 def test_the_router_image_is_built_by_its_workflow_at_the_pinned_router_version() -> None:
-    from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
+    from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_IMAGE_REVISION, VLLM_ROUTER_VERSION
 
     workflow = yaml.safe_load(ROUTER_WORKFLOW.read_text())
     assert workflow[True]["push"]["tags"] == ["router-v*"]  # YAML 1.1 reads `on` as True
     text = ROUTER_WORKFLOW.read_text()
-    assert 'REF_NAME" != "router-v$version"' in text and "VLLM_ROUTER_VERSION" in text
-    assert VLLM_ROUTER_IMAGE.tag == VLLM_ROUTER_VERSION
+    assert 'REF_NAME" != "router-v$tag"' in text and 'tag="$version-$revision"' in text
+    assert "^VLLM_ROUTER_VERSION = " in text and "^VLLM_ROUTER_IMAGE_REVISION = " in text
+    # A published tag never changes, so our build around a router release carries a revision.
+    assert VLLM_ROUTER_IMAGE.tag == f"{VLLM_ROUTER_VERSION}-{VLLM_ROUTER_IMAGE_REVISION}"
+    assert VLLM_ROUTER_IMAGE.tag != VLLM_ROUTER_VERSION, "0.1.17 was published without the models server"
     assert (
         VLLM_ROUTER_IMAGE.repository.endswith("/vllm-router")
         and "image=ghcr.io/${OWNER,,}/vllm-router" in text

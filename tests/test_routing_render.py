@@ -34,7 +34,7 @@ def test_router_runs_at_least_two_pinned_pods_spread_over_zones(prod: RenderResu
     assert deployment["spec"]["replicas"] >= 2
     spec = pod_spec(prod)
     assert {c["image"] for c in spec["containers"]} == {VLLM_ROUTER_IMAGE.reference}
-    assert VLLM_ROUTER_IMAGE.tag == VLLM_ROUTER_VERSION
+    assert VLLM_ROUTER_IMAGE.tag.startswith(f"{VLLM_ROUTER_VERSION}-")
     zone = [c for c in spec["topologySpreadConstraints"] if c["topologyKey"] == "topology.kubernetes.io/zone"]
     assert zone == [
         {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Prefix-aware against round-robin through vLLM's router (issue 18, item 5; docs/routing.md).
 #
-#   bash bench/router/run.sh gpu   # lab H200: two vLLM 0.26.0 replicas on GPU 0, each
-#                                  # --gpu-memory-utilization 0.45, Llama-3.1-8B shape, dummy weights
+#   bash bench/router/run.sh gpu [PREFIXES PROMPTS]   # lab H200: two vLLM 0.26.0 replicas on GPU 0,
+#                                  # each --gpu-memory-utilization 0.45, Llama-3.1-8B shape, dummy
+#                                  # weights; 32 prefixes / 1200 prompts unless given (256 2000: the
+#                                  # prefixes outgrow one replica's KV cache)
 #   bash bench/router/run.sh cpu   # rehearsal here: the vLLM 0.32.0 CPU build and the tiny test model
 #
 # Both modes: start replica 1 (port 8101), then replica 2 (8102); for each policy (round_robin,
@@ -17,7 +19,7 @@
 # model directory /tmp/m/llama8b (bench/serving/lab.sh stage NN for each part, then its install step), and the router wheels
 # carried as .gpu/router/ (bash bench/router/stage.sh .gpu/router, on a machine with PyPI).
 set -u
-mode=${1:?usage: run.sh gpu|cpu}
+mode=${1:?usage: run.sh gpu|cpu [PREFIXES PROMPTS]}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo" || exit 2
 out=${OUT:-$repo/bench/router/results/raw-$mode}
@@ -39,8 +41,8 @@ case "$mode" in
     serve_args=(--gpu-memory-utilization 0.45 --max-model-len 8192 --max-num-seqs 256 --load-format dummy
                 --enable-prefix-caching)
     bench_args=(--prefix-repetition-prefix-len 2048 --prefix-repetition-suffix-len 128
-                --prefix-repetition-num-prefixes 32 --prefix-repetition-output-len 128
-                --num-prompts 1200 --max-concurrency 64)
+                --prefix-repetition-num-prefixes "${2:-32}" --prefix-repetition-output-len 128
+                --num-prompts "${3:-1200}" --max-concurrency 64)
     start_timeout=400
     ;;
   cpu)

@@ -17,9 +17,9 @@ def _counters(raw: Path, policy: str) -> dict[str, dict[str, float]]:
 
 def summarize(raw: Path) -> str:
     rows = [
-        "| policy | requests ok | output tok/s | req/s | TTFT mean ms | TTFT p99 ms | prefix-cache hit rate "
-        "| requests per replica |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| policy | completed / failed | output tok/s | req/s | TTFT median ms | TTFT mean ms | TTFT p99 ms "
+        "| TPOT median ms | prefix-cache hit rate | requests per replica |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for policy in POLICIES:
         result = json.loads((raw / f"{policy}.json").read_text())
@@ -27,11 +27,13 @@ def summarize(raw: Path) -> str:
         hits = sum(c["vllm:prefix_cache_hits_total"] for c in counters.values())
         queries = sum(c["vllm:prefix_cache_queries_total"] for c in counters.values())
         split = " / ".join(f"{c['vllm:request_success_total']:.0f}" for _, c in sorted(counters.items()))
-        ok = f"{result['completed']}/{result['num_prompts']}"
-        ttft = f"{result['mean_ttft_ms']:.1f} | {result['p99_ttft_ms']:.1f}"
+        # prefix_repetition makes num_prompts // num_prefixes prompts per prefix, so `completed` can be
+        # below --num-prompts with no request failed.
+        ok = f"{result['completed']} / {result['failed']}"
+        ttft = f"{result['median_ttft_ms']:.1f} | {result['mean_ttft_ms']:.1f} | {result['p99_ttft_ms']:.1f}"
         rows.append(
             f"| {policy} | {ok} | {result['output_throughput']:.1f} | {result['request_throughput']:.2f} "
-            f"| {ttft} | {hits / queries:.1%} | {split} |"
+            f"| {ttft} | {result['median_tpot_ms']:.1f} | {hits / queries:.1%} | {split} |"
         )
     return "\n".join(rows)
 

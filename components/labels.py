@@ -6,6 +6,9 @@ PART_OF = "vllm-platform"
 GPU_GROUP_LABEL = "vllm-platform/gpu-group"
 GPU_MODEL_LABEL = "vllm-platform/gpu-model"
 MODEL_LABEL = "vllm-platform/model"
+MODEL_SERIES_LABEL = "model"
+"""The Prometheus label naming a model on its series: the vLLM PodMonitor's (from MODEL_LABEL) and the
+router PodMonitor's, on each model router's endpoint (components/monitoring.py, components/router.py)."""
 VLLM_APP_NAME = "vllm"
 
 

@@ -31,6 +31,7 @@ import pulumi_kubernetes as kubernetes
 
 from components import probes
 from components.labels import (
+    MODEL_SERIES_LABEL,
     PART_OF,
     ROUTER_APP_NAME,
     ROUTER_NAMESPACE,
@@ -106,6 +107,10 @@ def model_router_port(index: int) -> int:
 
 def model_router_metrics_port(index: int) -> int:
     return METRICS_PORT + 1 + index
+
+
+def model_router_metrics_port_name(index: int) -> str:
+    return f"metrics-{index}"
 
 
 def _common_arguments(config: PlatformConfig) -> list[str]:
@@ -282,7 +287,8 @@ def model_router_container(config: PlatformConfig, model: ModelConfig, index: in
         "command": ["vllm-router"],
         "args": args,
         "ports": [
-            {"name": f"metrics-{index}", "containerPort": model_router_metrics_port(index), "protocol": "TCP"}
+            {"name": model_router_metrics_port_name(index), "containerPort": model_router_metrics_port(index),
+             "protocol": "TCP"}
         ],
         "livenessProbe": _liveness(model_router_port(index)),
         # Stays up while the front drains, so streams in flight keep their backend.
@@ -480,7 +486,14 @@ def network_policies(
                     "ingress": [
                         {
                             "from": [_namespace(config.monitoring.namespace)],
-                            "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                            # The front's and every model router's metrics port.
+                            "ports": [
+                                {"protocol": "TCP", "port": port}
+                                for port in (
+                                    METRICS_PORT,
+                                    *(model_router_metrics_port(i) for i in range(len(config.models))),
+                                )
+                            ],
                         }
                     ],
                 },
@@ -545,12 +558,25 @@ def network_policies(
 def pod_monitor_spec(config: PlatformConfig, scrape: ScrapeSettings) -> dict[str, Any]:
     """The front's metrics (requests, retries, per-model-router health) and each model router's
     (per vLLM pod: running requests, health, circuit breaker, cache-aware decisions)."""
-    ports = [METRICS_PORT_NAME, *(f"metrics-{index}" for index in range(len(config.models)))]
+    front = {"port": METRICS_PORT_NAME, "path": "/metrics", "interval": f"{scrape.interval_seconds}s"}
     return {
         "namespaceSelector": {"matchNames": [ROUTER_NAMESPACE]},
         "selector": {"matchLabels": router_selector_labels()},
         "podMetricsEndpoints": [
-            {"port": port, "path": "/metrics", "interval": f"{scrape.interval_seconds}s"} for port in ports
+            front,
+            *(
+                {
+                    **front,
+                    "port": model_router_metrics_port_name(index),
+                    # Every series of a model's router names its model (the label vLLM's series carry
+                    # too): the router autoscaling signal selects the model by it
+                    # (components/adapter_rules.py).
+                    "relabelings": [
+                        {"targetLabel": MODEL_SERIES_LABEL, "replacement": model.name, "action": "replace"}
+                    ],
+                }
+                for index, model in enumerate(config.models)
+            ),
         ],
     }
 

@@ -262,8 +262,32 @@ def test_the_render_switch_is_the_platforms_not_extra_args() -> None:
 def test_router_metrics_are_scraped(prod: RenderResult) -> None:
     (monitor,) = [m for m in prod.find("PodMonitor") if m["metadata"]["name"] == "vllm-router"]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [ROUTER_NAMESPACE]}
-    ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
-    assert ports == ["metrics", *(f"metrics-{i}" for i in range(len(config_of(prod).models)))]
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    models = config_of(prod).models
+    assert [e["port"] for e in endpoints] == ["metrics", *(f"metrics-{i}" for i in range(len(models)))]
+    # Every series of model i's router is labelled with its model (the router autoscaling signal's
+    # selector); the front's are not (it serves every model).
+    assert "relabelings" not in endpoints[0]
+    for endpoint, model in zip(endpoints[1:], models, strict=True):
+        assert endpoint["relabelings"] == [
+            {"targetLabel": "model", "replacement": model.name, "action": "replace"}
+        ]
+    # The container port the endpoint names is model i's router's.
+    containers = {c["name"]: c for c in pod_spec(prod)["containers"]}
+    for index, model in enumerate(models):
+        assert [p["name"] for p in containers[f"route-{model.name}"]["ports"]] == [f"metrics-{index}"]
+    # Prometheus may reach the front's and every model router's metrics port.
+    (admit,) = [
+        p["spec"]["ingress"][0]
+        for p in prod.find("NetworkPolicy", namespace=ROUTER_NAMESPACE)
+        if p["metadata"]["name"] == "allow-prometheus"
+    ]
+    assert admit["ports"] == [
+        {"protocol": "TCP", "port": port["containerPort"]}
+        for container in pod_spec(prod)["containers"]
+        for port in container["ports"]
+        if port["name"].startswith("metrics")
+    ]
 
 
 def test_unified_endpoint_is_a_stack_output(prod: RenderResult) -> None:

@@ -5,9 +5,11 @@ it and how one pod's series combine into the pod's value. Everything that names 
 signal is derived from it, so the adapter rule, the name the HPA asks the custom metrics API for
 and the KEDA trigger query cannot disagree:
 
-- `adapter_rules(models)`: the Prometheus Adapter's `rules.custom`, one rule per signal used by an
-  HPA-backed model. The adapter fills `<<.Series>>`, `<<.LabelMatchers>>` and `<<.GroupBy>>` per
-  request; `adapter_query` does the same substitution (used by the promtool tests and the docs).
+- `adapter_rules(models)`: the Prometheus Adapter's `rules.custom`, one rule per per-pod signal used
+  by an HPA-backed model. The adapter fills `<<.Series>>`, `<<.LabelMatchers>>` and `<<.GroupBy>>`
+  per request; `adapter_query` does the same substitution (used by the promtool tests and the docs).
+- `adapter_external_rules(models)`: its `rules.external`, one rule per router signal (below) used by
+  an HPA-backed model; `adapter_external_query` fills it as the adapter does for an External metric.
 - `custom_metric_name(series)`: the name the adapter exposes and the HPA asks for.
 - `keda_query(series, namespace, deployment)`: the same per-pod query summed over the
   Deployment's pods, because a KEDA trigger's threshold is divided into the total.
@@ -19,6 +21,11 @@ Per-pod aggregation (docs/autoscaling.md, "What one pod's value means"):
   A tensor-parallel pod holds several GPUs: its tensor-pipe activity is their `avg`, so a 0.5
   target means "this pod's GPUs' tensor pipes are busy half the cycles on average", whatever the
   TP size.
+- The router's in-flight requests (`vllm_router_running_requests`, exporter "router") are not a pod's
+  series: each router pod's `route-<model>` container counts the requests it has sent to each of
+  the model's pods and not finished, and the router PodMonitor labels those series `model=<name>`.
+  The model's value is their `sum` over router pods and workers, served as an External metric
+  (selector `model=<name>`, `AverageValue` target: Kubernetes divides it by the model's replicas).
 - `DCGM_FI_DEV_GPU_UTIL` (and `DCGM_FI_PROF_GR_ENGINE_ACTIVE`) are refused: they read ~100 % with a
   single stream (issue 19), so an autoscaler on them adds a replica per concurrent stream.
 """
@@ -32,7 +39,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from infra import dcgm_metrics, vllm_metrics
+from components.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
+from components.scrape import creates_monitor_objects
+from infra import dcgm_metrics, router_metrics, vllm_metrics
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -41,6 +50,10 @@ DCGM_TENSOR_ACTIVE = dcgm_metrics.TENSOR_PIPE_ACTIVE
 """Fraction 0–1 of cycles the tensor (HMMA) pipe is active, per GPU (DCGM's profiling counter, in the
 pinned exporter's default counters). It grows with the batch a GPU computes, unlike
 DCGM_FI_DEV_GPU_UTIL, which reads full whenever any kernel runs."""
+
+ROUTER_RUNNING_REQUESTS = router_metrics.RUNNING_REQUESTS
+"""Requests a model's router (every router pod's `route-<model>`) has sent to the model's pods and
+not finished: what the model is serving or has queued, through the router only."""
 
 # The adapter's template placeholders (Go text/template with `<<`/`>>` delimiters).
 SERIES = "<<.Series>>"
@@ -52,14 +65,21 @@ GROUP_BY = "<<.GroupBy>>"
 class ScalingSignal:
     series: str
     """Prometheus series name as the exporter writes it."""
-    exporter: Literal["vllm", "dcgm"]
+    exporter: Literal["vllm", "dcgm", "router"]
     per_pod: Literal["sum", "avg"]
-    """How the pod's own series (one per vLLM engine, one per GPU) combine into the pod's value."""
+    """How the pod's own series (one per vLLM engine, one per GPU) combine into the pod's value; for
+    a router signal, how the model's series (one per router pod and worker) combine into the model's."""
     unit: str
 
     @property
     def custom_metric_name(self) -> str:
         return custom_metric_name(self.series)
+
+    @property
+    def external(self) -> bool:
+        """True: the series belong to the router's pods, not the model's; the HPA reads an External
+        metric for the model (external.metrics.k8s.io), not a Pods metric."""
+        return self.exporter == "router"
 
 
 SIGNALS: dict[str, ScalingSignal] = {
@@ -70,6 +90,8 @@ SIGNALS: dict[str, ScalingSignal] = {
         ScalingSignal(vllm_metrics.KV_CACHE_USAGE, "vllm", "avg", "fraction 0–1 of KV-cache blocks in use"),
         ScalingSignal(DCGM_TENSOR_ACTIVE, "dcgm", "avg",
                       "fraction 0–1 of cycles the tensor pipe is active, mean of the pod's GPUs"),
+        ScalingSignal(ROUTER_RUNNING_REQUESTS, "router", "sum",
+                      "the model's requests in flight through the router, per replica of the model"),
     )
 }
 
@@ -84,8 +106,15 @@ def per_pod_query_template(signal: ScalingSignal) -> str:
     return f"{signal.per_pod}({SERIES}{{{LABEL_MATCHERS}}}) by ({GROUP_BY})"
 
 
+def router_series_matchers() -> str:
+    """Only the model routers' series: the router namespace, and a `model` label (the front's own
+    series have none, and count no requests in flight in 0.1.17's multi-model mode)."""
+    return f'namespace="{ROUTER_NAMESPACE}",{MODEL_SERIES_LABEL}!=""'
+
+
 def adapter_rule(signal: ScalingSignal) -> dict[str, Any]:
     """One `rules.custom` entry of the Prometheus Adapter chart."""
+    assert not signal.external, f"{signal.series} is an external rule (adapter_external_rule)"
     return {
         # Only series attributed to a pod: DCGM series of GPUs no pod holds have an empty `pod`.
         "seriesQuery": f'{signal.series}{{namespace!="",pod!=""}}',
@@ -93,6 +122,43 @@ def adapter_rule(signal: ScalingSignal) -> dict[str, Any]:
         "name": {"matches": f"^{re.escape(signal.series)}$", "as": signal.custom_metric_name},
         "metricsQuery": per_pod_query_template(signal),
     }
+
+
+def adapter_external_rule(signal: ScalingSignal) -> dict[str, Any]:
+    """One `rules.external` entry: the model's router series, summed.
+
+    prometheus-adapter (v0.12, pkg/naming/metrics_query.go `BuildExternal`) turns an External metric
+    request into `<<.LabelMatchers>>` = the HPA's `metric.selector` as matchers, plus
+    `namespace="<the HPA's namespace>"` unless the rule says `resources.namespaced: false`; it
+    leaves `<<.GroupBy>>` empty. The HPA lives in the model's namespace and the series in the
+    router's, so the rule is not namespaced and names the router namespace itself.
+    """
+    assert signal.external, f"{signal.series} is a per-pod rule (adapter_rule)"
+    return {
+        "seriesQuery": f"{signal.series}{{{router_series_matchers()}}}",
+        "resources": {"namespaced": False},
+        "name": {"matches": f"^{re.escape(signal.series)}$", "as": signal.custom_metric_name},
+        "metricsQuery": f'{signal.per_pod}({SERIES}{{namespace="{ROUTER_NAMESPACE}",{LABEL_MATCHERS}}})',
+    }
+
+
+def external_metric_selector(model_name: str) -> dict[str, str]:
+    """The HPA's External metric selector: the model's series (`model=<name>`)."""
+    return {MODEL_SERIES_LABEL: model_name}
+
+
+def adapter_external_query(rule: dict[str, Any], *, selector: dict[str, str]) -> str:
+    """The query the adapter sends for
+    `kubectl get --raw /apis/external.metrics.k8s.io/v1beta1/namespaces/<ns>/<metric>?labelSelector=...`.
+
+    Mirrors prometheus-adapter's BuildExternal for a rule with `namespaced: false`: one `key="value"`
+    matcher per selector label, in the order of the parsed label selector (sorted by key), joined by
+    commas; no namespace matcher; `<<.GroupBy>>` empty.
+    """
+    series = rule["seriesQuery"].split("{", 1)[0]
+    matchers = ",".join(f'{key}="{value}"' for key, value in sorted(selector.items()))
+    query = rule["metricsQuery"].replace(SERIES, series).replace(LABEL_MATCHERS, matchers)
+    return query.replace(GROUP_BY, "")
 
 
 def hpa_signals(models: Iterable[ModelConfig]) -> list[ScalingSignal]:
@@ -107,7 +173,15 @@ def hpa_signals(models: Iterable[ModelConfig]) -> list[ScalingSignal]:
 
 
 def adapter_rules(models: Iterable[ModelConfig]) -> list[dict[str, Any]]:
-    return [adapter_rule(signal) for signal in hpa_signals(models)]
+    """`rules.custom`: the per-pod signals (custom.metrics.k8s.io)."""
+    return [adapter_rule(signal) for signal in hpa_signals(models) if not signal.external]
+
+
+def adapter_external_rules(models: Iterable[ModelConfig]) -> list[dict[str, Any]]:
+    """`rules.external`: the router signals (external.metrics.k8s.io). Empty unless an HPA-backed model
+    scales on one: the chart then registers the external metrics APIService, which KEDA otherwise
+    owns (validation keeps the two apart: `_exporter_problem`)."""
+    return [adapter_external_rule(signal) for signal in hpa_signals(models) if signal.external]
 
 
 def adapter_query(rule: dict[str, Any], *, namespace: str, pods: Sequence[str]) -> str:
@@ -122,13 +196,21 @@ def adapter_query(rule: dict[str, Any], *, namespace: str, pods: Sequence[str]) 
     return query.replace(GROUP_BY, "pod")
 
 
-def keda_query(signal: ScalingSignal, *, namespace: str, deployment_name: str) -> str:
+def keda_query(
+    signal: ScalingSignal, *, namespace: str, deployment_name: str, model_name: str | None = None
+) -> str:
     """The per-pod query of the adapter rule, summed over the Deployment's pods.
 
     KEDA divides a trigger's value by its threshold to get replicas (an External metric with an
     AverageValue target), so summing the per-pod values makes the threshold a per-pod average,
-    exactly like the HPA's Pods metric.
+    exactly like the HPA's Pods metric. A router signal is the adapter's external query for the
+    model (`model_name`): already the model's total.
     """
+    if signal.external:
+        if model_name is None:
+            raise ValueError(f"{signal.series} is per model: pass model_name")
+        rule = adapter_external_rule(signal)
+        return adapter_external_query(rule, selector=external_metric_selector(model_name))
     matchers = f'namespace="{namespace}",pod=~"{deployment_name}-.+"'
     per_pod = per_pod_query_template(signal).replace(SERIES, signal.series).replace(LABEL_MATCHERS, matchers)
     return f"sum({per_pod.replace(GROUP_BY, 'pod')})"
@@ -154,7 +236,7 @@ def autoscaling_metric_problems(config: PlatformConfig) -> list[Problem]:
             if message is None and metric.metric in seen:
                 message = "listed twice for this model; keep one entry per metric"
             if message is None and model.autoscaling.enabled:
-                message = _exporter_problem(SIGNALS[metric.metric], config)
+                message = _exporter_problem(SIGNALS[metric.metric], config, model)
             if message is not None:
                 problems.append(Problem((*path, "metric"), metric.metric, message))
             seen.add(metric.metric)
@@ -190,10 +272,38 @@ def _metric_name_problem(name: str) -> str | None:
     return f"{hint}not an autoscaling signal this platform serves; use one of {supported}"
 
 
-def _exporter_problem(signal: ScalingSignal, config: PlatformConfig) -> str | None:
+def _exporter_problem(signal: ScalingSignal, config: PlatformConfig, model: ModelConfig) -> str | None:
     if signal.exporter == "dcgm" and not config.addons.dcgm_exporter.enabled:
         return (
             f"{signal.series} comes from the DCGM exporter, which is off; set addons.dcgm_exporter: true "
             "or scale on vLLM's metrics only"
+        )
+    if signal.exporter == "router":
+        return _router_signal_problem(signal, config, model)
+    return None
+
+
+def _router_signal_problem(signal: ScalingSignal, config: PlatformConfig, model: ModelConfig) -> str | None:
+    if not config.router.enabled:
+        return (
+            f"{signal.series} comes from the router, which is off; set router.enabled: true or scale "
+            "on vLLM's metrics (vllm:num_requests_waiting, vllm:num_requests_running)"
+        )
+    if not config.monitoring.enabled:
+        return (
+            f"{signal.series} reaches the autoscaler through Prometheus, but monitoring.enabled is "
+            "false; set monitoring.enabled: true or remove this metric"
+        )
+    if not creates_monitor_objects(config.monitoring):
+        return (
+            f"{signal.series} needs the router's PodMonitor (it labels each model router's series with "
+            "`model`), which is not created with monitoring.existing_prometheus_operator: false; set it "
+            "to true (a Prometheus Operator selects the PodMonitor) or scale on vLLM's metrics"
+        )
+    if model.autoscaling.backend == "hpa" and config.addons.keda.enabled:
+        return (
+            f"{signal.series} is an External metric: with backend 'hpa' the Prometheus Adapter would "
+            "serve external.metrics.k8s.io, which KEDA (addons.keda) serves in this stack; use "
+            "backend: keda for this model (the same query as a KEDA trigger) or set addons.keda: false"
         )
     return None

@@ -1,7 +1,7 @@
 """One autoscaler per model: an `autoscaling/v2` HPA or a KEDA ScaledObject (`autoscaling.backend`).
 
 The model's ModelService calls `create_model_autoscaler` for its vLLM Deployment. Both backends
-scale on the same per-pod signals (components/adapter_rules.py) with the same bounds and the same
+scale on the same signals (components/adapter_rules.py) with the same bounds and the same
 behaviour: fast scale-up (a replica needs minutes to load the model, so react at once), slow
 scale-down (traffic is bursty; a removed replica costs a cold start to get back).
 
@@ -19,7 +19,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.adapter_rules import SIGNALS, keda_query, to_quantity
+from components.adapter_rules import SIGNALS, external_metric_selector, keda_query, to_quantity
 from components.labels import model_labels
 from components.monitoring import prometheus_url
 from components.rollouts import workload_reference
@@ -67,7 +67,8 @@ def create_model_autoscaler(
         return kubernetes.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-hpa",
             metadata=metadata,
-            spec=hpa_spec(model.autoscaling, workload_reference(model, deployment_name)),
+            spec=hpa_spec(model.autoscaling, workload_reference(model, deployment_name),
+                          model_name=model.name),
             opts=opts,
         )
     return kubernetes.apiextensions.CustomResource(
@@ -76,7 +77,7 @@ def create_model_autoscaler(
         kind="ScaledObject",
         metadata=metadata,
         spec=scaled_object_spec(model.autoscaling, workload_reference(model, deployment_name), namespace,
-                                prometheus_url(monitoring)),
+                                prometheus_url(monitoring), model_name=model.name),
         opts=opts,
     )
 
@@ -105,34 +106,52 @@ def scaling_behavior(autoscaling: AutoscalingConfig) -> dict[str, Any]:
     }
 
 
-def hpa_spec(autoscaling: AutoscalingConfig, scale_target: dict[str, str]) -> dict[str, Any]:
-    """Pods metrics from the custom metrics API (Prometheus Adapter), AverageValue targets.
+def hpa_spec(
+    autoscaling: AutoscalingConfig, scale_target: dict[str, str], *, model_name: str | None = None
+) -> dict[str, Any]:
+    """Pods metrics from the custom metrics API (Prometheus Adapter), AverageValue targets; a router
+    signal as an External metric for the model (selector `model=<model_name>`), AverageValue too, so
+    the HPA divides the model's total by its replicas and holds the per-replica value at the target.
 
     scale_target: the workload's apiVersion, kind and name (`workload_reference`)."""
     return {
         "scaleTargetRef": dict(scale_target),
         "minReplicas": autoscaling.min_replicas,
         "maxReplicas": autoscaling.max_replicas,
-        "metrics": [
-            {
-                "type": "Pods",
-                "pods": {
-                    "metric": {"name": SIGNALS[metric.metric].custom_metric_name},
-                    "target": {"type": "AverageValue",
-                               "averageValue": to_quantity(metric.target_average_value)},
-                },
-            }
-            for metric in autoscaling.metrics
-        ],
+        "metrics": [hpa_metric(metric.metric, metric.target_average_value, model_name)
+                    for metric in autoscaling.metrics],
         "behavior": scaling_behavior(autoscaling),
     }
 
 
+def hpa_metric(series: str, target_average_value: float, model_name: str | None) -> dict[str, Any]:
+    signal = SIGNALS[series]
+    target = {"type": "AverageValue", "averageValue": to_quantity(target_average_value)}
+    if not signal.external:
+        return {"type": "Pods", "pods": {"metric": {"name": signal.custom_metric_name}, "target": target}}
+    if model_name is None:
+        raise ValueError(f"{series} is per model: pass model_name")
+    return {
+        "type": "External",
+        "external": {
+            "metric": {"name": signal.custom_metric_name,
+                       "selector": {"matchLabels": external_metric_selector(model_name)}},
+            "target": target,
+        },
+    }
+
+
 def scaled_object_spec(
-    autoscaling: AutoscalingConfig, scale_target: dict[str, str], namespace: str, prometheus_url: str
+    autoscaling: AutoscalingConfig,
+    scale_target: dict[str, str],
+    namespace: str,
+    prometheus_url: str,
+    *,
+    model_name: str | None = None,
 ) -> dict[str, Any]:
     """KEDA ScaledObject: Prometheus triggers on the adapter's per-pod queries, summed per workload
-    (a Deployment's and a Rollout's pods are both named `<name>-<hash>-<suffix>`)."""
+    (a Deployment's and a Rollout's pods are both named `<name>-<hash>-<suffix>`); a router signal's
+    trigger sums the model's router series (`model_name`)."""
     deployment_name = scale_target["name"]
     return {
         "scaleTargetRef": dict(scale_target),
@@ -157,7 +176,7 @@ def scaled_object_spec(
                 "metadata": {
                     "serverAddress": prometheus_url,
                     "query": keda_query(SIGNALS[metric.metric], namespace=namespace,
-                                        deployment_name=deployment_name),
+                                        deployment_name=deployment_name, model_name=model_name),
                     # KEDA parses the threshold as a float, not as a Kubernetes quantity.
                     "threshold": _plain_number(metric.target_average_value),
                 },

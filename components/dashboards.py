@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from components.adapter_rules import SIGNALS
+from components.adapter_rules import SIGNALS, router_series_matchers
 from components.model_service import SERVER_NAME
 from infra import dcgm_metrics, kube_state_metrics, vllm_metrics
 
@@ -280,6 +280,18 @@ def autoscaling_dashboard() -> dict[str, Any]:
         ),
     ]
     for signal in SIGNALS.values():
+        if signal.external:
+            # The router's series are per model (label `model`), in the router's namespace.
+            panels.append(
+                Panel(
+                    f"{signal.series} per model ({signal.per_pod} over the router pods)",
+                    ((f"{signal.per_pod} by (model) ({signal.series}{{{router_series_matchers()}}})",
+                      "{{model}}"),),
+                    description=f"Unit: {signal.unit} (the HPA divides this total by the replicas). The "
+                    "adapter's external rule (components/adapter_rules.py).",
+                )
+            )
+            continue
         selector = f'{MODEL_NAMESPACES},pod!=""'
         panels.append(
             Panel(

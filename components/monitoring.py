@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.adapter_rules import adapter_rules
+from components.adapter_rules import adapter_external_rules, adapter_rules
 from components.cluster_context import ClusterContext
 from components.helm.release import ChartRelease, install_chart, release_namespace
 from components.labels import MODEL_LABEL, VLLM_APP_NAME
@@ -262,9 +262,11 @@ def prometheus_adapter_values(settings: PrometheusAdapterConfig, monitoring: Mon
                                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
         "prometheus": adapter_prometheus_values(prometheus_url(monitoring)),
         "metricsRelistInterval": f"{settings.metrics_relist_interval_seconds}s",
-        # Only our rules: the chart's defaults expose every container metric, and no `resource` or
-        # `external` rules, so metrics-server and KEDA keep their APIServices.
-        "rules": {"default": False, "custom": adapter_rules(models), "external": []},
+        # Only our rules: the chart's defaults expose every container metric, and no `resource` rules,
+        # so metrics-server keeps its APIService. `external` only for a router signal on an HPA model:
+        # the chart then registers external.metrics.k8s.io, which validation allows only without KEDA.
+        "rules": {"default": False, "custom": adapter_rules(models),
+                  "external": adapter_external_rules(models)},
         "tolerations": [],
     }
 

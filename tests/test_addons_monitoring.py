@@ -187,6 +187,8 @@ def test_adapter_reads_the_prometheus_the_stack_installs(stack_render: RenderRes
         "path": "",
     }
     assert values["rules"]["default"] is False
+    # External rules only for a router signal on an HPA model (tests/test_autoscaling_router.py); no
+    # shipped stack has one, so external metrics stay KEDA's.
     assert values["rules"]["external"] == [], "external metrics stay KEDA's"
     assert "resource" not in values["rules"], "resource metrics stay metrics-server's"
     assert values["replicas"] == 2 and values["podDisruptionBudget"]["enabled"] is True

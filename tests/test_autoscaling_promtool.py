@@ -1,7 +1,7 @@
 """The generated PromQL, checked by promtool (Debian's `prometheus` package; scripts/setup-test-tools.sh).
 
-Each adapter rule, with its placeholders filled the way prometheus-adapter fills them, and each
-KEDA trigger query becomes a recording rule: `promtool check rules` parses them, and
+Each adapter rule (custom and external), with its placeholders filled the way prometheus-adapter
+fills them, and each KEDA trigger query becomes a recording rule: `promtool check rules` parses them, and
 `promtool test rules` on synthetic series (tests/promtool/) proves the values the HPA and KEDA see.
 """
 
@@ -15,7 +15,16 @@ from typing import Any
 import pytest
 import yaml
 
-from components.adapter_rules import SIGNALS, adapter_query, adapter_rules, hpa_signals, keda_query
+from components.adapter_rules import (
+    SIGNALS,
+    adapter_external_query,
+    adapter_external_rules,
+    adapter_query,
+    adapter_rules,
+    external_metric_selector,
+    hpa_signals,
+    keda_query,
+)
 from infra.config.models import ModelConfig
 from infra.stack_checks import load_stack
 from tests.conftest import STACKS
@@ -26,6 +35,8 @@ RULES_FILE = "adapter-recording-rules.yml"
 NAMESPACE = "vllm-llama-3-1-70b"
 DEPLOYMENT = "vllm"
 PODS = ["vllm-6c5d8b7f9-a1b2c", "vllm-6c5d8b7f9-x9y8z"]
+MODEL = "llama-3-1-70b"
+"""Its name: the `model` label the router PodMonitor gives its router's series, and the HPA's selector."""
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -39,6 +50,7 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def recording_rules(models: list[ModelConfig]) -> dict[str, Any]:
     """The adapter's rules and KEDA's trigger queries for NAMESPACE/PODS, as Prometheus recording rules."""
     rules = adapter_rules(models)
+    external = adapter_external_rules(models)
     return {
         "groups": [
             {
@@ -46,7 +58,7 @@ def recording_rules(models: list[ModelConfig]) -> dict[str, Any]:
                 "rules": [
                     # The selector the adapter lists series with must parse as PromQL too.
                     {"record": f"adapter_series:{rule['name']['as']}", "expr": rule["seriesQuery"]}
-                    for rule in rules
+                    for rule in [*rules, *external]
                 ],
             },
             {
@@ -64,9 +76,20 @@ def recording_rules(models: list[ModelConfig]) -> dict[str, Any]:
                 "rules": [
                     {
                         "record": f"keda:{signal.custom_metric_name}",
-                        "expr": keda_query(signal, namespace=NAMESPACE, deployment_name=DEPLOYMENT),
+                        "expr": keda_query(signal, namespace=NAMESPACE, deployment_name=DEPLOYMENT,
+                                           model_name=MODEL),
                     }
                     for signal in hpa_signals(models)
+                ],
+            },
+            {
+                "name": "adapter-external",
+                "rules": [
+                    {
+                        "record": f"adapter_external:{rule['name']['as']}",
+                        "expr": adapter_external_query(rule, selector=external_metric_selector(MODEL)),
+                    }
+                    for rule in external
                 ],
             },
         ]

@@ -54,20 +54,21 @@ def test_every_dashboard_query_reads_only_series_the_pinned_exporters_export() -
     assert unknown == {}
 
 
-def test_alerts_and_dashboards_read_all_three_exporters() -> None:
+def test_alerts_and_dashboards_read_every_exporter() -> None:
     exporters = {
         exported_by(name)
         for _, expr in [*_alert_expressions(), *_dashboard_expressions()]
         for name in series_names(expr)
     }
-    assert exporters == {"vllm", "dcgm-exporter", "kube-state-metrics"}
+    assert exporters == {"vllm", "dcgm-exporter", "kube-state-metrics", "vllm-router"}
 
 
 def test_every_autoscaling_signal_is_exported() -> None:
     for signal in SIGNALS.values():
-        query = keda_query(signal, namespace="vllm-m", deployment_name="vllm")
+        query = keda_query(signal, namespace="vllm-m", deployment_name="vllm", model_name="m")
         assert series_names(query) == {signal.series}
-        assert exported_by(signal.series) == ("vllm" if signal.exporter == "vllm" else "dcgm-exporter")
+        exporter = {"vllm": "vllm", "dcgm": "dcgm-exporter", "router": "vllm-router"}[signal.exporter]
+        assert exported_by(signal.series) == exporter
 
 
 @pytest.mark.parametrize(

@@ -198,14 +198,15 @@ class CapacityPlanningConfig(StrictModel):
 
 
 class AutoscalingMetricConfig(StrictModel):
-    """One autoscaling signal: a per-pod metric and the average value the HPA holds it at."""
+    """One autoscaling signal: a metric and the per-replica average the HPA holds it at."""
 
     metric: str
-    """Prometheus series: vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc
-    or DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (the catalogue in components/adapter_rules.py;
-    docs/autoscaling.md). DCGM_FI_DEV_GPU_UTIL is refused: it reads full at one request."""
+    """Prometheus series: vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc,
+    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (per pod) or vllm_router_running_requests (the model's requests in
+    flight through the router; needs router.enabled) — the catalogue in components/adapter_rules.py,
+    docs/autoscaling.md. DCGM_FI_DEV_GPU_UTIL is refused: it reads full at one request."""
     target_average_value: Annotated[float, Field(gt=0)]
-    """Per-pod average the autoscaler holds the metric at, in the metric's unit (requests, fraction
+    """Per-replica average the autoscaler holds the metric at, in the metric's unit (requests, fraction
     0–1 of the KV cache, fraction 0–1 of tensor-pipe cycles); at most three decimals (a Kubernetes
     quantity)."""
 

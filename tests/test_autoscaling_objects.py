@@ -112,16 +112,15 @@ def test_hpa_scales_up_at_once_and_down_one_pod_per_five_minutes_after_ten_quiet
 def test_rendered_hpas_ask_for_exactly_the_metrics_the_rendered_adapter_serves(
     stack_render: RenderResult,
 ) -> None:
-    asked = {
-        metric["pods"]["metric"]["name"]
-        for hpa in _autoscalers(stack_render, "HorizontalPodAutoscaler").values()
-        for metric in hpa["spec"]["metrics"]
-    }
-    served = {
-        rule["name"]["as"]
-        for rule in release(stack_render, "prometheus-adapter")["values"]["rules"]["custom"]
-    }
-    assert asked == served
+    rules = release(stack_render, "prometheus-adapter")["values"]["rules"]
+    for kind, api in (("Pods", "custom"), ("External", "external")):
+        asked = {
+            metric[kind.lower()]["metric"]["name"]
+            for hpa in _autoscalers(stack_render, "HorizontalPodAutoscaler").values()
+            for metric in hpa["spec"]["metrics"]
+            if metric["type"] == kind
+        }
+        assert asked == {rule["name"]["as"] for rule in rules[api]}, kind
 
 
 def test_scaled_object_triggers_sum_the_adapter_queries_over_the_deployment() -> None:

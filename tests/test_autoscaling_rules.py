@@ -18,6 +18,7 @@ from components.adapter_rules import (
     LABEL_MATCHERS,
     SERIES,
     SIGNALS,
+    adapter_external_rules,
     adapter_query,
     adapter_rules,
     custom_metric_name,
@@ -53,13 +54,18 @@ def _exposed_names(rules: list[dict[str, Any]]) -> set[str]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_hpa_asks_for_exactly_the_metric_names_the_adapter_exposes(stack: str) -> None:
     config = load_stack(stack)
-    asked = {
-        metric["pods"]["metric"]["name"]
+    metrics = [
+        metric
         for model in config.models
         if model.autoscaling.enabled and model.autoscaling.backend == "hpa"
-        for metric in hpa_spec(model.autoscaling, workload_reference(model, "vllm"))["metrics"]
-    }
+        for metric in hpa_spec(model.autoscaling, workload_reference(model, "vllm"), model_name=model.name)[
+            "metrics"
+        ]
+    ]
+    asked = {metric["pods"]["metric"]["name"] for metric in metrics if metric["type"] == "Pods"}
     assert asked == _exposed_names(adapter_rules(config.models))
+    external = {metric["external"]["metric"]["name"] for metric in metrics if metric["type"] == "External"}
+    assert external == _exposed_names(adapter_external_rules(config.models))
 
 
 def test_stacks_without_hpa_models_serve_no_custom_metrics() -> None:

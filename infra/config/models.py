@@ -14,6 +14,9 @@ from infra.config.rollout import RolloutConfig
 _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]+?)/?$")
 _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
+RoutingPolicy = Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"]
+"""vllm-router 0.1.17's policies the stack offers (docs/routing.md, "Policies")."""
+
 
 class ModelSourceConfig(StrictModel):
     """Where the weights of one model revision live. Exactly one of `s3_uri` / `huggingface_repo`."""
@@ -550,9 +553,7 @@ class ModelConfig(StrictModel):
     """Needed when source.requires_hf_token; defaults like api_key_secret with `hf-token`."""
     ingress_host: Hostname | None = None
     """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on."""
-    router_policy: (
-        Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"] | None
-    ) = None
+    router_policy: RoutingPolicy | None = None
     """How the router spreads this model's requests over its replicas; null = router.default_policy."""
     min_available: Annotated[int, Field(ge=0)] = 1
     """PodDisruptionBudget: replicas kept serving during voluntary disruptions. When it is not below

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 from infra.config.base import Cidr, Hostname, Labels, PinnedImage, StrictModel, dns_label
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
-from infra.config.models import ModelConfig, SecretRefConfig
+from infra.config.models import ModelConfig, RoutingPolicy, SecretRefConfig
 from infra.versions import MODEL_CACHE_IMAGE
 
 
@@ -105,7 +105,6 @@ class IngressConfig(StrictModel):
     rate-based rule per client IP (docs/security.md); unset: none."""
 
 
-RoutingPolicy = Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"]
 """vllm-router 0.1.17's policies that work in its multi-model mode (docs/routing.md, "Policies")."""
 
 
@@ -477,13 +476,13 @@ class PlatformConfig(StrictModel):
             return data  # ClusterConfig reports the bad mode
         return {**data, "addons": _fill_addon_defaults(data.get("addons", {}), mode)}
 
-
     def routing_policy(self, model: ModelConfig) -> RoutingPolicy | None:
         """The router's policy for `model` (its `router_policy`, else `router.default_policy`);
         None when the router is off."""
         if not self.router.enabled:
             return None
         return model.router_policy or self.router.default_policy
+
     @model_validator(mode="after")
     def _models_fit_their_groups(self) -> PlatformConfig:
         seen: dict[str, int] = {}

@@ -44,7 +44,7 @@ KUBE_DNS_LABELS = {"k8s-app": "kube-dns"}
 NON_PUBLIC_RANGES = ("10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16")
 
 
-def _namespace(name: str) -> dict[str, Any]:
+def namespace_selector(name: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
 
 
@@ -73,7 +73,7 @@ def load_balancer_peer(config: PlatformConfig, load_balancer_cidrs: Sequence[str
         # Checked at validate time: mode existing must name the subnets (load_balancer_source_problems).
         sources = tuple({"ipBlock": {"cidr": cidr}} for cidr in load_balancer_cidrs)
         return AllowedPeer("load-balancer", sources)
-    controller = _namespace(config.security.ingress_controller_namespace)
+    controller = namespace_selector(config.security.ingress_controller_namespace)
     if config.security.ingress_controller_pod_labels:
         controller["podSelector"] = {"matchLabels": dict(config.security.ingress_controller_pod_labels)}
     return AllowedPeer("ingress-controller", (controller,))
@@ -83,7 +83,7 @@ def prometheus_peer(config: PlatformConfig) -> AllowedPeer | None:
     if not config.monitoring.enabled:
         return None
     return AllowedPeer("prometheus", ({
-        **_namespace(config.monitoring.namespace),
+        **namespace_selector(config.monitoring.namespace),
         "podSelector": {"matchLabels": dict(config.security.prometheus_pod_labels)},
     },))
 
@@ -93,7 +93,7 @@ def router_peer(config: PlatformConfig) -> AllowedPeer | None:
     if not config.router.enabled:
         return None
     return AllowedPeer("router", ({
-        **_namespace(ROUTER_NAMESPACE),
+        **namespace_selector(ROUTER_NAMESPACE),
         "podSelector": {"matchLabels": router_selector_labels()},
     },))
 
@@ -102,6 +102,26 @@ def serving_peers(config: PlatformConfig, load_balancer_cidrs: Sequence[str]) ->
     """Everyone who may open a connection to a vLLM pod; add a caller here and nowhere else."""
     peers = (load_balancer_peer(config, load_balancer_cidrs), router_peer(config), prometheus_peer(config))
     return [peer for peer in peers if peer is not None and peer.sources]
+
+
+def allow_peer_policy(peer: AllowedPeer, pods: dict[str, Any],
+                      ports: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """`allow-<peer>`: the peer's sources may open connections to `pods` on `ports`."""
+    return (f"allow-{peer.name}", {
+        "podSelector": pods, "policyTypes": ["Ingress"],
+        "ingress": [{"from": list(peer.sources), "ports": list(ports)}],
+    })
+
+
+def allow_dns_policy() -> tuple[str, dict[str, Any]]:
+    """`allow-dns`: every pod of the namespace may ask the cluster's DNS (after `default-deny`)."""
+    return ("allow-dns", {
+        "podSelector": {}, "policyTypes": ["Egress"],
+        "egress": [{
+            "to": [{**namespace_selector("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}],
+            "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
+        }],
+    })
 
 
 def model_network_policies(config: PlatformConfig, model: ModelConfig,
@@ -115,21 +135,9 @@ def model_network_policies(config: PlatformConfig, model: ModelConfig,
     policies: list[tuple[str, dict[str, Any]]] = [
         ("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
     ]
+    policies += [allow_peer_policy(peer, pods, server_port) for peer in peers]
     policies += [
-        (f"allow-{peer.name}", {
-            "podSelector": pods, "policyTypes": ["Ingress"],
-            "ingress": [{"from": list(peer.sources), "ports": server_port}],
-        })
-        for peer in peers
-    ]
-    policies += [
-        ("allow-dns", {
-            "podSelector": {}, "policyTypes": ["Egress"],
-            "egress": [{
-                "to": [{**_namespace("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}],
-                "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
-            }],
-        }),
+        allow_dns_policy(),
         ("allow-model-storage", {
             "podSelector": pods, "policyTypes": ["Egress"],
             "egress": [

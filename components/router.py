@@ -47,11 +47,12 @@ from components.model_service import (
 )
 from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION
 from components.network_policy import (
-    DNS_PORT,
     HTTPS_PORT,
-    KUBE_DNS_LABELS,
-    NAMESPACE_NAME_LABEL,
+    AllowedPeer,
+    allow_dns_policy,
+    allow_peer_policy,
     load_balancer_peer,
+    namespace_selector,
 )
 from components.scrape import ScrapeSettings
 from infra.config.errors import Problem
@@ -434,10 +435,6 @@ def ingress_spec(config: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def _namespace(name: str) -> dict[str, Any]:
-    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
-
-
 def network_policies(
     config: PlatformConfig, load_balancer_cidrs: Sequence[str] = ()
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -458,66 +455,17 @@ def network_policies(
     peer = load_balancer_peer(config, load_balancer_cidrs)
     # No peer (ingress off) or no subnets: no policy at all, since an empty `from` would admit everyone.
     if peer is not None and peer.sources:
-        policies.append(
-            (
-                f"allow-{peer.name}",
-                {
-                    "podSelector": pods,
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": list(peer.sources),
-                            "ports": [
-                                {"protocol": "TCP", "port": ROUTER_PORT},
-                                {"protocol": "TCP", "port": MODELS_PORT},
-                            ],
-                        }
-                    ],
-                },
-            )
-        )
+        ports = [{"protocol": "TCP", "port": port} for port in (ROUTER_PORT, MODELS_PORT)]
+        policies.append(allow_peer_policy(peer, pods, ports))
     if config.monitoring.enabled:
-        policies.append(
-            (
-                "allow-prometheus",
-                {
-                    "podSelector": pods,
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": [_namespace(config.monitoring.namespace)],
-                            # The front's and every model router's metrics port.
-                            "ports": [
-                                {"protocol": "TCP", "port": port}
-                                for port in (
-                                    METRICS_PORT,
-                                    *(model_router_metrics_port(i) for i in range(len(config.models))),
-                                )
-                            ],
-                        }
-                    ],
-                },
-            )
-        )
+        # The monitoring namespace (not only its Prometheus pods, as the vLLM pods' `prometheus_peer`
+        # admits), to the front's and every model router's metrics port.
+        scrapers = AllowedPeer("prometheus", (namespace_selector(config.monitoring.namespace),))
+        metrics_ports = (METRICS_PORT, *(model_router_metrics_port(i) for i in range(len(config.models))))
+        ports = [{"protocol": "TCP", "port": port} for port in metrics_ports]
+        policies.append(allow_peer_policy(scrapers, pods, ports))
     policies += [
-        (
-            "allow-dns",
-            {
-                "podSelector": {},
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "to": [
-                            {**_namespace("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}
-                        ],
-                        "ports": [
-                            {"protocol": "UDP", "port": DNS_PORT},
-                            {"protocol": "TCP", "port": DNS_PORT},
-                        ],
-                    }
-                ],
-            },
-        ),
+        allow_dns_policy(),
         (
             "allow-models",
             {
@@ -527,7 +475,7 @@ def network_policies(
                     {
                         "to": [
                             {
-                                **_namespace(model.namespace),
+                                **namespace_selector(model.namespace),
                                 "podSelector": {"matchLabels": model_selector_labels(model.name)},
                             }
                         ],

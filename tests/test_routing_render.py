@@ -12,7 +12,8 @@ from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_se
 from infra.render import RenderResult
 from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
 from tests.conftest import rendered
-from tests.test_serving_render import config_of, render_variant
+from tests.test_serving_render import config_of, container, render_variant
+from tests.test_serving_render import pod_spec as model_pod_spec
 
 
 @pytest.fixture(scope="module")
@@ -234,22 +235,15 @@ def test_models_routed_by_prefix_serve_vllms_render_endpoints(prod: RenderResult
     only with --enable-scale-out: on for cache_aware models, off for the other policies."""
     config = config_of(prod)
     for model in config.models:
-        (deployment,) = [
-            *prod.find("Deployment", namespace=model.namespace),
-            *prod.find("Rollout", namespace=model.namespace),
-        ]
-        (server,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
-        expected = config.routing_policy(model) == "cache_aware"
-        assert ("--enable-scale-out" in server["args"]) is expected, model.name
+        args = container(model_pod_spec(prod, model.name))["args"]
+        assert ("--enable-scale-out" in args) is (config.routing_policy(model) == "cache_aware"), model.name
 
     def round_robin(values: dict[str, Any]) -> None:
         values["router"] = {**values.get("router", {}), "default_policy": "round_robin"}
 
     variant = render_variant(tmp_path, round_robin)
     for model in config_of(variant).models:
-        (deployment,) = variant.find("Deployment", namespace=model.namespace)
-        (server,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
-        assert "--enable-scale-out" not in server["args"], model.name
+        assert "--enable-scale-out" not in container(model_pod_spec(variant, model.name))["args"], model.name
 
 
 def test_the_render_switch_is_the_platforms_not_extra_args() -> None:

@@ -47,7 +47,9 @@ from tests.support.vllm_router import (
 from tests.support.vllm_server import (
     RunningVllmServer,
     VllmServerError,
+    paused_engines,
     require_vllm_venv,
+    resume_engine,
     start_vllm_server,
     stop_vllm_server,
     wait_until_healthy,
@@ -342,10 +344,22 @@ def chat(router: RunningRouter, model: str, system: str, user: str, max_tokens: 
     )
 
 
+def policy_decisions(router: RunningRouter) -> dict[str, float]:
+    """`vllm_router_policy_decisions_total` by worker URL: where the router sent each request."""
+    decisions: dict[str, float] = {}
+    for line in httpx.get(router.metrics_url, timeout=30).text.splitlines():
+        if line.startswith("vllm_router_policy_decisions_total{"):
+            worker = line.split('worker="', 1)[1].split('"', 1)[0]
+            decisions[worker] = decisions.get(worker, 0) + float(line.rsplit(" ", 1)[1])
+    return decisions
+
+
 def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
     router: RunningRouter, pod: RouterPod, vllm_server: RunningVllmServer, replica_b: RunningVllmServer
 ) -> None:
     replicas = {"A": vllm_server, "B": replica_b}
+    # The URLs ALPHA's router knows the replicas by (the pod fixture).
+    names = {vllm_server.base_url: "A", f"http://localhost:{replica_b.port}": "B"}
     prefixes = {
         "ops": "You are the on-call assistant of the platform team. Answer briefly and precisely. " * 5,
         "translate": "Translate every sentence below into formal French, keeping the markup intact. " * 5,
@@ -353,33 +367,63 @@ def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
         "summary": "Summarise the incident report below for an executive audience in three bullet points. "
         * 5,
     }
+    keys = list(prefixes)
 
     def counts() -> dict[str, tuple[float, float]]:
         return {name: (served_requests(s), prefix_cache_hits(s)) for name, s in replicas.items()}
 
-    # Chat requests: 0.1.17's cache-aware policy keys its prefix tree on the chat history (a
-    # /v1/completions prompt did not stick to a replica in this test). Seeds, all at once: with no
-    # prefix known yet, the cache-aware policy sends each to the replica
-    # with fewer requests in flight, so the prefixes spread over both; each prefix then has a home.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(prefixes)) as pool:
-        seeds = [pool.submit(chat, router, ALPHA, prefix, "seed", 150) for prefix in prefixes.values()]
-        assert [seed.result().status_code for seed in seeds] == [200] * len(prefixes)
-    homes: dict[str, str] = {}
-    # Which replica each seed reached: send each prefix once more, alone, and watch the counters.
-    for key, prefix in prefixes.items():
+    def routed_since(before: dict[str, float]) -> str:
+        """The replica ALPHA's router picked for the one request sent after `before` was read."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            after = policy_decisions(pod.alpha)
+            picked = [names[url] for url, count in after.items() if count > before.get(url, 0)]
+            if picked:
+                (name,) = picked
+                return name
+            time.sleep(0.2)
+        raise AssertionError(f"ALPHA's router recorded no decision in 60 s: {policy_decisions(pod.alpha)}")
+
+    def seed(key: str) -> str:
+        """Send the prefix's first request; the replica whose vLLM served it (its counters moved)."""
         before = counts()
-        assert chat(router, ALPHA, prefix, "where am I").status_code == 200
+        assert chat(router, ALPHA, prefixes[key], "seed").status_code == 200
         after = counts()
         (home,) = [name for name in replicas if after[name][0] > before[name][0]]
-        homes[key] = home
-    health = [
-        line
-        for line in httpx.get(pod.alpha.metrics_url, timeout=30).text.splitlines()
-        if line.startswith(("vllm_router_worker_health{", "vllm_router_policy_decisions_total{"))
-    ]
-    assert set(homes.values()) == {"A", "B"}, (
-        f"the seeds should have split over the replicas: {homes} {health}"
-    )
+        return home
+
+    # Chat requests: 0.1.17's cache-aware policy keys its prefix tree on the token ids of the rendered
+    # chat (a /v1/completions prompt did not stick to a replica in this test). A prefix it has not
+    # seen goes to the replica with the fewest requests in flight, ties to the first it lists: in a
+    # quiet test every new prefix lands on that one replica (CI once saw all four seeds there, sent
+    # at once, because they did not overlap on its two cores). So the load is made to differ on
+    # purpose: a request is held in flight on one replica, its engine paused (its API server still
+    # answers health checks, metrics and the router's render calls), while new prefixes are seeded.
+    homes: dict[str, str] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        # Round 1: a holder with a prefix of its own; round 2: a holder with the first prefix, which
+        # must go to that prefix's home although both replicas are idle; then two new prefixes.
+        rounds = [
+            ("A request kept in flight while new prefixes arrive. " * 5, keys[:2]),
+            (prefixes[keys[0]], keys[2:]),
+        ]
+        for round_index, (holder_prefix, new_keys) in enumerate(rounds):
+            with paused_engines(vllm_server, replica_b) as paused:
+                before = policy_decisions(pod.alpha)
+                held = pool.submit(chat, router, ALPHA, holder_prefix, "hold this")
+                busy = routed_since(before)
+                if round_index == 1:
+                    assert busy == homes[keys[0]], f"{keys[0]}'s prefix left its home {homes[keys[0]]}"
+                idle = ({"A", "B"} - {busy}).pop()
+                resume_engine(paused, replicas[idle])
+                for key in new_keys:
+                    homes[key] = seed(key)
+                    assert homes[key] == idle, (
+                        f"{key}, a new prefix, went to {homes[key]}, which has a request in flight, "
+                        f"not to idle {idle}: {policy_decisions(pod.alpha)}"
+                    )
+            assert held.result(timeout=REQUEST_TIMEOUT_SECONDS).status_code == 200
+    assert set(homes.values()) == {"A", "B"}, homes
 
     for key, prefix in prefixes.items():
         before = counts()

@@ -336,6 +336,50 @@ def wait_until_healthy(server: RunningVllmServer, timeout_seconds: float = 300) 
     )
 
 
+def engine_core_pids(server: RunningVllmServer) -> list[int]:
+    """The server's engine-core processes: children of its API server named `VLLM::EngineCore`
+    (the kernel keeps 15 characters of a process name)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            name = (entry / "comm").read_text().strip()
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not readable
+        if parent == server.process.pid and "VLLM::EngineCore".startswith(name):
+            pids.append(int(entry.name))
+    if not pids:
+        raise VllmServerError(f"no engine-core process under the server's pid {server.process.pid}")
+    return pids
+
+
+@contextmanager
+def paused_engines(*servers: RunningVllmServer) -> Iterator[dict[str, list[int]]]:
+    """Stop (SIGSTOP) the servers' engine cores: what reaches them stays in flight, while their
+    API servers still answer (/health, /metrics, rendering). All are resumed on leaving, however
+    the block is left; `resume_engine(paused, server)` resumes one earlier."""
+    paused = {server.base_url: engine_core_pids(server) for server in servers}
+    for pids in paused.values():
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield paused
+    finally:
+        for pids in paused.values():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+
+def resume_engine(paused: dict[str, list[int]], server: RunningVllmServer) -> None:
+    """Resume one server paused by `paused_engines` before the block ends."""
+    for pid in paused.get(server.base_url, []):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 def stop_vllm_server(server: RunningVllmServer, timeout_seconds: float = 30) -> None:
     """SIGTERM to the server's process group (vLLM drains for --shutdown-timeout), SIGKILL after
     `timeout_seconds`. The group id is the server's own pid (start_new_session), so this reaches

@@ -48,11 +48,11 @@ from components.model_service import (
 from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION
 from components.network_policy import (
     HTTPS_PORT,
-    AllowedPeer,
     allow_dns_policy,
     allow_peer_policy,
     load_balancer_peer,
     namespace_selector,
+    prometheus_peer,
 )
 from components.scrape import ScrapeSettings
 from infra.config.errors import Problem
@@ -457,10 +457,10 @@ def network_policies(
     if peer is not None and peer.sources:
         ports = [{"protocol": "TCP", "port": port} for port in (ROUTER_PORT, MODELS_PORT)]
         policies.append(allow_peer_policy(peer, pods, ports))
-    if config.monitoring.enabled:
-        # The monitoring namespace (not only its Prometheus pods, as the vLLM pods' `prometheus_peer`
-        # admits), to the front's and every model router's metrics port.
-        scrapers = AllowedPeer("prometheus", (namespace_selector(config.monitoring.namespace),))
+    scrapers = prometheus_peer(config)
+    if scrapers is not None:
+        # The Prometheus pods the vLLM pods admit (security.prometheus_pod_labels), to the front's and
+        # every model router's metrics port.
         metrics_ports = (METRICS_PORT, *(model_router_metrics_port(i) for i in range(len(config.models))))
         ports = [{"protocol": "TCP", "port": port} for port in metrics_ports]
         policies.append(allow_peer_policy(scrapers, pods, ports))

@@ -270,7 +270,8 @@ def test_router_metrics_are_scraped(prod: RenderResult) -> None:
     containers = {c["name"]: c for c in pod_spec(prod)["containers"]}
     for index, model in enumerate(models):
         assert [p["name"] for p in containers[f"route-{model.name}"]["ports"]] == [f"metrics-{index}"]
-    # Prometheus may reach the front's and every model router's metrics port.
+    # Prometheus' own pods (as for the vLLM pods), not all of its namespace, may reach the front's
+    # and every model router's metrics port.
     (admit,) = [
         p["spec"]["ingress"][0]
         for p in prod.find("NetworkPolicy", namespace=ROUTER_NAMESPACE)
@@ -281,6 +282,14 @@ def test_router_metrics_are_scraped(prod: RenderResult) -> None:
         for container in pod_spec(prod)["containers"]
         for port in container["ports"]
         if port["name"].startswith("metrics")
+    ]
+    config = config_of(prod)
+    monitoring = {"kubernetes.io/metadata.name": config.monitoring.namespace}
+    assert admit["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": monitoring},
+            "podSelector": {"matchLabels": dict(config.security.prometheus_pod_labels)},
+        }
     ]
 
 

@@ -49,7 +49,6 @@ from tests.support.vllm_server import (
     VllmServerError,
     paused_engines,
     require_vllm_venv,
-    resume_engine,
     start_vllm_server,
     stop_vllm_server,
     wait_until_healthy,
@@ -408,14 +407,14 @@ def test_same_prefix_requests_stay_on_the_replica_that_cached_it(
             (prefixes[keys[0]], keys[2:]),
         ]
         for round_index, (holder_prefix, new_keys) in enumerate(rounds):
-            with paused_engines(vllm_server, replica_b) as paused:
+            with paused_engines(vllm_server, replica_b) as resume:
                 before = policy_decisions(pod.alpha)
                 held = pool.submit(chat, router, ALPHA, holder_prefix, "hold this")
                 busy = routed_since(before)
                 if round_index == 1:
                     assert busy == homes[keys[0]], f"{keys[0]}'s prefix left its home {homes[keys[0]]}"
                 idle = ({"A", "B"} - {busy}).pop()
-                resume_engine(paused, replicas[idle])
+                resume(replicas[idle])
                 for key in new_keys:
                     homes[key] = seed(key)
                     assert homes[key] == idle, (

@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -356,28 +356,25 @@ def engine_core_pids(server: RunningVllmServer) -> list[int]:
 
 
 @contextmanager
-def paused_engines(*servers: RunningVllmServer) -> Iterator[dict[str, list[int]]]:
+def paused_engines(*servers: RunningVllmServer) -> Iterator[Callable[[RunningVllmServer], None]]:
     """Stop (SIGSTOP) the servers' engine cores: what reaches them stays in flight, while their
-    API servers still answer (/health, /metrics, rendering). All are resumed on leaving, however
-    the block is left; `resume_engine(paused, server)` resumes one earlier."""
+    API servers still answer (/health, /metrics, rendering). Yields `resume(server)`, which resumes
+    one of them early; all are resumed on leaving, however the block is left."""
     paused = {server.base_url: engine_core_pids(server) for server in servers}
     for pids in paused.values():
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
+
+    def resume(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     try:
-        yield paused
+        yield lambda server: resume(paused[server.base_url])
     finally:
         for pids in paused.values():
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-
-
-def resume_engine(paused: dict[str, list[int]], server: RunningVllmServer) -> None:
-    """Resume one server paused by `paused_engines` before the block ends."""
-    for pid in paused.get(server.base_url, []):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
+            resume(pids)
 
 
 def stop_vllm_server(server: RunningVllmServer, timeout_seconds: float = 30) -> None:

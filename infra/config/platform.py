@@ -76,7 +76,8 @@ class SecurityConfig(StrictModel):
     internal load-balancer subnets) and rejects this key."""
     prometheus_pod_labels: Labels = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
     """Labels of the Prometheus server pods (in `monitoring.namespace`) that scrape vLLM's
-    `/metrics`; the kube-prometheus-stack default. Nothing else in that namespace reaches vLLM."""
+    `/metrics` and the router's metrics ports; the kube-prometheus-stack default. Nothing else in
+    that namespace reaches vLLM or the router."""
 
 
 class IngressConfig(StrictModel):

@@ -1,12 +1,16 @@
 # Quick start (README.md):
-#   make dev    set up .venv, render the dev stack offline and print its capacity plan
+#   make dev    set up .venv, render the dev stack offline and print its capacity plan (without the
+#               pinned charts in the chart cache, it renders our objects and every release's values and
+#               lists the releases it could not expand)
 #   make test   set up everything the suite needs (venvs, promtool, vLLM CPU build, checkov) and run it
+#   make charts download and verify the pinned Helm charts into the chart cache (needs the network;
+#               `vllm-platform charts pull --from-git DIR` builds them from git mirrors instead)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: dev test setup setup-test lint render-all clean
+.PHONY: dev test setup setup-test lint render-all charts clean
 
 $(BIN)/vllm-platform: pyproject.toml model-cache/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,11 +21,14 @@ $(BIN)/vllm-platform: pyproject.toml model-cache/pyproject.toml
 setup: $(BIN)/vllm-platform
 
 dev: setup
-	$(BIN)/vllm-platform render dev --out out/dev
+	$(BIN)/vllm-platform render dev --out out/dev --allow-missing-charts
 	$(BIN)/vllm-platform plan dev
 
 render-all: setup
 	for stack in dev staging prod; do $(BIN)/vllm-platform render $$stack --out out/$$stack || exit 1; done
+
+charts: setup
+	$(BIN)/vllm-platform charts pull
 
 setup-test: setup
 	bash scripts/setup-test-tools.sh

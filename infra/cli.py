@@ -1,4 +1,5 @@
-"""`vllm-platform`: validate, render and plan stacks offline; smoke-test a deployed endpoint."""
+"""`vllm-platform`: validate, render and plan stacks offline; pull the pinned charts; smoke-test a deployed
+endpoint."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from components.helm.cache import ChartCacheError
 from infra.config import ConfigError
 
 EXIT_INVALID_CONFIG = 2
@@ -39,12 +41,24 @@ def command_validate(args: argparse.Namespace) -> int:
 def command_render(args: argparse.Namespace) -> int:
     from infra.render import render_stack, summarize, write_render
 
-    result = render_stack(args.stack, stack_file=_stack_file(args))
+    result = render_stack(
+        args.stack, stack_file=_stack_file(args), allow_missing_charts=args.allow_missing_charts
+    )
     out_dir = Path(args.out) if args.out else Path("out") / args.stack
     write_render(result, out_dir)
     print(summarize(result))
     print(f"  written to {out_dir}/")
     return 0
+
+
+def command_charts(args: argparse.Namespace) -> int:
+    from infra.charts import command_digest, command_pull, command_verify
+
+    if args.charts_command == "pull":
+        return command_pull(args.dest, args.from_git, args.names)
+    if args.charts_command == "verify":
+        return command_verify(args.dest)
+    return command_digest(args.path)
 
 
 def command_images(args: argparse.Namespace) -> int:
@@ -154,7 +168,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_stack_arguments(render)
     render.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
+    render.add_argument(
+        "--allow-missing-charts",
+        action="store_true",
+        help="succeed without the pinned charts in the chart cache: write our own objects and every "
+        "release's values, and list the releases not expanded (`make dev` does this offline)",
+    )
     render.set_defaults(handler=command_render)
+
+    charts = commands.add_parser(
+        "charts", help="the pinned Helm charts: pull them into the chart cache, verify it, digest a chart"
+    )
+    charts_commands = charts.add_subparsers(dest="charts_command", required=True)
+    pull = charts_commands.add_parser(
+        "pull",
+        help="download every locked chart with Helm's client, verify its digests, store it in the cache",
+    )
+    pull.add_argument(
+        "--dest", metavar="DIR", help="chart cache (default: $VLLM_PLATFORM_CHART_CACHE or the user cache)"
+    )
+    pull.add_argument(
+        "--from-git",
+        metavar="DIR",
+        help="build the charts from local git mirrors of their sources (<owner>+<name> or <owner>/<name>) "
+        "at the locked tags instead of downloading them",
+    )
+    pull.add_argument("names", nargs="*", metavar="CHART", help="only these charts (default: all locked)")
+    verify = charts_commands.add_parser(
+        "verify", help="check every locked chart in the cache against the lock"
+    )
+    verify.add_argument("--dest", metavar="DIR", help="chart cache (default as for pull)")
+    digest = charts_commands.add_parser(
+        "digest", help="the lock digest of a chart directory or package and of its subcharts (for bumps)"
+    )
+    digest.add_argument("path", help="a chart directory or .tgz package")
+    charts.set_defaults(handler=command_charts)
 
     images = commands.add_parser(
         "images", help="every container image the stack pulls (ours and the charts'), for mirroring"
@@ -217,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return EXIT_INVALID_CONFIG
+    except ChartCacheError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
     except BrokenPipeError:
         # `vllm-platform plan prod | head`: the reader left; that is not an error of ours.
         sys.stderr.close()

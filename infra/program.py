@@ -12,19 +12,29 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.cluster_context import ClusterContext
+from components.helm.cache import ChartCacheError, check_cache
 from components.platform import KubernetesPlatform, KubernetesPlatformArgs
 from infra.config import ConfigError, PlatformConfig
 from infra.kubernetes_provider import existing_cluster_provider
 from infra.stack_checks import load_from_pulumi
 
 
-def run_program(stack_file_display: str | None = None) -> dict[str, Any]:
-    """Build every resource for the current stack; returns (and exports) the stack outputs."""
+def run_program(stack_file_display: str | None = None, *, check_charts: bool = True) -> dict[str, Any]:
+    """Build every resource for the current stack; returns (and exports) the stack outputs.
+
+    `check_charts`: refuse to start while a pinned chart is missing from the chart cache or differs
+    from the lock, before any resource is registered (so `pulumi up` changes nothing). The offline
+    render checks each release itself (infra/render.py), so it passes False.
+    """
     try:
         config = load_from_pulumi(stack_file_display=stack_file_display)
     except ConfigError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback.
         raise pulumi.RunError(str(error)) from None
+    if check_charts:
+        problems = check_cache()
+        if problems:
+            raise pulumi.RunError(str(ChartCacheError(problems)))
     outputs = build_platform(config)
     for key, value in outputs.items():
         pulumi.export(key, value)

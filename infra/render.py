@@ -18,7 +18,15 @@ from typing import Any
 
 import yaml
 
+from components.helm.cache import (
+    PULL_COMMAND,
+    CacheProblem,
+    ChartCacheError,
+    cache_problems,
+    lock_entry_for_path,
+)
 from components.helm.engine import ChartObject, asks_api_versions, crd_api_versions, render_chart
+from components.helm.lock import LockedChart
 from infra.config import PlatformConfig
 from infra.config.loader import display_path, read_stack_file, stack_file_for
 
@@ -26,7 +34,7 @@ PLACEHOLDER_ACCOUNT_ID = "123456789012"
 PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID = "sg-0cluster0000000000"
 KUBERNETES_PREFIX = "kubernetes:"
 CHART_RELEASE_TYPE = "kubernetes:helm.sh/v4:Chart"
-"""components/helm/release.py CHART_RESOURCE_TYPE: a release of a vendored chart."""
+"""components/helm/release.py CHART_RESOURCE_TYPE: a release of a pinned chart (from the chart cache)."""
 # Pulumi's wire format marks secret values with this signature key.
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 
@@ -60,6 +68,8 @@ class RenderResult:
     outputs: dict[str, Any] = field(default_factory=dict)
     chart_objects: list[ChartObject] = field(default_factory=list)
     """Every object the chart releases render to, hooks included (components/helm/engine.py)."""
+    unexpanded_releases: list[str] = field(default_factory=list)
+    """Releases whose chart is not in the chart cache, rendered as values only (allow_missing_charts)."""
 
     @property
     def kubernetes_objects(self) -> list[dict[str, Any]]:
@@ -68,7 +78,7 @@ class RenderResult:
 
     @property
     def helm_releases(self) -> list[dict[str, Any]]:
-        """Each chart release's inputs: `chart` (the vendored path), `name`, `namespace`, `values`."""
+        """Each chart release's inputs: `chart` (its chart cache path), `name`, `namespace`, `values`."""
         return [r.inputs for r in self.resources if r.type == CHART_RELEASE_TYPE]
 
     @property
@@ -232,8 +242,11 @@ def _make_mocks(region: str, records: list[RecordedResource]):
             )
             pending = _pending_parents.pop((args.typ, args.name), "")
             ignored = _pending_ignore_changes.pop((args.typ, args.name), ())
-            records.append(RecordedResource(args.typ, args.name, inputs, pending, bool(args.custom),
-                                            ignore_changes=ignored))
+            records.append(
+                RecordedResource(
+                    args.typ, args.name, inputs, pending, bool(args.custom), ignore_changes=ignored
+                )
+            )
             return [resource_id, outputs]
 
         def call(self, args: pulumi.runtime.MockCallArgs):
@@ -283,8 +296,15 @@ def _make_mocks(region: str, records: list[RecordedResource]):
     return mocks, ParentRecordingMonitor(mocks)
 
 
-def render_stack(stack: str, *, stack_file: Path | None = None) -> RenderResult:
-    """Run the Pulumi program for one stack under mocks; raises ConfigError for an invalid config."""
+def render_stack(
+    stack: str, *, stack_file: Path | None = None, allow_missing_charts: bool = False
+) -> RenderResult:
+    """Run the Pulumi program for one stack under mocks; raises ConfigError for an invalid config.
+
+    Chart releases are expanded from the verified chart cache; a chart that differs from the lock
+    always raises ChartCacheError, a missing one too unless `allow_missing_charts`, when the release
+    is listed in `unexpanded_releases` and only its values are rendered.
+    """
     path = stack_file or stack_file_for(stack)
     shown = display_path(path)
     # Validate (with the full message) before starting the runtime: bad input must never turn into
@@ -295,7 +315,9 @@ def render_stack(stack: str, *, stack_file: Path | None = None) -> RenderResult:
     raw_config = read_stack_file(path)
     # Each render gets a fresh context: the Pulumi runtime keeps its state in context variables.
     result = contextvars.Context().run(_render_in_context, stack, shown, raw_config)
-    result.chart_objects = expand_chart_releases(result, config)
+    result.chart_objects, result.unexpanded_releases = expand_chart_releases(
+        result, config, allow_missing_charts=allow_missing_charts
+    )
     return result
 
 
@@ -317,13 +339,29 @@ def _operator_api_versions(config: PlatformConfig) -> set[str]:
     return set()
 
 
-def expand_chart_releases(result: RenderResult, config: PlatformConfig) -> list[ChartObject]:
+def expand_chart_releases(
+    result: RenderResult, config: PlatformConfig, *, allow_missing_charts: bool = False
+) -> tuple[list[ChartObject], list[str]]:
     """Render every chart release with Helm, as `helm.v4.Chart` would at `pulumi up`.
 
     Twice: the first pass finds the CustomResourceDefinitions the stack installs, so the second
     renders with `.Capabilities.APIVersions` as they are once the stack is up (docs/charts.md).
+    Each release's chart is checked against the lock first; returns the objects and the releases
+    left unexpanded because their chart is not in the cache (only with `allow_missing_charts`).
     """
-    releases = [r.inputs for r in result.resources if r.type == CHART_RELEASE_TYPE]
+    problems: list[CacheProblem] = []
+    missing: list[str] = []
+    releases = []
+    for release in (r.inputs for r in result.resources if r.type == CHART_RELEASE_TYPE):
+        found = cache_problems(lock_entry_for_path(release["chart"]), Path(release["chart"]).parents[1])
+        if not found:
+            releases.append(release)
+        elif allow_missing_charts and all(problem.missing for problem in found):
+            missing.append(release["name"])
+        else:
+            problems.extend(p for p in found if p not in problems)
+    if problems:
+        raise ChartCacheError(problems)
 
     def render(
         release: dict[str, Any], api_versions: set[str], cluster_scoped: set[str]
@@ -348,10 +386,13 @@ def expand_chart_releases(result: RenderResult, config: PlatformConfig) -> list[
         if asks_api_versions(Path.cwd() / release["chart"]) or custom_cluster_scoped:
             rendered = render(release, api_versions, cluster_scoped)
         objects.extend(rendered)
-    return objects
+    return objects, sorted(missing)
 
 
-def _render_in_context(stack: str, shown: str, raw_config: dict[str, Any]) -> RenderResult:
+def _render_in_context(
+    stack: str, shown: str, raw_config: dict[str, Any], check_charts: bool = False
+) -> RenderResult:
+    """The program under mocks; `check_charts` runs the chart-cache check `pulumi up` runs (tests)."""
     import pulumi
     from pulumi.runtime import config as runtime_config
     from pulumi.runtime.stack import run_pulumi_func
@@ -372,7 +413,7 @@ def _render_in_context(stack: str, shown: str, raw_config: dict[str, Any]) -> Re
     result = RenderResult(stack=stack, stack_file=shown, resources=records)
 
     def program() -> Any:
-        outputs = run_program(stack_file_display=shown)
+        outputs = run_program(stack_file_display=shown, check_charts=check_charts)
 
         def keep(values: dict[str, Any]) -> None:
             result.outputs.update(unwrap_secrets(values))
@@ -407,8 +448,12 @@ def write_render(result: RenderResult, out_dir: Path) -> None:
     for release in result.helm_releases:
         target = out_dir / "helm" / f"{release.get('namespace', 'default')}-{release['name']}.yaml"
         target.parent.mkdir(parents=True, exist_ok=True)
-        chart_version = str(chart_metadata(release)["version"])
-        target.write_text(yaml.safe_dump({**release, "chartVersion": chart_version}, sort_keys=False))
+        # The chart by name, version and digest, not by its cache path (which differs per machine).
+        entry = chart_metadata(release)
+        written = {**release, "chart": entry.name, "chartVersion": entry.version, "chartDigest": entry.digest}
+        if release["name"] in result.unexpanded_releases:
+            written["expanded"] = False
+        target.write_text(yaml.safe_dump(written, sort_keys=False))
     for item in result.chart_objects:
         if item.is_hook:
             continue  # helm.v4.Chart does not apply hooks; tests/test_chart_objects.py reports any
@@ -430,14 +475,14 @@ def _redact_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
     return {key: ("[secret]" if key == "kubeconfig" else value) for key, value in outputs.items()}
 
 
-def chart_metadata(release: dict[str, Any]) -> dict[str, Any]:
-    """The Chart.yaml of the vendored chart a release installs (its `chart` input is that directory)."""
-    return yaml.safe_load((Path.cwd() / release["chart"] / "Chart.yaml").read_text())
+def chart_metadata(release: dict[str, Any]) -> LockedChart:
+    """The lock entry of the chart a release installs (its `chart` input is that chart's cache path)."""
+    return lock_entry_for_path(release["chart"])
 
 
 def _release_versions(result: RenderResult) -> list[tuple[str, str]]:
     releases = [(release["name"], chart_metadata(release)) for release in result.helm_releases]
-    return [(f"{name} ({chart['name']})", str(chart["version"])) for name, chart in releases]
+    return [(f"{name} ({chart.name})", chart.version) for name, chart in releases]
 
 
 def summarize(result: RenderResult) -> str:
@@ -451,4 +496,10 @@ def summarize(result: RenderResult) -> str:
         "  helm: " + ", ".join(sorted(f"{name}@{version}" for name, version in _release_versions(result))),
         "  aws: " + ", ".join(f"{kind} {count}" for kind, count in sorted(aws_types.items())),
     ]
+    if result.unexpanded_releases:
+        lines.append(
+            f"  not expanded ({len(result.unexpanded_releases)} of {len(result.helm_releases)} releases: "
+            f"their charts are not in the chart cache; values written, objects not; run `{PULL_COMMAND}`): "
+            + ", ".join(result.unexpanded_releases)
+        )
     return "\n".join(lines)

@@ -12,14 +12,45 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from components.helm.lock import LOCK_PATH, lock_problems
 from infra.config import ConfigError, PlatformConfig, load_pulumi_config, load_stack_config
 from infra.config.loader import display_path, stack_file_for
+
+
+class ChartLockError(ConfigError):
+    """The chart lock cannot pin what infra/versions.py pins: no stack may render or deploy."""
+
+    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
+        self.lock_problems = problems
+        super().__init__(str(display_path(LOCK_PATH)), [])
+
+    def render(self) -> str:
+        count = len(self.lock_problems)
+        lines = [f"{self.stack_file}: invalid chart lock ({count} problem{'s' if count != 1 else ''})"]
+        for key, value, fix in self.lock_problems:
+            lines += [f"  {key} = {value}", f"    {fix}"]
+        return "\n".join(lines)
+
+
+def check_chart_lock() -> None:
+    """Every chart pin has a lock entry at its version and repository, and every entry a digest."""
+    from infra import versions
+
+    pins = {
+        pin.chart: (pin.version, pin.repository)
+        for name, pin in vars(versions).items()
+        if name.endswith("_CHART") and isinstance(pin, versions.ChartPin)
+    }
+    problems = lock_problems(pins)
+    if problems:
+        raise ChartLockError(problems)
 
 
 def check_platform(config: PlatformConfig, *, stack_file: str) -> PlatformConfig:
     """Every cross-component check; raises one ConfigError listing every problem found."""
     from infra.validation import platform_problems
 
+    check_chart_lock()
     problems = platform_problems(config)
     if problems:
         raise ConfigError(stack_file, problems)

@@ -84,13 +84,14 @@ DEFAULT_KUBERNETES_VERSION = "1.34"
 # kubernetes-validate 1.37.0 ships schemas for.
 SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 
-# Third-party add-ons (components/gpu_addons.py, monitoring.py, cluster_addons.py). Each chart is
-# vendored under charts/<chart>/ from its upstream git repository at the release tag named in
-# `source` and locked in charts/charts.lock.yaml (tag, commit, digest; tests/test_chart_lock.py
-# checks pin, lock and files agree). Each is the newest published release as of the pin date that
-# supports Kubernetes 1.32-1.35 (its Chart.yaml kubeVersion). To bump: scripts/vendor-chart.py
-# (docs/charts.md), read the chart's values diff against our *_values code, update pin and date.
-_VENDORED = "vendored in charts/ (charts/charts.lock.yaml)"
+# Third-party add-ons (components/gpu_addons.py, monitoring.py, cluster_addons.py). Each chart is a
+# dependency, not our source: locked in components/helm/charts.lock.yaml (repository, the upstream
+# release tag named in `source` and its commit, the chart's digest and the repository's package
+# digest; tests/test_chart_lock.py checks pin and lock agree), pulled and verified into the chart
+# cache by `vllm-platform charts pull` (docs/charts.md). Each is the newest published release as of the pin date that
+# supports Kubernetes 1.32-1.35 (its Chart.yaml kubeVersion). To bump: docs/charts.md ("Bumping a
+# chart"), read the chart's values diff against our *_values code, update pin, lock and date.
+_VENDORED = "locked in components/helm/charts.lock.yaml"
 NVIDIA_DEVICE_PLUGIN_CHART = ChartPin(
     chart="nvidia-device-plugin",
     version="0.20.0",
@@ -193,7 +194,7 @@ CLUSTER_AUTOSCALER_CHART = ChartPin(
     f"chart 9.46.3; the image is chosen per Kubernetes minor below); {_VENDORED}",
     pinned_on="2026-12-01",
 )
-# Argo Rollouts (canary rollouts, issue 16): vendored and locked, not installed yet.
+# Argo Rollouts (canary rollouts, issue 16).
 ARGO_ROLLOUTS_CHART = ChartPin(
     chart="argo-rollouts",
     version="2.41.0",

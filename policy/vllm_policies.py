@@ -426,13 +426,24 @@ _VERSION_RANGE = re.compile(r"[\^~*<>=|xX ]|^$")
 
 def check_helm_charts_pinned(resource: Resource, settings: PolicySettings) -> list[str]:
     if resource.type == HELM_CHART_TYPE:
-        # The stack installs only vendored, locked charts (charts/): a repository or OCI reference
-        # would deploy something the render never expanded.
+        # The stack installs only locked charts from the verified chart cache
+        # (<cache>/<name>-<version>/<name>, checked against the lock before the program registers
+        # anything): a repository or OCI reference would deploy something the render never expanded.
         chart = str(resource.props.get("chart") or "")
-        vendored = chart.split("/")[-2:-1] == ["charts"] and "://" not in chart
-        if resource.props.get("repositoryOpts") or not vendored:
-            return [f"Helm chart '{chart}' is not a vendored chart directory (charts/<name>); vendor it "
-                    "(scripts/vendor-chart.py) and install it from there"]
+        parts = chart.rstrip("/").split("/")
+        cached = (
+            "://" not in chart
+            and chart.startswith("/")
+            and len(parts) >= 3
+            and parts[-2].startswith(f"{parts[-1]}-")
+            and parts[-2] != f"{parts[-1]}-"
+        )
+        if resource.props.get("repositoryOpts") or not cached:
+            return [
+                f"Helm chart '{chart}' is not a chart from the verified chart cache "
+                "(<cache>/<name>-<version>/<name>); pin and lock it (docs/charts.md), run "
+                "`vllm-platform charts pull`, and install it from there"
+            ]
         return []
     if resource.type != HELM_RELEASE_TYPE:
         return []
@@ -513,8 +524,10 @@ CHART_WEBHOOK_CERTIFICATES = frozenset({("kube-system", "aws-load-balancer-tls")
 
 def _is_chart_webhook_certificate(resource: Resource) -> bool:
     metadata = _mapping(resource.props.get("metadata"))
-    return resource.props.get("type") == "kubernetes.io/tls" and (
-        metadata.get("namespace"), metadata.get("name")) in CHART_WEBHOOK_CERTIFICATES
+    return (
+        resource.props.get("type") == "kubernetes.io/tls"
+        and (metadata.get("namespace"), metadata.get("name")) in CHART_WEBHOOK_CERTIFICATES
+    )
 
 
 def check_no_secret_literals(resource: Resource, settings: PolicySettings) -> list[str]:
@@ -547,8 +560,10 @@ def check_no_secret_literals(resource: Resource, settings: PolicySettings) -> li
                         "anyone with "
                         "read access to the namespace — keep credentials in the secret store"
                     )
-    if resource.kind == "Secret" and not _is_chart_webhook_certificate(resource) and (
-        _mapping(resource.props.get("data")) or _mapping(resource.props.get("stringData"))
+    if (
+        resource.kind == "Secret"
+        and not _is_chart_webhook_certificate(resource)
+        and (_mapping(resource.props.get("data")) or _mapping(resource.props.get("stringData")))
     ):
         problems.append(
             "a Secret with literal data puts the value in the Pulumi program and state; sync it from the "

@@ -1,1 +1,1 @@
-"""Helm charts the stack installs: the vendored, locked copies under charts/."""
+"""Helm charts the stack installs: the lock, the verified chart cache, Helm's engine, releases."""

@@ -1,9 +1,11 @@
-"""How a pinned, vendored chart becomes a release: the one place every add-on goes through.
+"""How a pinned chart becomes a release: the one place every add-on goes through.
 
-A release is a `kubernetes.helm.v4.Chart` over the chart directory vendored in `charts/` (locked in
-charts/charts.lock.yaml), never a chart repository: what `pulumi up` installs is exactly what
-`vllm-platform render` expanded and the suite checked, and an air-gapped cluster needs no chart
-repository. Why `helm.v4.Chart` and not `helm.v3.Release` (docs/charts.md): v4 renders the chart
+A release is a `kubernetes.helm.v4.Chart` over the chart's directory in the verified chart cache
+(components/helm/cache.py; filled by `vllm-platform charts pull`, checked against
+components/helm/charts.lock.yaml), never a chart repository at deploy time: what `pulumi up`
+installs is exactly what `vllm-platform render` expanded and the suite checked, and `pulumi up`
+refuses to start while a chart is missing or differs from the lock (infra/program.py).
+Why `helm.v4.Chart` and not `helm.v3.Release` (docs/charts.md): v4 renders the chart
 into individual Kubernetes resources, so `pulumi preview` shows a per-object diff, the policy pack
 sees every object, and server-side apply owns them; Helm hooks are not run, so no chart we install
 may depend on one (tests/test_chart_objects.py checks every render for hook objects).
@@ -11,16 +13,15 @@ may depend on one (tests/test_chart_objects.py checks every render for hook obje
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.helm.lock import vendored_chart_dir
+from components.helm.cache import cached_chart_path
+from components.helm.lock import load_lock
 from components.labels import PART_OF
 from infra.versions import ChartPin
 
@@ -28,12 +29,12 @@ CHART_RESOURCE_TYPE = "kubernetes:helm.sh/v4:Chart"
 
 
 def chart_reference(pin: ChartPin) -> str:
-    """The `chart` input Pulumi gets: the vendored directory relative to the working directory.
+    """The `chart` input Pulumi gets: the pinned chart's directory in the chart cache.
 
-    Pulumi runs the program from the project directory (where Pulumi.yaml and charts/ are), so this
-    is `charts/<chart>` there; relative, so state and preview diffs do not carry a checkout's path.
+    The path itself is not checked here: `pulumi preview`/`up` check every cached chart against the
+    lock before any resource is registered, and `render` checks each release before expanding it.
     """
-    return os.path.relpath(vendored_chart_dir(pin.chart), Path.cwd())
+    return str(cached_chart_path(load_lock()[pin.chart]))
 
 
 @dataclass(frozen=True)

@@ -152,14 +152,13 @@ CHART_VERSION_KEYS = ("chart_version", "aws_provider_chart_version")
 
 
 def reject_chart_version(data: Any) -> None:
-    """Charts are vendored and locked: a stack cannot install a version that is not in the repository."""
+    """Charts are pinned and locked: a stack cannot install a version that is not in the lock."""
     keys = [key for key in CHART_VERSION_KEYS if isinstance(data, dict) and key in data]
     if keys:
         raise ValueError(
-            f"{keys[0]} is no longer a setting: every chart is vendored in charts/ and locked in "
-            "charts/charts.lock.yaml, so a stack cannot pick another version; remove the key, or vendor "
-            "the version you need (scripts/vendor-chart.py) and change its pin in infra/versions.py "
-            "(docs/charts.md)"
+            f"{keys[0]} is no longer a setting: every chart is pinned in infra/versions.py and locked in "
+            "components/helm/charts.lock.yaml, so a stack cannot pick another version; remove the key, "
+            "or bump the pin and its lock entry (docs/charts.md, 'Bumping a chart')"
         )
 
 
@@ -412,7 +411,7 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
 
 
 class AddonsConfig(StrictModel):
-    """Cluster add-ons from vendored, locked upstream charts (charts/, pins in infra/versions.py). Each
+    """Cluster add-ons from pinned, locked upstream charts (infra/versions.py, docs/charts.md). Each
     takes `enabled` (default per `cluster.mode`, see ADDON_DEFAULTS); versions are not a stack setting."""
 
     nvidia_device_plugin: NvidiaDevicePluginConfig = NvidiaDevicePluginConfig()

@@ -1,6 +1,0 @@
-# Copyright IBM Corp. 2018, 2026
-# SPDX-License-Identifier: MPL-2.0
-
-path "database/creds/db-backup" {
-  capabilities = ["read"]
-}

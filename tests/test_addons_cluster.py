@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from components.cluster_addons import EFS_STORAGE_CLASS, IRSA_ANNOTATION
+from components.helm.cache import chart_cache_dir
 from components.service_accounts import AWS_LOAD_BALANCER_CONTROLLER, CLUSTER_AUTOSCALER, EFS_CSI_CONTROLLER
 from infra import versions
 from infra.config import ConfigError, PlatformConfig
@@ -94,16 +95,16 @@ CHART_PINS = [pin for pin in vars(versions).values() if isinstance(pin, versions
 # --- pins ----------------------------------------
 
 
-def test_every_release_installs_the_vendored_chart_of_its_pin(stack_render: RenderResult) -> None:
+def test_every_release_installs_the_cached_chart_of_its_pin(stack_render: RenderResult) -> None:
     pins = {pin.chart: pin for pin in CHART_PINS}
     assert stack_render.helm_releases
     for rendered_release in stack_render.helm_releases:
         chart_dir = Path(rendered_release["chart"])
         pin = pins.get(chart_dir.name)
         assert pin is not None, f"{rendered_release['chart']} has no ChartPin in infra/versions.py"
-        # A local path, never a chart repository: what deploys is what the render expanded.
-        assert chart_dir == Path("charts") / pin.chart
-        assert yaml.safe_load((chart_dir / "Chart.yaml").read_text())["version"] == pin.version
+        # The chart cache's verified directory, never a chart repository: what deploys is what the
+        # render expanded.
+        assert chart_dir == chart_cache_dir() / f"{pin.chart}-{pin.version}" / pin.chart
 
 
 def test_every_chart_pin_records_repository_source_and_date() -> None:
@@ -123,7 +124,7 @@ def test_every_chart_pin_records_repository_source_and_date() -> None:
         ("monitoring", "chart_version"),
     ],
 )
-def test_a_stack_cannot_pick_a_chart_version_that_is_not_vendored(
+def test_a_stack_cannot_pick_a_chart_version_that_is_not_locked(
     tmp_path: Path, section: str, key: str
 ) -> None:
     def override(values: dict[str, Any]) -> None:
@@ -133,7 +134,7 @@ def test_a_stack_cannot_pick_a_chart_version_that_is_not_vendored(
     message = config_error(tmp_path, override)
     assert f"vllm-platform:{section}" in message
     assert f"{key} is no longer a setting" in message
-    assert "scripts/vendor-chart.py" in message and "infra/versions.py" in message
+    assert "charts.lock.yaml" in message and "infra/versions.py" in message
 
 
 def test_cluster_autoscaler_image_matches_every_supported_kubernetes_minor() -> None:

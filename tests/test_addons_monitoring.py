@@ -18,6 +18,7 @@ from components.scrape import creates_monitor_objects
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import model_workloads, rendered
+from tests.support.charts import require_charts
 from tests.test_addons_cluster import (
     as_int,
     config_error,
@@ -263,6 +264,7 @@ def test_prometheus_url_follows_the_monitoring_namespace() -> None:
 
 
 def test_dcgm_exporter_reads_the_gpus_every_five_seconds_with_the_default_counters() -> None:
+    require_charts()
     [daemonset] = [o for o in rendered("prod").deployed_chart_objects
                    if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "dcgm-exporter"]
     [container] = daemonset["spec"]["template"]["spec"]["containers"]
@@ -271,6 +273,7 @@ def test_dcgm_exporter_reads_the_gpus_every_five_seconds_with_the_default_counte
 
 
 def test_prod_alertmanager_chart_renders_no_secret_of_its_own() -> None:
+    require_charts()
     secrets = [o for o in rendered("prod").deployed_chart_objects
                if o["kind"] == "Secret" and "alertmanager" in o["metadata"]["name"]]
     assert secrets == []

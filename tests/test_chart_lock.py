@@ -1,40 +1,40 @@
-"""The vendored Helm charts (charts/) agree with their lock (charts/charts.lock.yaml) and with the
-chart pins in infra/versions.py, and the real Helm engine (helm-python-sdk) loads and lints them.
+"""The chart lock (components/helm/charts.lock.yaml) agrees with the chart pins in infra/versions.py,
+the charts are not in the repository, and the cached charts agree with the lock and load and lint
+in Helm's own engine (helm-python-sdk).
 
-The lock is written by scripts/vendor-chart.py from the upstream git repositories at the release
-tags; these tests catch a chart edited in place, a dependency missing or at a version its parent's
-Chart.yaml does not allow (Helm's own `dependency list` decides), and a pin bumped without vendoring.
+The lock and pin checks need nothing but the repository. The checks of the charts themselves need
+the pinned charts in the verified chart cache (`vllm-platform charts pull`); without it they are
+skipped with that reason (tests/support/charts.py), and the chart data (`$VLLM_PLATFORM_CHART_DATA`)
+is checked against the lock instead.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import re
-import shutil
+import subprocess
 from pathlib import Path
 
 import helm_python
 import pytest
 import yaml
 
-from components.helm.lock import (
-    CHARTS_DIR,
-    LOCK_PATH,
-    LockedChart,
-    load_lock,
-    tree_digest,
-    vendored_chart_dir,
-)
-from infra import versions
+from components.helm.cache import cached_chart_path
+from components.helm.lock import LOCK_PATH, LockedChart, load_lock
+from infra import cli, versions
+from tests.support.charts import chart_data, require_charts
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCK = load_lock()
 
-# Charts vendored and locked for an issue that does not install them yet; each one still needs a pin.
-VENDORED_NOT_INSTALLED: dict[str, str] = {}
+# Charts pinned and locked for an issue that does not install them yet; each one still needs a pin.
+PINNED_NOT_INSTALLED: dict[str, str] = {}
 
 # The modules that install charts: every installed pin is one of their globals.
 INSTALLING_MODULES = ("components.gpu_addons", "components.monitoring", "components.cluster_addons")
+
+# Our own charts, for the tests of Helm's engine and of `charts pull`; nothing upstream.
+OWN_TEST_CHARTS = REPO_ROOT / "tests" / "data" / "charts"
 
 
 def chart_pins() -> dict[str, versions.ChartPin]:
@@ -43,64 +43,49 @@ def chart_pins() -> dict[str, versions.ChartPin]:
     return {pin.chart: pin for pin in pins}
 
 
-def locked_dirs() -> list[tuple[str, LockedChart, Path]]:
-    """(id, entry, vendored directory) for every chart and subchart in the lock."""
+def all_entries() -> list[tuple[str, LockedChart, LockedChart]]:
+    """(id, entry, its top-level chart) for every chart and subchart in the lock."""
     out = []
     for entry in LOCK.values():
-        parent_dir = vendored_chart_dir(entry.name)
-        out.append((entry.name, entry, parent_dir))
-        out.extend(
-            (f"{entry.name}/{dep.name}", dep, parent_dir / "charts" / dep.name) for dep in entry.dependencies
-        )
+        out.append((entry.name, entry, entry))
+        out.extend((f"{entry.name}/{dep.name}", dep, entry) for dep in entry.dependencies)
     return out
 
 
-LOCKED = locked_dirs()
-LOCKED_IDS = [item[0] for item in LOCKED]
+ENTRIES = all_entries()
+ENTRY_IDS = [item[0] for item in ENTRIES]
 
 
-def chart_yaml(directory: Path) -> dict:
-    return yaml.safe_load((directory / "Chart.yaml").read_text())
+def test_no_upstream_chart_is_tracked_in_the_repository():
+    """A chart (a Chart.yaml beside templates/) may only be one of our own test charts."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    paths = {Path(p) for p in tracked.split("\0") if p}
+    charts = {
+        path.parent
+        for path in paths
+        if path.name == "Chart.yaml"
+        and any(p.parts[: len(path.parent.parts) + 1] == (*path.parent.parts, "templates") for p in paths)
+    }
+    outside = sorted(str(c) for c in charts if not (REPO_ROOT / c).is_relative_to(OWN_TEST_CHARTS))
+    assert not outside, f"upstream charts belong in the chart cache, not the repository: {outside}"
+    assert charts, "the check must see our own test charts under tests/data/charts"
 
 
-@pytest.mark.parametrize(("label", "entry", "directory"), LOCKED, ids=LOCKED_IDS)
-def test_every_locked_chart_is_vendored_with_the_locked_name_version_and_app_version(label, entry, directory):
-    assert directory.is_dir(), f"{label}: {directory} is missing; run scripts/vendor-chart.py"
-    meta = chart_yaml(directory)
-    assert (meta["name"], str(meta["version"]), str(meta.get("appVersion") or "")) == (
-        entry.name,
-        entry.version,
-        entry.app_version,
-    )
-
-
-@pytest.mark.parametrize(("label", "entry", "directory"), LOCKED, ids=LOCKED_IDS)
-def test_every_locked_chart_records_where_it_came_from(label, entry, directory):
+@pytest.mark.parametrize(("label", "entry", "parent"), ENTRIES, ids=ENTRY_IDS)
+def test_every_locked_chart_records_where_it_came_from_and_its_digest(label, entry, parent):
     assert re.fullmatch(r"[0-9a-f]{40}", entry.commit), f"{label}: commit {entry.commit!r}"
     assert entry.source.startswith("https://github.com/"), f"{label}: source {entry.source!r}"
-    assert entry.tag and entry.path, label
-
-
-@pytest.mark.parametrize(("label", "entry", "directory"), LOCKED, ids=LOCKED_IDS)
-def test_every_vendored_chart_matches_its_locked_digest(label, entry, directory):
-    assert tree_digest(directory) == entry.digest, (
-        f"{label}: the files under {directory.relative_to(CHARTS_DIR.parent)} differ from what was vendored; "
-        "vendor the chart again with scripts/vendor-chart.py instead of editing it"
-    )
-
-
-@pytest.mark.parametrize("name", sorted(LOCK))
-def test_every_dependency_is_vendored_at_a_version_helm_accepts_and_is_locked(name):
-    directory = vendored_chart_dir(name)
-    declared = {dep["name"] for dep in chart_yaml(directory).get("dependencies") or ()}
-    assert declared == {dep.name for dep in LOCK[name].dependencies}
-    for sub in [directory, *(directory / "charts" / dep for dep in declared)]:
-        # "unpacked": a directory charts/<name>/ whose version satisfies the constraint (Helm's check).
-        statuses = {dep["name"]: dep["status"] for dep in helm_python.dependency_list(sub)}
-        assert all(status == "unpacked" for status in statuses.values()), (sub, statuses)
-    locked_versions = {dep.name: dep.version for dep in LOCK[name].dependencies}
-    for dep in declared:
-        assert str(chart_yaml(directory / "charts" / dep)["version"]) == locked_versions[dep]
+    assert entry.tag and entry.path and entry.version, label
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", entry.digest), f"{label}: digest {entry.digest!r}"
+    assert not entry.package_digest or re.fullmatch(r"sha256:[0-9a-f]{64}", entry.package_digest), label
+    assert not entry.oci or entry.oci.startswith("oci://"), label
+    if entry is parent:
+        assert entry.repository.startswith(("https://", "oci://")), f"{label}: no repository to pull from"
 
 
 def test_every_chart_pin_has_a_lock_entry_at_exactly_its_version_and_repository():
@@ -117,68 +102,93 @@ def test_every_pinned_chart_is_installed_by_a_component_except_the_named_ones():
             for value in vars(importlib.import_module(module)).values()
             if isinstance(value, versions.ChartPin)
         }
-    assert set(chart_pins()) - installed == set(VENDORED_NOT_INSTALLED)
+    assert set(chart_pins()) - installed == set(PINNED_NOT_INSTALLED)
 
 
-def test_nothing_but_locked_charts_is_vendored():
-    vendored = {path.name for path in CHARTS_DIR.iterdir() if path.is_dir()}
-    assert vendored == set(LOCK)
-    assert {path.name for path in CHARTS_DIR.iterdir() if path.is_file()} == {LOCK_PATH.name}
+@pytest.mark.parametrize(("label", "entry", "parent"), ENTRIES, ids=ENTRY_IDS)
+def test_the_chart_data_is_of_the_locked_chart_versions(label, entry, parent):
+    folder = chart_data(parent) if entry is parent else chart_data(parent) / "charts" / entry.name
+    meta = yaml.safe_load((folder / "Chart.yaml").read_text())
+    assert (meta["name"], str(meta["version"]), str(meta.get("appVersion") or "")) == (
+        entry.name,
+        entry.version,
+        entry.app_version,
+    ), f"{label}: the chart data is of another release than the lock pins"
 
 
-def test_tree_digest_hashes_each_file_path_and_content_in_path_order(tmp_path):
-    (tmp_path / "templates").mkdir()
-    (tmp_path / "templates" / "a.yaml").write_bytes(b"kind: A\n")
-    (tmp_path / ".helmignore").write_bytes(b"*.swp\n")
-    ignore, template = hashlib.sha256(b"*.swp\n").hexdigest(), hashlib.sha256(b"kind: A\n").hexdigest()
-    lines = [f".helmignore\0{ignore}\n", f"templates/a.yaml\0{template}\n"]
-    assert tree_digest(tmp_path) == "sha256:" + hashlib.sha256("".join(lines).encode()).hexdigest()
-
-
-@pytest.mark.parametrize(
-    "tamper",
-    [
-        pytest.param(
-            lambda d: (d / "values.yaml").write_text((d / "values.yaml").read_text() + "\n"), id="edit"
-        ),
-        pytest.param(
-            lambda d: (d / "templates" / "extra.yaml").write_text("kind: ConfigMap\n"), id="add-file"
-        ),
-        pytest.param(lambda d: (d / "values.yaml").rename(d / "values.yml"), id="rename"),
-        pytest.param(lambda d: (d / "Chart.yaml").unlink(), id="remove"),
-    ],
-)
-def test_a_tampered_copy_of_a_vendored_chart_fails_its_digest(tmp_path, tamper):
-    name = min(LOCK, key=lambda n: sum(1 for _ in vendored_chart_dir(n).rglob("*")))
-    copy = tmp_path / name
-    shutil.copytree(vendored_chart_dir(name), copy)
-    assert tree_digest(copy) == LOCK[name].digest
-    tamper(copy)
-    assert tree_digest(copy) != LOCK[name].digest
+@pytest.mark.parametrize(("label", "entry", "parent"), ENTRIES, ids=ENTRY_IDS)
+def test_every_cached_chart_has_the_locked_name_version_and_app_version(label, entry, parent):
+    require_charts()
+    directory = cached_chart_path(parent)
+    if entry is not parent:
+        directory = directory / "charts" / entry.name
+    meta = yaml.safe_load((directory / "Chart.yaml").read_text())
+    assert (meta["name"], str(meta["version"]), str(meta.get("appVersion") or "")) == (
+        entry.name,
+        entry.version,
+        entry.app_version,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(LOCK))
-def test_every_vendored_chart_loads_in_helm_with_its_locked_subcharts(name):
-    entry = LOCK[name]
-    with helm_python.Chart.load(vendored_chart_dir(name)) as chart:
+def test_every_cached_chart_loads_in_helm_with_its_locked_subcharts_at_versions_helm_accepts(name):
+    require_charts()
+    entry, directory = LOCK[name], cached_chart_path(LOCK[name])
+    with helm_python.Chart.load(directory) as chart:
         assert (chart.name, chart.version, chart.metadata.get("appVersion", "")) == (
             name,
             entry.version,
             entry.app_version,
         )
+        declared = {dep["name"] for dep in chart.metadata.get("dependencies") or ()}
         loaded = sorted((sub["name"], sub["version"]) for sub in chart.dependencies)
-        assert loaded == sorted((dep.name, dep.version) for dep in entry.dependencies)
+    assert declared == {dep.name for dep in entry.dependencies}
+    assert loaded == sorted((dep.name, dep.version) for dep in entry.dependencies)
+    # "unpacked": a directory charts/<name>/ whose version satisfies the constraint (Helm's check).
+    statuses = {dep["name"]: dep["status"] for dep in helm_python.dependency_list(directory)}
+    assert all(status == "unpacked" for status in statuses.values()), statuses
 
 
 @pytest.mark.parametrize(
     "kube_version", [versions.SUPPORTED_KUBERNETES_VERSIONS[0], versions.SUPPORTED_KUBERNETES_VERSIONS[-1]]
 )
 @pytest.mark.parametrize("name", sorted(LOCK))
-def test_every_vendored_chart_lints_without_errors_on_the_supported_kubernetes_versions(name, kube_version):
+def test_every_cached_chart_lints_without_errors_on_the_supported_kubernetes_versions(name, kube_version):
+    require_charts()
     report = helm_python.lint(
-        vendored_chart_dir(name), kube_version=f"v{kube_version}.0", with_subcharts=True
+        cached_chart_path(LOCK[name]), kube_version=f"v{kube_version}.0", with_subcharts=True
     )
     errors = [m for m in report["messages"] if m["severity"] >= 3]
     assert (report["errors"], errors) == ([], [])
     for warning in (m for m in report["messages"] if m["severity"] == 2):
         print(f"{name} (Kubernetes {kube_version}) lint warning: {warning['path']}: {warning['error']}")
+
+
+def _lock_without(tmp_path: Path, change) -> Path:
+    data = yaml.safe_load(LOCK_PATH.read_text())
+    change(data["charts"])
+    path = tmp_path / "charts.lock.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_validate_refuses_a_lock_entry_without_a_digest(tmp_path, monkeypatch, capsys):
+    def drop_digest(charts):
+        next(c for c in charts if c["name"] == "keda").pop("digest")
+
+    monkeypatch.setattr("components.helm.lock.LOCK_PATH", _lock_without(tmp_path, drop_digest))
+    assert cli.main(["validate", "dev"]) == cli.EXIT_INVALID_CONFIG
+    err = capsys.readouterr().err
+    assert "invalid chart lock (1 problem)" in err
+    assert "charts[keda].digest = (missing)" in err and "vllm-platform charts digest" in err
+
+
+def test_validate_refuses_a_chart_pin_without_a_lock_entry(tmp_path, monkeypatch, capsys):
+    def drop_entry(charts):
+        charts[:] = [c for c in charts if c["name"] != "metrics-server"]
+
+    monkeypatch.setattr("components.helm.lock.LOCK_PATH", _lock_without(tmp_path, drop_entry))
+    assert cli.main(["render", "dev", "--allow-missing-charts"]) == cli.EXIT_INVALID_CONFIG
+    err = capsys.readouterr().err
+    assert "charts[metrics-server] = (missing)" in err
+    assert f"infra/versions.py pins metrics-server {versions.METRICS_SERVER_CHART.version}" in err

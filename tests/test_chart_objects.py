@@ -6,31 +6,32 @@ checked across components: checks that were impossible while a release was only 
   agent whose volumes vLLM pods mount runs on GPU nodes too;
 - the Prometheus the chart creates selects our PodMonitor and the DCGM exporter's ServiceMonitor;
 - the adapter registers `custom.metrics.k8s.io` and serves every metric an HPA of ours reads;
-- each component's RBAC grants what its pinned image needs (the autoscaler's volumeattachments);
-- every custom resource, ours and the charts', validates against the CRD schema of the chart that
-  installs it (a real JSON-schema validator over the CRD's openAPIV3Schema).
+- each component's RBAC grants what its pinned image needs (the autoscaler's volumeattachments).
+
+Every test here needs the chart templates, so the pinned charts in the chart cache
+(`vllm-platform charts pull`); without them each is skipped with that reason. The custom resources'
+CRD schemas need only the charts' data: tests/test_custom_resources.py.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import jsonschema
 import pytest
 
-from components.helm.engine import ChartObject, chart_crds
-from components.helm.lock import CHARTS_DIR, load_lock
+from components.helm.engine import ChartObject
 from components.scheduling import untolerated_taints
 from infra.render import RenderResult
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
+from tests.support.charts import require_charts
 from tests.test_addons_cluster import config_of
 
 ALL_STACKS = [*STACKS, "existing"]
 
 
 def _render(stack: str) -> RenderResult:
+    require_charts()
     return rendered(stack, TEST_STACKS_DIR / "Pulumi.existing.yaml" if stack == "existing" else None)
 
 
@@ -87,6 +88,7 @@ NODE_AGENTS = {
 def test_every_gpu_daemonset_tolerates_every_gpu_taint_and_runs_on_gpu_nodes_only(
     stack_render: RenderResult,
 ) -> None:
+    require_charts()
     config = config_of(stack_render)
     groups = config.node_groups.gpu
     daemonsets = [
@@ -110,6 +112,7 @@ def test_every_gpu_daemonset_tolerates_every_gpu_taint_and_runs_on_gpu_nodes_onl
 
 
 def test_node_agents_that_vllm_pods_need_run_on_gpu_nodes_too(stack_render: RenderResult) -> None:
+    require_charts()
     groups = config_of(stack_render).node_groups.gpu
     found = {(item.release, item.name): item for item in _objects(stack_render, kind="DaemonSet")}
     present = [key for key in NODE_AGENTS if key[0] in {r["name"] for r in stack_render.helm_releases}]
@@ -241,80 +244,3 @@ def test_the_rbac_check_catches_the_autoscaler_chart_that_lacked_volumeattachmen
         ],
     }
     assert not _granted([stripped], "storage.k8s.io", "volumeattachments", "list")
-
-
-# --- custom resources against the CRDs of the pinned charts ----------------------------------------
-
-
-@functools.cache
-def _vendored_crds() -> dict[tuple[str, str], dict[str, Any]]:
-    """Every CRD the vendored charts define, keyed (group, kind): their crds/ files, plus the CRDs
-    rendered from templates in the prod stack (KEDA, the load balancer controller ship them there)."""
-    found = [crd for name in load_lock() for crd in chart_crds(CHARTS_DIR / name)]
-    found += [item.object for item in _objects(_render("prod"), kind="CustomResourceDefinition")]
-    crds: dict[tuple[str, str], dict[str, Any]] = {}
-    for crd in found:
-        crds.setdefault((crd["spec"]["group"], crd["spec"]["names"]["kind"]), crd)
-    return crds
-
-
-def _schema_for(obj: Mapping[str, Any]) -> dict[str, Any]:
-    group, _, version = obj["apiVersion"].rpartition("/")
-    crd = _vendored_crds().get((group, obj["kind"]))
-    assert crd is not None, f"no vendored chart defines {obj['kind']}.{group}"
-    (entry,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
-    assert entry.get("served", True), f"{obj['kind']}.{group}/{version} is not served by the pinned chart"
-    return entry["schema"]["openAPIV3Schema"]
-
-
-def _custom_resources(result: RenderResult) -> list[dict[str, Any]]:
-    builtin = (
-        "v1",
-        "apps/",
-        "batch/",
-        "policy/",
-        "rbac.",
-        "networking.k8s.io/",
-        "storage.k8s.io/",
-        "scheduling.k8s.io/",
-        "autoscaling/",
-        "apiextensions.k8s.io/",
-        "apiregistration.k8s.io/",
-        "admissionregistration.k8s.io/",
-        "coordination.k8s.io/",
-        "node.k8s.io/",
-        "discovery.k8s.io/",
-    )
-    return [obj for obj in result.all_kubernetes_objects if not obj["apiVersion"].startswith(builtin)]
-
-
-@pytest.mark.parametrize("stack", ALL_STACKS)
-def test_every_custom_resource_validates_against_its_pinned_crd_schema(stack: str) -> None:
-    resources = _custom_resources(_render(stack))
-    assert resources
-    problems = []
-    for obj in resources:
-        schema = _schema_for(obj)
-        validator = jsonschema.Draft7Validator(schema)
-        for error in validator.iter_errors(obj):
-            where = ".".join(str(part) for part in error.absolute_path)
-            problems.append(f"{obj['kind']} {obj['metadata'].get('name')}: {where}: {error.message}")
-    assert not problems, "\n".join(problems)
-
-
-def test_the_crd_check_catches_a_misspelt_field() -> None:
-    (pod_monitor,) = [m for m in _render("prod").find("PodMonitor") if m["metadata"]["name"] == "vllm"]
-    broken = {**pod_monitor, "spec": {**pod_monitor["spec"], "podMetricsEndpoints": [{"port": 8000}]}}
-    errors = list(jsonschema.Draft7Validator(_schema_for(broken)).iter_errors(broken))
-    assert errors, "a numeric port name must fail the PodMonitor schema"
-
-
-def test_the_vendored_crds_were_found() -> None:
-    kinds = {kind for _, kind in _vendored_crds()}
-    assert {
-        "PodMonitor",
-        "ServiceMonitor",
-        "Prometheus",
-        "ScaledObject",
-        "SecretProviderClass",
-    } <= kinds

@@ -13,19 +13,21 @@ from components.helm.lock import load_lock
 from infra.images import images_of, inventory, unpinned
 from infra.versions import PAUSE_IMAGE, VLLM_IMAGE, VLLM_VERSION
 from tests.conftest import REPO_ROOT, STACKS, rendered
+from tests.support.charts import require_charts
 
 # Charts whose appVersion is not the tag of an image they run here, and why.
 APP_VERSION_NOT_AN_IMAGE_TAG = {
     "secrets-store-csi-driver-provider-aws": "the chart sets no appVersion; its image tag is in values",
     "vault": "appVersion is Vault's server; only the CSI provider (vault-csi-provider) is installed",
     "cluster-autoscaler": "the image is chosen per Kubernetes minor (CLUSTER_AUTOSCALER_IMAGE_TAGS)",
-    "argo-rollouts": "vendored for the canary work, not installed by these stacks yet",
+    "argo-rollouts": "installed by prod only (canary rollouts)",
     "aws-efs-csi-driver": "appVersion 3.4.1 is the driver, image tag v3.4.1: checked below with the v",
 }
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_image_of_the_stack_is_pinned(stack: str) -> None:
+    require_charts()  # the inventory covers the charts' images
     images = inventory(rendered(stack))
     assert len(images) > 15, "the inventory must include the charts' images, not only ours"
     problems = [
@@ -37,6 +39,7 @@ def test_every_image_of_the_stack_is_pinned(stack: str) -> None:
 
 
 def test_the_inventory_sees_pod_templates_operator_arguments_and_custom_resources() -> None:
+    require_charts()  # the inventory covers the charts' images
     references = {use.reference for use in inventory(rendered("prod"))}
     assert {VLLM_IMAGE.reference, PAUSE_IMAGE.reference} <= references
     assert any(ref.startswith("nvcr.io/nvidia/k8s-device-plugin:") for ref in references)
@@ -46,6 +49,7 @@ def test_the_inventory_sees_pod_templates_operator_arguments_and_custom_resource
 
 
 def test_each_installed_chart_runs_the_image_of_its_locked_app_version() -> None:
+    require_charts()  # the inventory covers the charts' images
     result = rendered("prod")
     by_release: dict[str, set[str]] = {}
     for item in result.chart_objects:
@@ -79,6 +83,7 @@ def test_versions_and_digests_are_pinned(reference: str) -> None:
 
 
 def test_the_images_command_lists_them_for_mirroring() -> None:
+    require_charts()
     completed = subprocess.run(
         [str(REPO_ROOT / ".venv" / "bin" / "vllm-platform"), "images", "dev", "--json"],
         capture_output=True,

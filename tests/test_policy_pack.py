@@ -488,10 +488,12 @@ def test_helm_releases_pin_an_exact_chart_version(version: str, pinned: bool) ->
 
 
 @pytest.mark.parametrize(
-    ("inputs", "vendored"),
+    ("inputs", "cached"),
     [
-        ({"chart": "charts/dcgm-exporter"}, True),
-        ({"chart": "../charts/dcgm-exporter"}, True),
+        ({"chart": "/home/u/.cache/vllm-platform/charts/dcgm-exporter-4.8.2/dcgm-exporter"}, True),
+        ({"chart": "/ci/chart-cache/dcgm-exporter-4.8.2/dcgm-exporter/"}, True),
+        ({"chart": "charts/dcgm-exporter"}, False),
+        ({"chart": "/tmp/dcgm-exporter/dcgm-exporter"}, False),
         (
             {"chart": "dcgm-exporter", "repositoryOpts": {"repo": "https://nvidia.github.io/dcgm-exporter"}},
             False,
@@ -500,9 +502,9 @@ def test_helm_releases_pin_an_exact_chart_version(version: str, pinned: bool) ->
         ({"chart": "nvidia/dcgm-exporter"}, False),
     ],
 )
-def test_helm_v4_charts_come_from_the_vendored_directory(inputs: dict, vendored: bool) -> None:
+def test_helm_v4_charts_come_from_the_verified_chart_cache(inputs: dict, cached: bool) -> None:
     chart = Resource(rules.HELM_CHART_TYPE, "dcgm-exporter", inputs)
-    assert (messages(rules.check_helm_charts_pinned, chart) == []) is vendored
+    assert (messages(rules.check_helm_charts_pinned, chart) == []) is cached
 
 
 @pytest.mark.parametrize(

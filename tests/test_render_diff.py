@@ -10,6 +10,7 @@ from pathlib import Path
 
 from infra.render import RenderResult, write_render
 from tests.conftest import REPO_ROOT, rendered
+from tests.support.charts import require_charts
 
 SCRIPT = REPO_ROOT / "scripts" / "render-diff.py"
 
@@ -113,6 +114,7 @@ def test_two_single_renders_are_compared_as_one_stack(tmp_path: Path) -> None:
 def _with_chart_object(
     result: RenderResult, kind: str, name: str, change: Callable[[dict], None]
 ) -> RenderResult:
+    require_charts()
     changed = copy.deepcopy(result)
     (item,) = [item for item in changed.chart_objects if item.kind == kind and item.name == name]
     change(item.object)

@@ -21,6 +21,7 @@ from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import model_workloads, rendered
 from tests.support.argo_rollouts_crds import crd_schema_problems
+from tests.support.charts import require_charts
 from tests.test_serving_render import config_of, one, render_variant
 
 ROLLOUT_API = "argoproj.io/v1alpha1"
@@ -244,6 +245,7 @@ def test_argo_rollouts_controller_runs_two_replicas_with_only_the_alb_provider_r
     [release] = [r for r in prod.helm_releases if r["name"] == "argo-rollouts"]
     values = release["values"]
     assert values["controller"]["replicas"] == 2
+    require_charts()  # the PDB and the controller are the chart's objects
     [pdb] = [
         obj
         for obj in prod.all_kubernetes_objects

@@ -1,10 +1,11 @@
-"""The Rollout and AnalysisTemplate schemas of the pinned, vendored Argo Rollouts chart, as a validator.
+"""The Rollout and AnalysisTemplate schemas of the pinned Argo Rollouts chart, as a validator.
 
-The chart (charts/argo-rollouts, locked in charts/charts.lock.yaml) is rendered by the real Helm
-engine (helm-python-sdk) with the values the program installs it with, and the CRDs it writes give
-each kind's `openAPIV3Schema`. Objects are checked against it with `jsonschema`, strictly as the
-API server's field validation is: an unknown field is an error wherever the schema lists the
-fields and does not keep unknown ones (`x-kubernetes-preserve-unknown-fields`).
+The CRDs come from the pinned chart's data (tests/support/charts.py: the chart's CRDs as plain
+YAML, `$VLLM_PLATFORM_CHART_DATA`; tests/test_custom_resources.py checks they are the ones the
+cached chart installs), and give each kind's `openAPIV3Schema`. Objects are checked against it
+with `jsonschema`, strictly as the API server's field validation is: an unknown field is an error
+wherever the schema lists the fields and does not keep unknown ones
+(`x-kubernetes-preserve-unknown-fields`).
 """
 
 from __future__ import annotations
@@ -13,27 +14,14 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-import helm_python
 import jsonschema
-import yaml
 
-from components.cluster_addons import ARGO_ROLLOUTS_NAMESPACE, argo_rollouts_values
-from components.helm.lock import vendored_chart_dir
+from tests.support.charts import data_crds
 
 
-@functools.cache
 def argo_rollouts_crds() -> Mapping[str, dict[str, Any]]:
-    """Kind → CustomResourceDefinition, from the chart rendered with the program's values."""
-    with helm_python.Chart.load(vendored_chart_dir("argo-rollouts")) as chart:
-        manifests = chart.render(
-            argo_rollouts_values(), name="argo-rollouts", namespace=ARGO_ROLLOUTS_NAMESPACE
-        )
-    crds = {}
-    for text in manifests.values():
-        for document in yaml.safe_load_all(text):
-            if document and document.get("kind") == "CustomResourceDefinition":
-                crds[document["spec"]["names"]["kind"]] = document
-    return crds
+    """Kind → CustomResourceDefinition of the argoproj.io group, from the pinned charts' data."""
+    return {kind: crd for (group, kind), crd in data_crds().items() if group == "argoproj.io"}
 
 
 def strict(schema: Any) -> Any:

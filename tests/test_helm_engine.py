@@ -16,6 +16,7 @@ import pytest
 from components.helm.engine import ChartRenderError, crd_api_versions, render_chart
 from infra.render import builtin_api_versions, write_render
 from tests.conftest import REPO_ROOT, rendered
+from tests.support.charts import require_charts
 
 PROBE = Path(__file__).parent / "data" / "charts" / "engine-probe"
 
@@ -60,6 +61,7 @@ def test_hooks_are_flagged_and_not_written_as_deployed_objects(tmp_path: Path) -
     assert objects[("Job", "probe-hook")].is_hook
     assert not objects[("ConfigMap", "probe-capabilities")].is_hook
     # The real stacks' renders: the chart objects written are exactly the non-hook ones.
+    require_charts()
     result = rendered("dev")
     write_render(result, tmp_path)
     written = list((tmp_path / "charts").rglob("*.yaml"))
@@ -113,6 +115,7 @@ def test_renders_of_the_same_inputs_are_cached_but_not_shared() -> None:
 
 
 def test_the_prod_render_expands_every_release_into_objects() -> None:
+    require_charts()
     result = rendered("prod")
     releases = {release["name"] for release in result.helm_releases}
     with_objects = {item.release for item in result.chart_objects}

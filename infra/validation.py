@@ -16,6 +16,8 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from infra.catalogue.gpu_instances import lookup_instance_type
+from infra.catalogue.tuning_profiles import tuning_profiles
 from infra.config.errors import Problem
 from infra.config.platform import PlatformConfig
 from infra.versions import VLLM_VERSION
@@ -39,7 +41,6 @@ def platform_checks() -> list[PlatformCheck]:
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import server_argument_problems
     from infra.capacity.plan import capacity_problems
-    from infra.catalogue.tuning_profiles import tuning_profile_problems
 
     return [
         capacity_problems,
@@ -198,6 +199,33 @@ def quantization_problems(config: PlatformConfig) -> list[Problem]:
                 ),
             )
         )
+    return problems
+
+
+def tuning_profile_problems(config: PlatformConfig) -> list[Problem]:
+    """A platform check: a profile measured on one GPU must not silently tune a model on another."""
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        name = model.vllm.tuning_profile
+        group = config.node_groups.gpu.get(model.gpu_group)
+        if name is None or group is None:
+            continue  # the group reference is reported by the config's own checks
+        profile = tuning_profiles()[name]
+        for instance_type in group.instance_types:
+            instance = lookup_instance_type(instance_type)
+            if instance is not None and instance.gpu.name not in profile.gpus:
+                problems.append(
+                    Problem(
+                        path=("models", index, "vllm", "tuning_profile"),
+                        value=name,
+                        message=(
+                            f"profile {name!r} was measured on {', '.join(profile.gpus)}, but gpu_group "
+                            f"{model.gpu_group!r} runs {instance.gpu.name} ({instance_type}); choose a "
+                            f"profile measured on {instance.gpu.name} or set the vllm settings explicitly"
+                        ),
+                    )
+                )
+                break
     return problems
 
 

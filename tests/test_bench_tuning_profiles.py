@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.catalogue.tuning_profiles import tuning_profile_problems, tuning_profiles
+from infra.catalogue.tuning_profiles import tuning_profiles
 from infra.config import ConfigError, VllmEngineConfig
 from infra.stack_checks import load_stack
+from infra.validation import tuning_profile_problems
 from tests.conftest import REPO_ROOT
 
 PROFILE = "h200-throughput"
@@ -126,3 +127,17 @@ def test_h200_8b_model_uses_the_h200_profile_and_passes_its_gpu_check(stack: str
     assert model.vllm.tuning_profile == PROFILE
     assert model.vllm.kv_cache_dtype == tuning_profiles()[PROFILE].setting_values()["kv_cache_dtype"]
     assert tuning_profile_problems(config) == []
+
+
+def test_an_unknown_profile_names_the_key_and_the_known_profiles(tmp_path: Path) -> None:
+    path = _stack_with(
+        tmp_path,
+        "dev",
+        lambda c: c["vllm-platform:models"][0].setdefault("vllm", {}).update(tuning_profile="h200-fast"),
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_stack("dev", stack_file=path)
+    (problem,) = caught.value.problems
+    assert problem.key_path() == "vllm-platform:models[0].vllm.tuning_profile"
+    assert problem.value == "h200-fast"
+    assert "unknown tuning profile 'h200-fast'" in problem.message and PROFILE in problem.message

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from infra.catalogue.tuning_profiles import UnknownTuningProfileError, apply_tuning_profile
 from infra.config.base import INT32_MAX, Hostname, StrictModel, dns_label
 from infra.config.errors import ConfigProblem
 from infra.config.rollout import RolloutConfig
@@ -343,9 +344,10 @@ class VllmEngineConfig(StrictModel):
     def _apply_tuning_profile(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("tuning_profile") is None:
             return data
-        from infra.catalogue.tuning_profiles import apply_tuning_profile
-
-        return apply_tuning_profile(data)
+        try:
+            return apply_tuning_profile(data)
+        except UnknownTuningProfileError as error:
+            raise ConfigProblem(str(error), at=("tuning_profile",), value=data["tuning_profile"]) from None
 
     @field_validator("gpu_memory_utilization")
     @classmethod

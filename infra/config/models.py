@@ -313,7 +313,9 @@ class VllmEngineConfig(StrictModel):
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     """KV-cache dtype (`--kv-cache-dtype`); `fp8` halves KV memory and reads."""
     quantization: str | None = None
-    """Quantisation method (`--quantization`), e.g. `fp8`, `awq`; unset follows the checkpoint."""
+    """Quantisation method (`--quantization`), e.g. `fp8`, `awq`; unset follows the checkpoint. FP8
+    weights (`fp8` and the other FP8 methods) only on GPUs with FP8 tensor cores (compute capability
+    8.9 or later: L4, L40S, H100, H200, B200); `validate` refuses them on A100 and A10G."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks of shared prompt prefixes (`--enable-prefix-caching`)."""
     enable_chunked_prefill: bool | None = None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from components.helm.cache import ChartCacheError
 from infra.config import ConfigError
+from infra.loadtest import DEFAULT_SHARED_PREFIX_WORDS
 
 EXIT_INVALID_CONFIG = 2
 EXIT_FAILED = 1
@@ -121,9 +122,41 @@ def _concurrency_levels(text: str) -> list[int]:
     return sorted(set(levels))
 
 
-def command_loadtest(args: argparse.Namespace) -> int:
-    from infra.loadtest import LoadtestError, Slo, format_report, plot_report, run_loadtest
+def _whole_number(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of at least {least}")
+    return value
 
+
+def _positive_int(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def _non_negative_int(text: str) -> int:
+    return _whole_number(text, 0)
+
+
+def command_loadtest(args: argparse.Namespace) -> int:
+    from infra.loadtest import LoadtestError, Slo, Workload, format_report, plot_report, run_loadtest
+
+    if args.workload == "fresh":
+        if args.shared_prefix_words is not None or args.shared_prefixes is not None:
+            print(
+                "loadtest: error: --shared-prefix-words and --shared-prefixes need --workload shared-prefix",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID_CONFIG
+        workload = Workload()
+    else:
+        workload = Workload(
+            kind="shared-prefix",
+            prefix_words=args.shared_prefix_words or DEFAULT_SHARED_PREFIX_WORDS,
+            prefixes=args.shared_prefixes or 1,
+        )
     api_key = os.environ.get(args.api_key_env)
     if api_key is None:
         print(f"note: ${args.api_key_env} is not set; sending requests without an API key", file=sys.stderr)
@@ -133,7 +166,7 @@ def command_loadtest(args: argparse.Namespace) -> int:
         report = run_loadtest(
             args.url.rstrip("/"), args.model, api_key, args.concurrency, slo,
             requests_per_user=args.requests_per_user, prompt_words=args.prompt_words,
-            output_tokens=args.output_tokens,
+            output_tokens=args.output_tokens, seed=args.seed, workload=workload,
         )  # fmt: skip
     except LoadtestError as error:
         print(f"load test failed: {error}", file=sys.stderr)
@@ -249,7 +282,35 @@ def build_parser() -> argparse.ArgumentParser:
     loadtest.add_argument(
         "--requests-per-user", type=int, default=4, help="requests each user sends per level"
     )
-    loadtest.add_argument("--prompt-words", type=int, default=256, help="words of random prompt text")
+    loadtest.add_argument(
+        "--prompt-words", type=_positive_int, default=256, help="words of fresh random text per prompt"
+    )
+    loadtest.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        help="seed of the prompts (default: a new one per run, printed and kept in loadtest.json); the "
+        "same seed and levels send the same prompts again",
+    )
+    loadtest.add_argument(
+        "--workload",
+        choices=["fresh", "shared-prefix"],
+        default="fresh",
+        help="fresh (default): no request shares a prompt with another, in any level, so the run "
+        "measures the engine, not vLLM's prefix cache; shared-prefix: every prompt starts with one of "
+        "--shared-prefixes fixed texts of --shared-prefix-words words, the same in every level, then "
+        "--prompt-words fresh words, so the run measures serving with prefix-cache reuse (e.g. a "
+        "long shared system prompt)",
+    )
+    loadtest.add_argument(
+        "--shared-prefix-words",
+        type=_positive_int,
+        help=f"words of each shared text (shared-prefix only; default {DEFAULT_SHARED_PREFIX_WORDS})",
+    )
+    loadtest.add_argument(
+        "--shared-prefixes",
+        type=_positive_int,
+        help="how many different shared texts, used in turn (shared-prefix only; default 1)",
+    )
     loadtest.add_argument("--output-tokens", type=int, default=128, help="tokens generated per request")
     loadtest.add_argument(
         "--out", default="loadtest-out", metavar="DIR", help="loadtest.json and loadtest.png"

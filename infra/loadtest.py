@@ -12,6 +12,14 @@ first start). A level meets the SLO when none of its requests failed and the cho
 TTFT and of TPOT is within the limits; the max safe concurrency is the largest level that meets it
 with every lower level meeting it too.
 
+Prompts never repeat by accident (issue 27): with prefix caching on, as in every stack, a prompt the
+server has seen is served mostly from its prefix cache, so a level that re-sent an earlier level's
+prompts would measure the cache, not prefill. Every run has a seed (random unless `--seed N` is
+given; printed and recorded in loadtest.json), every level draws its prompts from that seed and its
+concurrency, and every request of a level gets its own prompt. The `shared-prefix` workload is the
+explicit opposite: every prompt starts with one of a few fixed texts, the same in every level, so
+the run measures serving with prefix-cache reuse (a long shared system prompt, say).
+
 Why Locust and not vLLM's own `vllm bench serve` (used for the lab numbers in bench/serving):
 that one needs vLLM, PyTorch included, on the user's laptop; guidellm 0.8 also pulls in PyTorch,
 transformers and datasets. Locust is pure Python plus gevent and runs anywhere. Each level runs in
@@ -27,15 +35,19 @@ import json
 import math
 import os
 import random
+import secrets
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 LOADTEST_EXTRA = "pip install 'vllm-platform[loadtest]'"
 CHAT_PATH = "/v1/chat/completions"
+# Long enough to fill several KV blocks (16 tokens on GPUs, 128 on vLLM's CPU backend) with text of
+# about one token per word, so the shared part is what the prefix cache can reuse.
+DEFAULT_SHARED_PREFIX_WORDS = 512
 WORDS = [
     "cluster",
     "node",
@@ -76,6 +88,67 @@ class Slo:
     percentile: float = 95.0
 
 
+WorkloadKind = Literal["fresh", "shared-prefix"]
+WORKLOADS: tuple[WorkloadKind, ...] = ("fresh", "shared-prefix")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the prompts of a run share with each other.
+
+    `fresh`: nothing. Every request of every level gets new random text, so vLLM's prefix cache has
+    nothing to reuse and the levels measure prefill and decode. `shared-prefix`: every prompt starts
+    with one of `prefixes` fixed texts of `prefix_words` words (the same texts in every level), then
+    fresh text; after the first requests the prefix is served from the prefix cache, so the levels
+    measure serving with that reuse, as with a long shared system prompt.
+    """
+
+    kind: WorkloadKind = "fresh"
+    prefix_words: int = 0
+    prefixes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind == "shared-prefix" and (self.prefix_words < 1 or self.prefixes < 1):
+            raise ValueError("a shared-prefix workload needs prefix_words >= 1 and prefixes >= 1")
+        if self.kind == "fresh" and (self.prefix_words or self.prefixes):
+            raise ValueError("a fresh workload has no shared prefix")
+
+    def describe(self) -> str:
+        if self.kind == "fresh":
+            return (
+                "fresh (no two requests share a prompt, within or across levels: measures the "
+                "engine, not vLLM's prefix cache)"
+            )
+        return (
+            f"shared-prefix ({self.prefixes} fixed text(s) of {self.prefix_words} words start every "
+            "prompt in every level, then fresh words: measures serving with prefix-cache reuse)"
+        )
+
+
+def new_seed() -> int:
+    return secrets.randbelow(2**32)
+
+
+def _words(count: int, rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(count))
+
+
+def level_prompts(
+    seed: int, concurrency: int, count: int, prompt_words: int, workload: Workload
+) -> list[str]:
+    """The `count` prompts of one level: drawn from the run's seed and the level's concurrency, so
+    levels of one run differ from each other, and `--seed` with the same levels repeats them exactly.
+    In the shared-prefix workload each prompt is one of the run's shared texts (taken in turn), a
+    space, then `prompt_words` fresh words; otherwise `prompt_words` fresh words."""
+    rng = random.Random(f"{seed}:level-{concurrency}")  # str seeds hash the same in every process
+    fresh = [_words(prompt_words, rng) for _ in range(count)]
+    if workload.kind == "fresh":
+        return fresh
+    shared = random.Random(f"{seed}:shared-prefix")
+    prefixes = [_words(workload.prefix_words, shared) for _ in range(workload.prefixes)]
+    return [f"{prefixes[index % len(prefixes)]} {text}" for index, text in enumerate(fresh)]
+
+
 @dataclass
 class LevelResult:
     concurrency: int
@@ -96,6 +169,8 @@ class LoadtestReport:
     model: str
     engine: str
     slo: Slo
+    seed: int = 0
+    workload: Workload = field(default_factory=Workload)
     levels: list[LevelResult] = field(default_factory=list)
 
     @property
@@ -109,7 +184,9 @@ class LoadtestReport:
         return safe
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "max_safe_concurrency": self.max_safe_concurrency}
+        document = {**asdict(self), "max_safe_concurrency": self.max_safe_concurrency}
+        document["workload"]["measures"] = self.workload.describe()
+        return document
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -172,24 +249,32 @@ def run_loadtest(
     requests_per_user: int = 4,
     prompt_words: int = 256,
     output_tokens: int = 128,
+    seed: int | None = None,
+    workload: Workload | None = None,
     level_timeout_s: float = 600,
 ) -> LoadtestReport:
+    """Run every level in turn. Without a seed the run draws one (new prompts on every run)."""
     # Not imported here: importing Locust patches this process's standard library with gevent.
     if importlib.util.find_spec("locust") is None:
         raise LoadtestError(f"the load test needs Locust: {LOADTEST_EXTRA}")
     engine = f"locust {importlib.metadata.version('locust')}"
-    report = LoadtestReport(url=url, model=model, engine=engine, slo=slo)
+    report = LoadtestReport(
+        url=url, model=model, engine=engine, slo=slo, seed=new_seed() if seed is None else seed,
+        workload=workload or Workload(),
+    )  # fmt: skip
     for users in concurrency:
+        prompts = level_prompts(report.seed, users, users * requests_per_user, prompt_words, report.workload)
         command = [sys.executable, "-m", "infra.loadtest", "level", "--url", url, "--model", model,
                    "--users", str(users), "--requests-per-user", str(requests_per_user),
-                   "--prompt-words", str(prompt_words), "--output-tokens", str(output_tokens)]  # fmt: skip
+                   "--output-tokens", str(output_tokens)]  # fmt: skip
         env = dict(os.environ)
         if api_key:
             env["VLLM_PLATFORM_LOADTEST_KEY"] = api_key  # not on the command line (ps shows that)
         try:
             finished = subprocess.run(
-                command, capture_output=True, text=True, env=env, timeout=level_timeout_s, check=False
-            )
+                command, input=json.dumps(prompts), capture_output=True, text=True, env=env,
+                timeout=level_timeout_s, check=False,
+            )  # fmt: skip
         except subprocess.TimeoutExpired as error:
             raise LoadtestError(
                 f"concurrency {users} did not finish within {level_timeout_s:.0f} s: the endpoint is "
@@ -207,6 +292,7 @@ def format_report(report: LoadtestReport) -> str:
     lines = [
         f"load test of {report.url} (model {report.model}, {report.engine}); SLO: {key} TTFT <= "
         f"{report.slo.ttft_ms:g} ms, {key} TPOT <= {report.slo.tpot_ms:g} ms, no errors",
+        f"prompts: {report.workload.describe()}; seed {report.seed} (--seed {report.seed} repeats them)",
         f"{'C':>5} {'requests':>8} {'errors':>6} {'out tok/s':>10} {'TTFT p50':>9} {'p95':>8} {'p99':>8} "
         f"{'TPOT p50':>9} {'p95':>7} {'p99':>7}  SLO",
     ]
@@ -273,12 +359,8 @@ def plot_report(report: LoadtestReport, target: Path) -> None:
 # --- one level, in its own process (Locust patches the standard library with gevent on import) ---
 
 
-def _prompt(words: int, rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words))
-
-
 def _run_level(
-    url: str, model: str, users: int, requests_per_user: int, prompt_words: int, output_tokens: int
+    url: str, model: str, users: int, requests_per_user: int, output_tokens: int, prompts: list[str]
 ) -> dict:
     import gevent
     from locust import HttpUser, constant, events, task
@@ -287,7 +369,7 @@ def _run_level(
 
     api_key = os.environ.get("VLLM_PLATFORM_LOADTEST_KEY")
     samples: list[dict[str, Any]] = []
-    rng = random.Random(0)
+    unsent = list(reversed(prompts))  # one per request, never reused
 
     class ChatUser(HttpUser):
         wait_time = constant(0)
@@ -305,7 +387,7 @@ def _run_level(
             if api_key:
                 headers["Authorization"] = f"Bearer {api_key}"
             body = {
-                "model": model, "messages": [{"role": "user", "content": _prompt(prompt_words, rng)}],
+                "model": model, "messages": [{"role": "user", "content": unsent.pop()}],
                 "max_tokens": output_tokens, "ignore_eos": True, "stream": True,
                 "stream_options": {"include_usage": True},
             }  # fmt: skip
@@ -359,16 +441,13 @@ def _level_main(argv: list[str]) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--users", type=int, required=True)
     parser.add_argument("--requests-per-user", type=int, required=True)
-    parser.add_argument("--prompt-words", type=int, required=True)
     parser.add_argument("--output-tokens", type=int, required=True)
     args = parser.parse_args(argv)
+    prompts = json.load(sys.stdin)  # the level's prompts, one per request (level_prompts)
+    if len(prompts) != args.users * args.requests_per_user:
+        sys.exit(f"expected {args.users * args.requests_per_user} prompts on stdin, got {len(prompts)}")
     result = _run_level(
-        args.url.rstrip("/"),
-        args.model,
-        args.users,
-        args.requests_per_user,
-        args.prompt_words,
-        args.output_tokens,
+        args.url.rstrip("/"), args.model, args.users, args.requests_per_user, args.output_tokens, prompts
     )
     print(json.dumps(result))
     return 0

@@ -16,6 +16,8 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from infra.catalogue.gpu_instances import GpuInstanceType, gpu_instance_types, lookup_instance_type
+from infra.catalogue.tuning_profiles import tuning_profiles
 from infra.config.errors import Problem
 from infra.config.platform import PlatformConfig
 from infra.versions import VLLM_VERSION
@@ -39,7 +41,6 @@ def platform_checks() -> list[PlatformCheck]:
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import server_argument_problems
     from infra.capacity.plan import capacity_problems
-    from infra.catalogue.tuning_profiles import tuning_profile_problems
 
     return [
         capacity_problems,
@@ -56,6 +57,7 @@ def platform_checks() -> list[PlatformCheck]:
         load_balancer_source_problems,
         replica_bound_problems,
         quantization_problems,
+        fp8_weight_problems,
         secret_name_problems,
         rollout_problems,
         router_problems,
@@ -198,6 +200,110 @@ def quantization_problems(config: PlatformConfig) -> list[Problem]:
                 ),
             )
         )
+    return problems
+
+
+def fp8_weight_methods() -> frozenset[str]:
+    """The pinned vLLM's `--quantization` methods that store the linear layers' weights in FP8: every
+    name with `fp8` in it (fp8 and its online shorthands fp8_per_tensor/_per_channel/_per_block,
+    fbgemm_fp8, deepseek_v4_fp8, mxfp8, modelopt_mxfp8), and `modelopt`, which vLLM 0.32.0 maps to
+    its ModelOptFp8Config."""
+    methods = pinned_quantization_methods()
+    return frozenset(m for m in methods if "fp8" in m) | frozenset({"modelopt"} & set(methods))
+
+
+def _fp8_gpus() -> str:
+    gpus = {instance.gpu.name: instance.gpu for instance in gpu_instance_types().values()}
+    return ", ".join(name for name, gpu in gpus.items() if gpu.fp8)
+
+
+def _first_gpu_without_fp8(config: PlatformConfig, gpu_group: str) -> GpuInstanceType | None:
+    group = config.node_groups.gpu.get(gpu_group)
+    if group is None:
+        return None  # the group reference is reported by the config's own checks
+    return next((instance for instance in group.gpu_instances if not instance.gpu.fp8), None)
+
+
+def _fp8_weights_text(gpu_group: str, instance: GpuInstanceType) -> str:
+    return (
+        f"FP8 weights need FP8 tensor cores (compute capability >= 8.9: {_fp8_gpus()}); gpu_group "
+        f"'{gpu_group}' runs {instance.gpu.name} ({instance.name}, "
+        f"compute capability {instance.gpu.compute_capability}), where vLLM {VLLM_VERSION} falls back "
+        "to weight-only FP8 (W8A16 Marlin), which it warns may degrade compute-heavy workloads"
+    )
+
+
+def fp8_weight_problems(config: PlatformConfig) -> list[Problem]:
+    """FP8 weights (`vllm.quantization`) only on GPUs with FP8 tensor cores.
+
+    vLLM computes in FP8 (W8A8) only from compute capability 8.9; on Ampere (A100, A10G) it starts
+    anyway but keeps the activations in 16 bits (weight-only FP8 Marlin), a different kernel whose
+    speed nobody here measured and that vLLM itself warns about. The stack says FP8 to gain
+    throughput (the FP8 profile of issue 27 was measured W8A8 on H200), so it is refused there; an
+    FP8 *checkpoint* (architecture.weight_dtype: fp8, quantization unset) is left to vLLM, since such
+    a model may have no other checkpoint. `kv_cache_dtype: fp8` is a different setting (the KV
+    cache's storage) and is not checked here.
+    """
+    fp8_methods = fp8_weight_methods()
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        method = model.vllm.quantization
+        if method not in fp8_methods or _quantization_from_profile(model.vllm.tuning_profile, method):
+            continue  # a profile's FP8 is reported by tuning_profile_problems, at the profile's key
+        instance = _first_gpu_without_fp8(config, model.gpu_group)
+        if instance is None:
+            continue
+        problems.append(
+            Problem(
+                ("models", index, "vllm", "quantization"),
+                method,
+                f"'{method}' quantises the weights to FP8. {_fp8_weights_text(model.gpu_group, instance)}; "
+                "fix: remove vllm.quantization "
+                "to serve the checkpoint's 16-bit weights, use an int4 AWQ/GPTQ checkpoint "
+                "(architecture.weight_dtype: int4) to save memory, or move the model to a gpu_group of "
+                "FP8 GPUs",
+            )
+        )
+    return problems
+
+
+def _quantization_from_profile(profile_name: str | None, method: str | None) -> bool:
+    if profile_name is None:
+        return False
+    return tuning_profiles()[profile_name].setting_values().get("quantization") == method
+
+
+def tuning_profile_problems(config: PlatformConfig) -> list[Problem]:
+    """A platform check: a profile measured on one GPU must not silently tune a model on another, nor
+    quantise weights to FP8 on a GPU without FP8 tensor cores (fp8_weight_problems)."""
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        name = model.vllm.tuning_profile
+        group = config.node_groups.gpu.get(model.gpu_group)
+        if name is None or group is None:
+            continue  # the group reference is reported by the config's own checks
+        profile = tuning_profiles()[name]
+        for instance_type in group.instance_types:
+            instance = lookup_instance_type(instance_type)
+            if instance is not None and instance.gpu.name not in profile.gpus:
+                method = profile.setting_values().get("quantization")
+                fp8 = (
+                    f"; it sets vllm.quantization: {method}. {_fp8_weights_text(model.gpu_group, instance)}"
+                    if method in fp8_weight_methods() and not instance.gpu.fp8
+                    else ""
+                )
+                problems.append(
+                    Problem(
+                        path=("models", index, "vllm", "tuning_profile"),
+                        value=name,
+                        message=(
+                            f"profile {name!r} was measured on {', '.join(profile.gpus)}, but gpu_group "
+                            f"{model.gpu_group!r} runs {instance.gpu.name} ({instance_type}){fp8}; choose "
+                            f"a profile measured on {instance.gpu.name} or set the vllm settings explicitly"
+                        ),
+                    )
+                )
+                break
     return problems
 
 

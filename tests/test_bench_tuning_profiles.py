@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from infra.catalogue.tuning_profiles import tuning_profile_problems, tuning_profiles
+from infra.catalogue.tuning_profiles import tuning_profiles
 from infra.config import ConfigError, VllmEngineConfig
 from infra.stack_checks import load_stack
+from infra.validation import tuning_profile_problems
 from tests.conftest import REPO_ROOT
 
 PROFILE = "h200-throughput"
@@ -126,3 +128,60 @@ def test_h200_8b_model_uses_the_h200_profile_and_passes_its_gpu_check(stack: str
     assert model.vllm.tuning_profile == PROFILE
     assert model.vllm.kv_cache_dtype == tuning_profiles()[PROFILE].setting_values()["kv_cache_dtype"]
     assert tuning_profile_problems(config) == []
+
+
+@pytest.mark.parametrize("name", sorted(tuning_profiles()))
+def test_a_profile_with_fp8_weights_is_measured_only_on_gpus_with_fp8_tensor_cores(name: str) -> None:
+    # So the GPU check above also keeps FP8 weights off GPUs without FP8 (infra/validation.py).
+    from infra.catalogue.gpu_instances import gpu_instance_types
+    from infra.validation import fp8_weight_methods
+
+    profile = tuning_profiles()[name]
+    if profile.setting_values().get("quantization") in fp8_weight_methods():
+        gpus = {instance.gpu.name: instance.gpu for instance in gpu_instance_types().values()}
+        assert all(gpus[gpu].fp8 for gpu in profile.gpus), profile.gpus
+
+
+@pytest.fixture
+def catalogue_with_an_fp8_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The real catalogue plus one FP8-weight profile measured on H200, loaded the real way."""
+    from infra.catalogue import tuning_profiles as catalogue
+
+    document = yaml.safe_load(catalogue.CATALOGUE_FILE.read_text())
+    document["profiles"]["test-h200-fp8"] = {
+        "summary": "FP8 weights on H200 (test data)",
+        "gpus": ["H200"],
+        "measured_by": "tests/test_bench_tuning_profiles.py",
+        "settings": {"quantization": {"value": "fp8", "why": "test data: FP8 weights, W8A8 on Hopper"}},
+    }
+    path = tmp_path / "tuning_profiles.yaml"
+    path.write_text(yaml.safe_dump(document))
+    monkeypatch.setattr(catalogue, "CATALOGUE_FILE", path)
+    catalogue.tuning_profiles.cache_clear()
+    yield "test-h200-fp8"
+    catalogue.tuning_profiles.cache_clear()
+
+
+def test_an_fp8_profile_on_a100_is_one_problem_at_the_profile_naming_fp8(
+    tmp_path: Path, catalogue_with_an_fp8_profile: str
+) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["vllm-platform:node_groups"]["gpu"]["l40s"]["instance_types"] = ["p4de.24xlarge"]
+        config["vllm-platform:models"][0]["vllm"]["tuning_profile"] = catalogue_with_an_fp8_profile
+
+    with pytest.raises(ConfigError) as caught:
+        load_stack("dev", stack_file=_stack_with(tmp_path, "dev", edit))
+    (problem,) = caught.value.problems
+    assert problem.key_path() == "vllm-platform:models[0].vllm.tuning_profile"
+    assert problem.value == catalogue_with_an_fp8_profile
+    assert "it sets vllm.quantization: fp8. FP8 weights need FP8 tensor cores" in problem.message
+    assert "A100-80GB (p4de.24xlarge, compute capability 8.0)" in problem.message
+
+
+def test_an_fp8_profile_on_h200_passes(tmp_path: Path, catalogue_with_an_fp8_profile: str) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["vllm-platform:node_groups"]["gpu"]["l40s"]["instance_types"] = ["p5en.48xlarge"]
+        config["vllm-platform:models"][0]["vllm"]["tuning_profile"] = catalogue_with_an_fp8_profile
+
+    config = load_stack("dev", stack_file=_stack_with(tmp_path, "dev", edit))
+    assert config.models[0].vllm.quantization == "fp8"

@@ -281,3 +281,83 @@ def test_the_preloader_image_defaults_to_the_published_release() -> None:
     from infra.versions import MODEL_CACHE_IMAGE
 
     assert load_stack("dev").storage.preloader_image == MODEL_CACHE_IMAGE.reference
+
+
+def _infra_imports(path: Path) -> set[str]:
+    """Every `infra.*` module a file imports, at the top or inside a function."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name for name in names if name == "infra" or name.startswith("infra.")}
+
+
+def test_the_catalogue_imports_nothing_from_the_config_so_there_is_no_import_circle() -> None:
+    # The config validates against the catalogue (instance types, model shapes, tuning profiles);
+    # the catalogue is plain data with its schema and must not reach back (issue 27).
+    catalogue = sorted((REPO_ROOT / "infra" / "catalogue").glob("*.py"))
+    assert catalogue
+    for path in catalogue:
+        outside = {name for name in _infra_imports(path) if not name.startswith("infra.catalogue")}
+        assert not outside, f"{path.relative_to(REPO_ROOT)} imports {sorted(outside)}"
+
+
+def _on_gpu_group(config: dict[str, Any], instance_types: list[str], **vllm: Any) -> None:
+    config[GROUPS]["gpu"]["l40s"]["instance_types"] = instance_types
+    config[MODELS][0]["vllm"].update(vllm)
+
+
+def _loads(tmp_path: Path, mutate: Callable[[dict[str, Any]], None]):
+    document = copy.deepcopy(_dev_document())
+    mutate(document["config"])
+    path = tmp_path / "Pulumi.edited.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_stack("edited", stack_file=path)
+
+
+@pytest.mark.parametrize("method", ["fp8", "fp8_per_block", "fbgemm_fp8", "modelopt"])
+@pytest.mark.parametrize("instance_type", ["p4de.24xlarge", "g5.12xlarge"])  # A100, A10G
+def test_fp8_weights_on_a_gpu_without_fp8_tensor_cores_are_refused(
+    tmp_path: Path, method: str, instance_type: str
+) -> None:
+    error = _load_mutated(tmp_path, lambda c: _on_gpu_group(c, [instance_type], quantization=method))
+    (problem,) = error.problems
+    assert problem.key_path() == "vllm-platform:models[0].vllm.quantization"
+    assert problem.value == method
+    assert (
+        "compute capability >= 8.9" in problem.message and "fix: remove vllm.quantization" in problem.message
+    )
+
+
+@pytest.mark.parametrize("instance_type", ["g6e.2xlarge", "g6.12xlarge", "p5.4xlarge"])  # L40S, L4, H100
+def test_fp8_weights_on_fp8_gpus_pass(tmp_path: Path, instance_type: str) -> None:
+    config = _loads(tmp_path, lambda c: _on_gpu_group(c, [instance_type], quantization="fp8"))
+    assert config.models[0].vllm.quantization == "fp8"
+
+
+def test_an_fp8_kv_cache_or_another_quantisation_on_a100_is_not_an_fp8_weight_problem(tmp_path: Path) -> None:
+    config = _loads(tmp_path, lambda c: _on_gpu_group(c, ["p4de.24xlarge"], kv_cache_dtype="fp8"))
+    assert config.models[0].vllm.kv_cache_dtype == "fp8"
+    config = _loads(tmp_path, lambda c: _on_gpu_group(c, ["p4de.24xlarge"], quantization="experts_int8"))
+    assert config.models[0].vllm.quantization == "experts_int8"
+
+
+def test_fp8_tensor_cores_follow_the_compute_capability() -> None:
+    from infra.catalogue.gpu_instances import gpu_instance_types
+
+    gpus = {instance.gpu.name: instance.gpu for instance in gpu_instance_types().values()}
+    assert {name for name, gpu in gpus.items() if gpu.fp8} == {"L4", "L40S", "H100", "H200", "B200"}
+    assert {name for name, gpu in gpus.items() if not gpu.fp8} == {"A10G", "A100-40GB", "A100-80GB"}
+
+
+def test_fp8_weight_methods_come_from_the_pinned_vllm_list() -> None:
+    from infra.validation import fp8_weight_methods, pinned_quantization_methods
+
+    methods = fp8_weight_methods()
+    assert {"fp8", "fp8_per_tensor", "fp8_per_channel", "fp8_per_block", "fbgemm_fp8", "modelopt"} <= methods
+    assert methods <= set(pinned_quantization_methods())
+    assert not {"awq", "awq_marlin", "gptq_marlin", "experts_int8", "compressed-tensors"} & methods

@@ -4,6 +4,10 @@ A model opts in with `vllm.tuning_profile: <name>`. The profile is applied when 
 loaded (`VllmEngineConfig`'s before-validator calls `apply_tuning_profile`), so the typed config
 already holds the effective settings and every consumer — the `vllm serve` argument builder, the
 capacity planner, the flag check — sees the same values without knowing about profiles.
+
+Like the rest of infra/catalogue, this module imports nothing from the config layer: the config
+reads the catalogue, never the other way round (issue 27). The platform check that a profile runs
+on the GPU it was measured on is `tuning_profile_problems` in infra/validation.py.
 """
 
 from __future__ import annotations
@@ -11,18 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from infra.catalogue.gpu_instances import lookup_instance_type
-from infra.config.errors import ConfigProblem, Problem
-
-if TYPE_CHECKING:
-    from infra.config.platform import PlatformConfig
-
 CATALOGUE_FILE = Path(__file__).with_name("tuning_profiles.yaml")
+
+
+class UnknownTuningProfileError(LookupError):
+    """A `tuning_profile` the catalogue does not hold; the message lists the known ones."""
 
 
 class _Strict(BaseModel):
@@ -91,11 +93,9 @@ def apply_tuning_profile(engine: Mapping[str, Any]) -> dict[str, Any]:
     profiles = tuning_profiles()
     profile = profiles.get(name) if isinstance(name, str) else None
     if profile is None:
-        raise ConfigProblem(
+        raise UnknownTuningProfileError(
             f"unknown tuning profile {name!r}; known profiles: {', '.join(sorted(profiles))} "
-            f"(infra/catalogue/tuning_profiles.yaml), or remove the key to use the plain defaults",
-            at=("tuning_profile",),
-            value=name,
+            f"(infra/catalogue/tuning_profiles.yaml), or remove the key to use the plain defaults"
         )
     for key, value in profile.setting_values().items():
         result.setdefault(key, value)
@@ -105,30 +105,3 @@ def apply_tuning_profile(engine: Mapping[str, Any]) -> dict[str, Any]:
         added = [token for entry in profile.extra_args if entry.flag not in own_flags for token in entry.args]
         result["extra_args"] = [*own_args, *added]
     return result
-
-
-def tuning_profile_problems(config: PlatformConfig) -> list[Problem]:
-    """A platform check: a profile measured on one GPU must not silently tune a model on another."""
-    problems: list[Problem] = []
-    for index, model in enumerate(config.models):
-        name = model.vllm.tuning_profile
-        group = config.node_groups.gpu.get(model.gpu_group)
-        if name is None or group is None:
-            continue  # the group reference is reported by the config's own checks
-        profile = tuning_profiles()[name]
-        for instance_type in group.instance_types:
-            instance = lookup_instance_type(instance_type)
-            if instance is not None and instance.gpu.name not in profile.gpus:
-                problems.append(
-                    Problem(
-                        path=("models", index, "vllm", "tuning_profile"),
-                        value=name,
-                        message=(
-                            f"profile {name!r} was measured on {', '.join(profile.gpus)}, but gpu_group "
-                            f"{model.gpu_group!r} runs {instance.gpu.name} ({instance_type}); choose a "
-                            f"profile measured on {instance.gpu.name} or set the vllm settings explicitly"
-                        ),
-                    )
-                )
-                break
-    return problems

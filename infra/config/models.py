@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from infra.catalogue.tuning_profiles import UnknownTuningProfileError, apply_tuning_profile
 from infra.config.base import INT32_MAX, Hostname, StrictModel, dns_label
 from infra.config.errors import ConfigProblem
 from infra.config.rollout import RolloutConfig
@@ -312,7 +313,9 @@ class VllmEngineConfig(StrictModel):
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     """KV-cache dtype (`--kv-cache-dtype`); `fp8` halves KV memory and reads."""
     quantization: str | None = None
-    """Quantisation method (`--quantization`), e.g. `fp8`, `awq`; unset follows the checkpoint."""
+    """Quantisation method (`--quantization`), e.g. `fp8`, `awq`; unset follows the checkpoint. FP8
+    weights (`fp8` and the other FP8 methods) only on GPUs with FP8 tensor cores (compute capability
+    8.9 or later: L4, L40S, H100, H200, B200); `validate` refuses them on A100 and A10G."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks of shared prompt prefixes (`--enable-prefix-caching`)."""
     enable_chunked_prefill: bool | None = None
@@ -343,9 +346,10 @@ class VllmEngineConfig(StrictModel):
     def _apply_tuning_profile(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("tuning_profile") is None:
             return data
-        from infra.catalogue.tuning_profiles import apply_tuning_profile
-
-        return apply_tuning_profile(data)
+        try:
+            return apply_tuning_profile(data)
+        except UnknownTuningProfileError as error:
+            raise ConfigProblem(str(error), at=("tuning_profile",), value=data["tuning_profile"]) from None
 
     @field_validator("gpu_memory_utilization")
     @classmethod

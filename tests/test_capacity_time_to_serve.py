@@ -158,3 +158,14 @@ def test_the_plan_command_prints_the_time_to_serve() -> None:
         check=True,
     )
     assert "time_to_serve" in json.loads(completed.stdout)["models"]["llama-3-1-70b"]
+
+
+def test_a_model_unlike_the_measured_one_is_told_so() -> None:
+    models = plan_platform(load_stack("prod")).models
+    assert models["llama-3-1-8b"].serving.unlike_the_measurement is None  # H200, 8B, TP 1: as measured
+    note = models["llama-3-1-70b"].serving.unlike_the_measurement
+    assert note is not None
+    assert "is not the llama-3.1-8b shape" in note and "at tensor parallelism 2" in note
+    assert "runs on L40S" in (models["qwen2-5-7b-tp2"].serving.unlike_the_measurement or "")
+    text = format_plan_table(plan_platform(load_stack("prod")))
+    assert "note: this model is not the llama-3.1-8b shape" in text

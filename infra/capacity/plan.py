@@ -414,7 +414,7 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         typical_request_tokens=typical,
         typical_concurrency=typical_concurrency,
         startup=startup,
-        serving=serving_times(model, config, startup),
+        serving=serving_times(model, config, startup, gpu_model=group.gpu_model.name),
         problems=tuple(_problems(shape, placement, sizing)),
     )
 

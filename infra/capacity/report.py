@@ -207,6 +207,8 @@ def _serving_lines(serving: ServingTimes) -> list[str]:
             f"  NOT within {target} s on a warm node ({ready:.0f} s, {ready - target:.0f} s over); "
             "its time goes to " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in serving.blockers)
         )
+    if serving.unlike_the_measurement:
+        lines.append(f"  note: {serving.unlike_the_measurement}")
     lines.append(f"  sources ({serving.measured_on}):")
     for name in names:
         if name in warm and warm[name].source != new[name].source:
@@ -231,6 +233,7 @@ def _serving_json(serving: ServingTimes) -> dict[str, Any]:
 
     return {
         "measured_on": serving.measured_on,
+        "unlike_the_measurement": serving.unlike_the_measurement,
         "warm_node": case(serving.warm_node),
         "new_node": case(serving.new_node),
         "warm_pod_ready_target_seconds": WARM_POD_READY_TARGET_SECONDS,

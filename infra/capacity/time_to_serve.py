@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from infra.capacity.startup import StartupPlan
+from infra.catalogue.model_shapes import lookup_preset
 from infra.catalogue.startup_timings import StartupTimings, startup_timings
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -70,6 +71,8 @@ class ServingTimes:
     windows: tuple[AutoscalerWindow, ...]
     measured_on: str
     autoscaled: bool
+    unlike_the_measurement: str | None = None
+    """How this model's placement differs from the measured one (GPU, tensor parallelism), if it does."""
 
     @property
     def meets_target(self) -> bool:
@@ -142,10 +145,24 @@ def _vllm_start(timings: StartupTimings, key: str, shared_volume: bool) -> Step:
 
 
 def serving_times(
-    model: ModelConfig, config: PlatformConfig, startup: StartupPlan, timings: StartupTimings | None = None
+    model: ModelConfig,
+    config: PlatformConfig,
+    startup: StartupPlan,
+    timings: StartupTimings | None = None,
+    gpu_model: str | None = None,
 ) -> ServingTimes:
-    """Expected time to a serving replica of `model` on a warm node and on a new node."""
+    """Expected time to a serving replica of `model` on a warm node and on a new node (`gpu_model`:
+    the GPU it runs on, to say when that is not the one measured)."""
     timings = timings or startup_timings()
+    differences = []
+    measured = lookup_preset(timings.model_shape)
+    if measured is None or model.architecture.resolved() != dict(measured.architecture):
+        # Compared by value: explicit numbers equal to the preset plan the same as the preset.
+        differences.append(f"is not the {timings.model_shape} shape")
+    if gpu_model is not None and gpu_model != timings.gpu:
+        differences.append(f"runs on {gpu_model}")
+    if model.tensor_parallel_size != timings.tensor_parallel_size:
+        differences.append(f"at tensor parallelism {model.tensor_parallel_size}")
     phases = dict(startup.phases)
     probe = model.startup.probe_period_seconds
     weights = Step(
@@ -199,6 +216,12 @@ def serving_times(
         windows=autoscaler_windows(model, config, timings),
         measured_on=timings.measured_on,
         autoscaled=model.autoscaling.enabled,
+        unlike_the_measurement=(
+            f"this model {', '.join(differences)}; the start-up figures were measured on "
+            f"{timings.measured_on} and stand in until it is measured"
+            if differences
+            else None
+        ),
     )
 
 

@@ -165,7 +165,7 @@ def test_a_model_unlike_the_measured_one_is_told_so() -> None:
     assert models["llama-3-1-8b"].serving.unlike_the_measurement is None  # H200, 8B, TP 1: as measured
     note = models["llama-3-1-70b"].serving.unlike_the_measurement
     assert note is not None
-    assert "is not the llama-3.1-8b shape" in note and "at tensor parallelism 2" in note
+    assert "is not the llama-3.1-8b shape" in note and "uses tensor parallelism 2" in note
     assert "runs on L40S" in (models["qwen2-5-7b-tp2"].serving.unlike_the_measurement or "")
     text = format_plan_table(plan_platform(load_stack("prod")))
     assert "note: this model is not the llama-3.1-8b shape" in text

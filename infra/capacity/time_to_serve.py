@@ -162,7 +162,7 @@ def serving_times(
     if gpu_model is not None and gpu_model != timings.gpu:
         differences.append(f"runs on {gpu_model}")
     if model.tensor_parallel_size != timings.tensor_parallel_size:
-        differences.append(f"at tensor parallelism {model.tensor_parallel_size}")
+        differences.append(f"uses tensor parallelism {model.tensor_parallel_size}")
     phases = dict(startup.phases)
     probe = model.startup.probe_period_seconds
     weights = Step(

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from components.rollouts import peak_replicas
+from components.rollouts import peak_pods
 from infra.config.models import DrainConfig, ModelConfig
 
 HEALTH_PATH = "/health"
@@ -90,8 +90,10 @@ class RolloutStrategy:
     max_unavailable: int
 
     def as_spec(self) -> dict[str, Any]:
-        return {"type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": self.max_surge, "maxUnavailable": self.max_unavailable}}
+        return {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": self.max_surge, "maxUnavailable": self.max_unavailable},
+        }
 
 
 def replica_floor(model: ModelConfig) -> int:
@@ -122,9 +124,9 @@ def gpu_quota(model: ModelConfig) -> int:
     rollout, and is needed even with maxSurge 0: a pod counts against quota until it has finished
     terminating, and the Deployment (or Rollout) creates the replacement while the old pod drains
     (up to the grace period). Without it a rollout at max replicas would be refused by the quota
-    and back off instead of waiting.
+    and back off instead of waiting. `rollouts.peak_pods` counts both, for the canary's room check too.
     """
-    return (peak_replicas(model) + 1) * model.gpus_per_replica
+    return peak_pods(model) * model.gpus_per_replica
 
 
 def progress_deadline_seconds(startup_budget_seconds: int) -> int:

@@ -106,6 +106,13 @@ def peak_replicas(model: ModelConfig) -> int:
     return max(sum(pods_at_weight(weight, replicas)) for weight in model.rollout.canary.steps)
 
 
+def peak_pods(model: ModelConfig) -> int:
+    """The most pods holding GPUs at once: `peak_replicas` plus one pod started while an old one
+    drains (a pod keeps its GPUs until it has finished terminating). The namespace's GPU quota
+    and the canary's room check both count this many."""
+    return peak_replicas(model) + 1
+
+
 # --- the analysis ----------------------------------------------------------------------------------
 
 
@@ -412,17 +419,22 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
                     "steadier)",
                 )
             )
-        peak = peak_replicas(model)
-        needed = peak * model.gpus_per_replica
+        pods = peak_pods(model)
+        needed = pods * model.gpus_per_replica
         available = _group_gpus(config, model.gpu_group)
         if needed > available:
+            replicas = model.max_replicas
+            # Each part of the count is named, so the sum in the message adds up (issue 24).
+            parts = [f"{replicas} replica{'s' if replicas != 1 else ''}"]
+            if peak_replicas(model) > replicas:
+                parts.append("the canary's extra pod")
+            parts.append("one pod started while an old one drains")
             problems.append(
                 Problem(
                     (*path, "strategy"),
                     "canary",
-                    f"the canary runs {peak} pods at its peak (up to {model.max_replicas} "
-                    f"replica{'s' if model.max_replicas != 1 else ''} plus the canary's extra pod) = "
-                    f"{needed} GPUs, but node group "
+                    f"the canary runs up to {pods} pods at once ({' plus '.join(parts)}) = "
+                    f"{pods} × {model.gpus_per_replica} = {needed} GPUs, but node group "
                     f"'{model.gpu_group}' has at most {available} "
                     "(max_size × GPUs per node); no room to surge: raise "
                     f"node_groups.gpu.{model.gpu_group}.max_size, "

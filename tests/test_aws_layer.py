@@ -32,12 +32,21 @@ from infra.aws.network import nat_gateway_count, subnet_layout
 from infra.aws.node_groups import (
     autoscaler_tags,
     eks_taints,
+    gpu_block_devices,
     gpu_node_labels,
     gpu_user_data,
     node_group_specs,
     system_ami_type,
 )
-from infra.aws.node_user_data import MIME_BOUNDARY, MODEL_CACHE_DIRECTORY, al2023_user_data, local_nvme_script
+from infra.aws.node_user_data import (
+    CONTAINERD_ROOT,
+    IMAGE_VOLUME_DEVICE,
+    MIME_BOUNDARY,
+    MODEL_CACHE_DIRECTORY,
+    al2023_user_data,
+    containerd_volume_script,
+    local_nvme_script,
+)
 from infra.aws.policies import (
     AwsLocation,
     cluster_autoscaler_policy,
@@ -49,7 +58,7 @@ from infra.aws.policies import (
     with_model_bucket_decrypt,
 )
 from infra.config import PlatformConfig, stack_file_for
-from infra.config.cluster import GpuNodeGroupConfig, TaintConfig
+from infra.config.cluster import GpuNodeGroupConfig, ImagePullConfig, TaintConfig
 from infra.render import PLACEHOLDER_ACCOUNT_ID, PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID, RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import rendered
@@ -464,13 +473,26 @@ def test_launch_templates_size_encrypt_the_root_disk_and_require_imdsv2(stack: s
         assert node_group(render, group)["launchTemplate"]["version"] == "1"
 
 
-def _decoded_script(user_data_b64: str) -> str:
+def _parts(user_data_b64: str) -> list[tuple[str, str]]:
+    """(content type, text) of each part of an AL2023 MIME user-data document, in order."""
     message = email.message_from_bytes(base64.b64decode(user_data_b64))
     assert message.is_multipart()
     assert message.get_content_type() == "multipart/mixed"
-    (part,) = message.get_payload()
-    assert part.get_content_type() == "text/x-shellscript"
-    return part.get_payload()
+    return [(part.get_content_type(), part.get_payload()) for part in message.get_payload()]
+
+
+def _decoded_script(user_data_b64: str) -> str:
+    """The first part: the NVMe script."""
+    content_type, text = _parts(user_data_b64)[0]
+    assert content_type == "text/x-shellscript"
+    return text
+
+
+def _node_config(user_data_b64: str) -> dict[str, Any]:
+    """Our nodeadm NodeConfig: the last part, the only one nodeadm reads as configuration."""
+    content_type, text = _parts(user_data_b64)[-1]
+    assert content_type == "application/node.eks.aws"
+    return yaml.safe_load(text)
 
 
 @pytest.mark.parametrize("stack", EKS_STACKS)
@@ -570,8 +592,11 @@ def test_system_ami_type_follows_the_instance_architecture() -> None:
         system_ami_type(["m7g.large", "m7i.large"])
 
 
-def test_gpu_user_data_is_omitted_when_local_nvme_is_off_and_refused_on_bottlerocket() -> None:
-    assert gpu_user_data("g", _gpu_group(local_nvme={"enabled": False})) is None
+def test_without_local_nvme_the_user_data_is_the_node_config_alone_and_nvme_is_refused_on_bottlerocket() -> (
+    None
+):
+    parts = _parts(gpu_user_data("g", _gpu_group(local_nvme={"enabled": False})))
+    assert [content_type for content_type, _ in parts] == ["application/node.eks.aws"]
     with pytest.raises(ValueError, match=r"node_groups\.gpu\.g\.local_nvme\.enabled"):
         gpu_user_data("g", _gpu_group(ami_type="BOTTLEROCKET_x86_64_NVIDIA"))
 
@@ -930,3 +955,135 @@ def test_every_aws_resource_uses_the_stacks_regional_provider(monkeypatch: pytes
     infra.render.render_stack("dev", allow_missing_charts=True)
     assert len(providers) == len(rendered("dev").aws_resources)
     assert {urn.split("::")[-2] for urn in providers.values()} == {"aws-provider"}
+
+
+# ---------------------------------------------------------------- the vLLM image on a new node
+
+
+@pytest.mark.parametrize("stack", EKS_STACKS)
+def test_gpu_nodes_pull_through_soci_parallel_mode_with_parallel_kubelet_pulls(stack: str) -> None:
+    render = rendered(stack)
+    config = config_of(render)
+    for name, group in config.node_groups.gpu.items():
+        pull = group.image_pull
+        node_config = _node_config(launch_template(render, name)["userData"])
+        assert node_config["apiVersion"] == "node.eks.aws/v1alpha1" and node_config["kind"] == "NodeConfig"
+        spec = node_config["spec"]
+        assert spec["featureGates"] == {"FastImagePull": True}
+        assert spec["kubelet"]["config"] == {
+            "serializeImagePulls": False,
+            "maxParallelImagePulls": pull.parallel_image_pulls,
+        }
+        containerd = spec["containerd"]["config"]
+        assert containerd.splitlines() == [
+            '[plugins."io.containerd.grpc.v1.cri"]',
+            f"max_concurrent_downloads = {pull.max_concurrent_downloads}",
+        ]
+        # The pull is disk-bound in parallel mode: the root volume runs at the configured gp3 speed.
+        (root,) = launch_template(render, name)["blockDeviceMappings"]
+        assert root["ebs"]["throughput"] == pull.root_volume_throughput_mibps == 1000
+        assert root["ebs"]["iops"] == pull.root_volume_iops == 16000
+        assert "snapshotId" not in root["ebs"]
+
+
+def test_node_config_leaves_out_what_is_switched_off() -> None:
+    spec = _node_config(
+        gpu_user_data(
+            "g",
+            _gpu_group(
+                local_nvme={"enabled": False},
+                image_pull={
+                    "fast_image_pull": False,
+                    "parallel_image_pulls": 1,
+                    "max_concurrent_downloads": 3,
+                },
+            ),
+        )
+    )["spec"]
+    assert "featureGates" not in spec and "kubelet" not in spec
+    assert "max_concurrent_downloads = 3" in spec["containerd"]["config"]
+
+
+def test_an_al2023_group_with_an_image_snapshot_mounts_it_as_containerds_root(tmp_path: Path) -> None:
+    from tests.test_serving_render import render_variant
+
+    snapshot = "snap-0123456789abcdef0"
+
+    def with_snapshot(values: dict[str, Any]) -> None:
+        values["node_groups"]["gpu"]["l40s"]["image_pull"] = {"image_snapshot_id": snapshot}
+
+    render = render_variant(tmp_path, with_snapshot)
+    template = launch_template(render, "l40s")
+    root, image = template["blockDeviceMappings"]
+    assert root["deviceName"] == "/dev/xvda" and "snapshotId" not in root["ebs"]
+    assert image["deviceName"] == IMAGE_VOLUME_DEVICE
+    assert image["ebs"]["snapshotId"] == snapshot
+    assert image["ebs"]["encrypted"] == "true" and image["ebs"]["throughput"] == 1000
+    kinds = [content_type for content_type, _ in _parts(template["userData"])]
+    assert kinds == ["text/x-shellscript", "text/x-shellscript", "application/node.eks.aws"]
+    volume_script = _parts(template["userData"])[1][1]
+    assert f"DEVICE={IMAGE_VOLUME_DEVICE}\n" in volume_script and f"ROOT={CONTAINERD_ROOT}\n" in volume_script
+    assert 'mount -o defaults,noatime "$DEVICE" "$ROOT"' in volume_script
+
+
+def test_a_bottlerocket_group_gets_the_snapshot_as_its_data_volume_and_soci_settings_in_toml() -> None:
+    import tomllib
+
+    group = _gpu_group(
+        ami_type="BOTTLEROCKET_x86_64_NVIDIA",
+        local_nvme={"enabled": False},
+        image_pull={"image_snapshot_id": "snap-0123456789abcdef0"},
+    )
+    (data,) = gpu_block_devices(group)
+    assert data.device_name == "/dev/xvdb" and data.snapshot_id == "snap-0123456789abcdef0"
+    assert data.mapping()["ebs"]["snapshot_id"] == "snap-0123456789abcdef0"
+    settings = tomllib.loads(base64.b64decode(gpu_user_data("g", group)).decode())["settings"]
+    assert settings["container-runtime"] == {"max-concurrent-downloads": 8, "snapshotter": "soci"}
+    assert settings["container-runtime-plugins"]["soci-snapshotter"]["pull-mode"] == "parallel-pull-unpack"
+
+
+def test_containerd_volume_script_is_valid_bash(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    assert bash is not None, "bash is needed to syntax-check the node script"
+    path = tmp_path / "containerd-volume.sh"
+    path.write_text(containerd_volume_script())
+    result = subprocess.run([bash, "-n", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_user_data_with_nvme_and_image_settings_is_deterministic() -> None:
+    text = al2023_user_data("/mnt/nvme", ImagePullConfig())
+    assert al2023_user_data("/mnt/nvme", ImagePullConfig()) == text
+
+
+@pytest.mark.parametrize(
+    ("image_pull", "key", "message"),
+    [
+        (
+            {"root_volume_throughput_mibps": 500},
+            "root_volume_throughput_mibps",
+            "pulls slower than a plain pull",
+        ),
+        (
+            {"root_volume_throughput_mibps": 1000, "root_volume_iops": 3000},
+            "root_volume_iops",
+            "at least 4000",
+        ),
+        ({"image_snapshot_id": "ami-0123456789abcdef0"}, "image_snapshot_id", "snap-"),
+    ],
+)
+def test_image_pull_settings_that_cannot_work_are_refused(
+    image_pull: dict[str, Any], key: str, message: str
+) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        _gpu_group(image_pull=image_pull)
+    assert key in str(caught.value) and message in str(caught.value)
+    # A slow volume is fine without SOCI's parallel mode.
+    _gpu_group(
+        image_pull={"fast_image_pull": False, "root_volume_throughput_mibps": 500, "root_volume_iops": 3000}
+    )

@@ -174,7 +174,8 @@ def test_a_fixed_replica_canary_sets_its_replicas(tmp_path: Path) -> None:
     def canary(values: dict[str, Any]) -> None:
         values["models"][0]["rollout"] = {"strategy": "canary"}
         values["models"][0]["replicas"] = 2
-        values["node_groups"]["gpu"]["l40s"]["max_size"] = 3  # room for the canary's extra pod
+        # Room for the canary's extra pod and for one pod still draining: 2 + 1 + 1.
+        values["node_groups"]["gpu"]["l40s"]["max_size"] = 4
         values["addons"] = {"argo_rollouts": True}
 
     result = render_variant(tmp_path, canary)
@@ -345,3 +346,37 @@ def test_a_canary_needs_prometheus_and_the_alb() -> None:
     assert "use ingress.class_name: alb" in _problems_at(nginx)["vllm-platform:models[0].rollout.strategy"]
     dark = config.model_copy(update={"monitoring": config.monitoring.model_copy(update={"enabled": False})})
     assert "monitoring.enabled is false" in _problems_at(dark)["vllm-platform:models[0].rollout.strategy"]
+
+
+def test_the_room_check_counts_every_pod_it_names_including_the_draining_one() -> None:
+    # 40 replicas of 2 GPUs at steps [10, 50]: stable + canary never exceed 40 (no extra canary pod),
+    # and one pod more holds its GPUs while an old one drains: 41 pods, 82 GPUs (issue 24 item 7).
+    config = load_stack("prod")
+    model = config.models[1]
+    assert model.gpus_per_replica == 2 and model.rollout.canary.steps == [10, 50]
+    autoscaling = model.autoscaling.model_copy(update={"max_replicas": 40})
+    config = _prod_with_model(config, 1, autoscaling=autoscaling)
+    message = _problems_at(config)["vllm-platform:models[1].rollout.strategy"]
+    assert "runs up to 41 pods at once (40 replicas plus one pod started while an old one drains)" in message
+    assert "= 41 × 2 = 82 GPUs" in message
+    assert "extra pod" not in message
+    assert rollouts.peak_pods(config.models[1]) * 2 == 82
+
+
+def test_the_room_check_names_the_canarys_extra_pod_when_a_step_adds_one() -> None:
+    config = load_stack("prod")
+    autoscaling = config.models[1].autoscaling.model_copy(update={"max_replicas": 19})
+    config = _prod_with_model(config, 1, autoscaling=autoscaling)
+    # weight 10 of 19 replicas: 18 stable + 2 canary; plus the draining pod: 21 pods of 2 GPUs.
+    assert rollouts.peak_replicas(config.models[1]) == 20
+    message = _problems_at(config)["vllm-platform:models[1].rollout.strategy"]
+    assert (
+        "runs up to 21 pods at once (19 replicas plus the canary's extra pod plus one pod started while "
+        "an old one drains) = 21 × 2 = 42 GPUs" in message
+    )
+
+
+def _prod_with_model(config: Any, index: int, **updates: Any) -> Any:
+    models = list(config.models)
+    models[index] = models[index].model_copy(update=updates)
+    return config.model_copy(update={"models": models})

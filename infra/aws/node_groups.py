@@ -7,6 +7,7 @@ and node-template tags, so a GPU group can scale up from zero nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,12 @@ import pulumi
 import pulumi_aws as aws
 
 from components.labels import GPU_GROUP_LABEL, GPU_MODEL_LABEL
-from infra.aws.node_user_data import al2023_user_data, encode_user_data
+from infra.aws.node_user_data import (
+    IMAGE_VOLUME_DEVICE,
+    al2023_user_data,
+    bottlerocket_user_data,
+    encode_user_data,
+)
 from infra.aws.policies import service_trust_policy, to_json
 from infra.config.cluster import GpuNodeGroupConfig, NodeGroupsConfig, SystemNodeGroupConfig, TaintConfig
 
@@ -49,10 +55,6 @@ METADATA_OPTIONS = {
     "http_put_response_hop_limit": 1,
     "instance_metadata_tags": "disabled",
 }
-# gp3 throughput for GPU root volumes: containerd unpacks a 10–25 GB vLLM image there on every new
-# node; 500 MiB/s (baseline 125) takes minutes off a cold start for a few dollars a month.
-GPU_ROOT_VOLUME_THROUGHPUT_MIBPS = 500
-GPU_ROOT_VOLUME_IOPS = 6000
 _GRAVITON_FAMILY = re.compile(r"^[a-z]+\d+[a-z]*g[a-z]*\.")
 
 
@@ -109,17 +111,58 @@ def root_device_name(ami_type: str) -> str:
     return "/dev/xvdb" if ami_type.startswith("BOTTLEROCKET") else "/dev/xvda"
 
 
-def gpu_user_data(group_name: str, group: GpuNodeGroupConfig) -> str | None:
-    """The launch-template user data (base64) of a GPU group, or None when it needs none."""
-    if not group.local_nvme.enabled:
-        return None
+def gpu_user_data(group_name: str, group: GpuNodeGroupConfig) -> str:
+    """The launch-template user data (base64) of a GPU group: on AL2023 the NVMe script (when
+    local_nvme is on), the containerd volume script (with a snapshot) and our NodeConfig; on
+    Bottlerocket its TOML settings."""
     if group.ami_type.startswith("BOTTLEROCKET"):
-        raise ValueError(
-            f"node_groups.gpu.{group_name}.local_nvme.enabled: assembling instance-store NVMe disks is "
-            "implemented for AL2023 nodes only; set ami_type: AL2023_x86_64_NVIDIA or "
-            "local_nvme.enabled: false"
-        )
-    return encode_user_data(al2023_user_data(group.local_nvme.mount_path))
+        if group.local_nvme.enabled:
+            raise ValueError(
+                f"node_groups.gpu.{group_name}.local_nvme.enabled: assembling instance-store NVMe disks is "
+                "implemented for AL2023 nodes only; set ami_type: AL2023_x86_64_NVIDIA or "
+                "local_nvme.enabled: false"
+            )
+        return encode_user_data(bottlerocket_user_data(group.image_pull))
+    mount_path = group.local_nvme.mount_path if group.local_nvme.enabled else None
+    return encode_user_data(al2023_user_data(mount_path, group.image_pull))
+
+
+def gpu_block_devices(group: GpuNodeGroupConfig) -> tuple[BlockDevice, ...]:
+    """The GPU node's EBS volumes: the root (Bottlerocket: its data volume) at the configured gp3
+    throughput, and with `image_snapshot_id` the image volume made from that snapshot: Bottlerocket's
+    data volume itself, or on AL2023 a second volume that becomes containerd's root."""
+    pull = group.image_pull
+    fast = {"throughput": pull.root_volume_throughput_mibps, "iops": pull.root_volume_iops}
+    root = BlockDevice(root_device_name(group.ami_type), group.disk_size_gib, **fast)
+    if pull.image_snapshot_id is None:
+        return (root,)
+    if group.ami_type.startswith("BOTTLEROCKET"):
+        return (dataclasses.replace(root, snapshot_id=pull.image_snapshot_id),)
+    # containerd's images move to the snapshot's volume; it gets the root's size and speed.
+    image = BlockDevice(IMAGE_VOLUME_DEVICE, group.disk_size_gib, **fast, snapshot_id=pull.image_snapshot_id)
+    return (root, image)
+
+
+@dataclass(frozen=True)
+class BlockDevice:
+    device_name: str
+    size_gib: int
+    throughput: int | None = None
+    iops: int | None = None
+    snapshot_id: str | None = None
+
+    def mapping(self) -> dict[str, object]:
+        ebs: dict[str, object] = {
+            "volume_size": self.size_gib,
+            "volume_type": "gp3",
+            "encrypted": "true",
+            "delete_on_termination": "true",
+        }
+        if self.throughput:
+            ebs.update(throughput=self.throughput, iops=self.iops)
+        if self.snapshot_id:
+            ebs["snapshot_id"] = self.snapshot_id
+        return {"device_name": self.device_name, "ebs": ebs}
 
 
 @dataclass(frozen=True)
@@ -137,8 +180,8 @@ class NodeGroupSpec:
     labels: dict[str, str]
     taints: tuple[TaintConfig, ...] = ()
     user_data: str | None = None
-    root_volume_throughput_mibps: int | None = None
-    root_volume_iops: int | None = None
+    block_devices: tuple[BlockDevice, ...] = ()
+    """EBS volumes of the launch template; empty: the root volume at gp3's baseline."""
     autoscaler_tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -178,8 +221,7 @@ def node_group_specs(cluster_name: str, node_groups: NodeGroupsConfig) -> list[N
                 labels=labels,
                 taints=tuple(group.taints),
                 user_data=gpu_user_data(group_name, group),
-                root_volume_throughput_mibps=GPU_ROOT_VOLUME_THROUGHPUT_MIBPS,
-                root_volume_iops=GPU_ROOT_VOLUME_IOPS,
+                block_devices=gpu_block_devices(group),
                 # The smallest instance type of the group: the autoscaler must not promise GPUs a
                 # node might not have.
                 autoscaler_tags=autoscaler_tags(cluster_name, labels, group.taints, group.min_gpus_per_node),
@@ -255,18 +297,11 @@ class NodeGroups(pulumi.ComponentResource):
         role_ready: Sequence[pulumi.Resource],
     ) -> aws.eks.NodeGroup:
         child = pulumi.ResourceOptions(parent=self)
-        ebs: dict[str, object] = {
-            "volume_size": spec.disk_size_gib,
-            "volume_type": "gp3",
-            "encrypted": "true",
-            "delete_on_termination": "true",
-        }
-        if spec.root_volume_throughput_mibps:
-            ebs.update(throughput=spec.root_volume_throughput_mibps, iops=spec.root_volume_iops)
+        devices = spec.block_devices or (BlockDevice(root_device_name(spec.ami_type), spec.disk_size_gib),)
         launch_template = aws.ec2.LaunchTemplate(
             f"{name}-{spec.name}",
             description=f"{args.plain_cluster_name} node group {spec.name}",
-            block_device_mappings=[{"device_name": root_device_name(spec.ami_type), "ebs": ebs}],
+            block_device_mappings=[device.mapping() for device in devices],
             metadata_options=METADATA_OPTIONS,
             user_data=spec.user_data,
             tag_specifications=[

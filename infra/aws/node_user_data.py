@@ -1,17 +1,29 @@
-"""User data for GPU nodes (AL2023): turn the instance-store NVMe disks into the local model cache.
+"""User data for GPU nodes: the instance-store NVMe model cache, and how the node pulls images.
 
-EKS managed node groups merge their own nodeadm configuration into launch-template user data, and
-accept it only as a MIME multi-part document (EKS user guide, "Customize managed nodes with launch
-templates"); our part is one shell script. cloud-init runs it once per instance; the vLLM pods'
-preloader then finds `<mount_path>/vllm-models` on every GPU node of the group.
+EKS managed node groups merge their own node configuration into launch-template user data. AL2023
+takes a MIME multi-part document (EKS user guide, "Customize managed nodes with launch
+templates"): our shell scripts (NVMe cache; the containerd volume from a snapshot) run once per
+instance before nodeadm starts containerd, and our `NodeConfig` part (nodeadm's schema,
+node.eks.aws/v1alpha1) is merged with EKS's. Bottlerocket takes TOML settings, also merged.
+
+Image pulls (docs/aws.md, "The vLLM image on a new node"): SOCI parallel pull/unpack (nodeadm's
+`FastImagePull` feature gate; Bottlerocket's soci snapshotter in parallel-pull-unpack mode),
+kubelet parallel pulls, and containerd's per-image download concurrency.
 """
 
 from __future__ import annotations
 
 import base64
 import shlex
+from email.encoders import encode_7or8bit
+from email.mime.application import MIMEApplication
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
+from typing import Any
+
+import yaml
+
+from infra.config.cluster import ImagePullConfig
 
 MODEL_CACHE_DIRECTORY = "vllm-models"
 """Directory under `local_nvme.mount_path` that holds the node-local copy of model weights."""
@@ -75,11 +87,100 @@ def local_nvme_script(mount_path: str) -> str:
     )
 
 
-def al2023_user_data(mount_path: str) -> str:
-    """MIME multi-part user data (text) for an AL2023 managed node: the NVMe script as one part."""
+CONTAINERD_ROOT = "/var/lib/containerd"
+IMAGE_VOLUME_DEVICE = "/dev/xvdb"
+"""AL2023 with `image_snapshot_id`: the extra EBS volume made from the snapshot (AL2023's udev rules
+link the NVMe device to the name the launch template gives it)."""
+
+_CONTAINERD_VOLUME_SCRIPT = """\
+#!/bin/bash
+# vllm-platform: containerd's image store from the EBS snapshot that already holds the vLLM image.
+# Runs before nodeadm starts containerd, so containerd finds the image and does not pull it.
+set -euo pipefail
+DEVICE={device}
+ROOT={root}
+for _ in $(seq 1 60); do [ -e "$DEVICE" ] && break; sleep 1; done
+if [ ! -e "$DEVICE" ]; then
+  echo "vllm-platform: $DEVICE did not appear; containerd keeps the root volume and pulls" >&2
+  exit 0
+fi
+mkdir -p "$ROOT"
+mount -o defaults,noatime "$DEVICE" "$ROOT"
+FSTYPE=$(blkid -s TYPE -o value "$DEVICE")
+echo "UUID=$(blkid -s UUID -o value "$DEVICE") $ROOT $FSTYPE defaults,noatime,nofail 0 2" >> /etc/fstab
+echo "vllm-platform: containerd image store from the snapshot at $ROOT"
+"""
+
+
+def containerd_volume_script() -> str:
+    """The script that mounts the snapshot's volume as containerd's root before containerd starts."""
+    return _CONTAINERD_VOLUME_SCRIPT.format(
+        device=shlex.quote(IMAGE_VOLUME_DEVICE), root=shlex.quote(CONTAINERD_ROOT)
+    )
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the containerd TOML) as YAML literal blocks, as a person writes them."""
+
+
+_BlockDumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+    ),
+)
+
+
+def nodeadm_config(image_pull: ImagePullConfig) -> dict[str, Any]:
+    """Our part of the node's `NodeConfig` (nodeadm merges it with the one EKS adds)."""
+    spec: dict[str, Any] = {}
+    if image_pull.fast_image_pull:
+        # SOCI snapshotter in parallel pull/unpack mode (nodeadm internal/containerd, FastImagePull).
+        spec["featureGates"] = {"FastImagePull": True}
+    if image_pull.parallel_image_pulls > 1:
+        spec["kubelet"] = {
+            "config": {"serializeImagePulls": False, "maxParallelImagePulls": image_pull.parallel_image_pulls}
+        }
+    # The v2 config schema: nodeadm merges it as is on containerd 1.7 and runs `containerd config
+    # migrate` on containerd 2 (a v3 key would be refused on 1.7).
+    spec["containerd"] = {
+        "config": '[plugins."io.containerd.grpc.v1.cri"]\n'
+        f"max_concurrent_downloads = {image_pull.max_concurrent_downloads}\n"
+    }
+    return {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
+
+
+def al2023_user_data(mount_path: str | None, image_pull: ImagePullConfig | None = None) -> str:
+    """MIME multi-part user data (text) for an AL2023 managed node: the NVMe script (when
+    `mount_path`), the containerd volume script (with a snapshot), then our NodeConfig."""
     document = MIMEMultipart("mixed", boundary=MIME_BOUNDARY)
-    document.attach(MIMEText(local_nvme_script(mount_path), "x-shellscript"))
+    if mount_path is not None:
+        document.attach(MIMEText(local_nvme_script(mount_path), "x-shellscript"))
+    if image_pull is not None:
+        if image_pull.image_snapshot_id:
+            document.attach(MIMEText(containerd_volume_script(), "x-shellscript"))
+        node_config = yaml.dump(nodeadm_config(image_pull), Dumper=_BlockDumper, sort_keys=False)
+        # application/node.eks.aws: the part nodeadm reads (nodeadm/doc/examples.md); plain text.
+        document.attach(MIMEApplication(node_config, "node.eks.aws", _encoder=encode_7or8bit))
     return document.as_string()
+
+
+def bottlerocket_user_data(image_pull: ImagePullConfig) -> str:
+    """TOML settings for a Bottlerocket node (EKS merges its own): containerd's download concurrency
+    and, with `fast_image_pull`, the soci snapshotter in parallel-pull-unpack mode (bottlerocket.dev,
+    settings.container-runtime and settings.container-runtime-plugins, 1.44 and later)."""
+    lines = [
+        "[settings.container-runtime]",
+        f"max-concurrent-downloads = {image_pull.max_concurrent_downloads}",
+    ]
+    if image_pull.fast_image_pull:
+        lines += [
+            'snapshotter = "soci"',
+            "",
+            "[settings.container-runtime-plugins.soci-snapshotter]",
+            'pull-mode = "parallel-pull-unpack"',
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def encode_user_data(text: str) -> str:

@@ -38,6 +38,7 @@ from infra.capacity.memory import (
     size_kv_cache,
 )
 from infra.capacity.startup import StartupPlan, plan_startup
+from infra.capacity.time_to_serve import ServingTimes, serving_times
 from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
@@ -102,6 +103,8 @@ class ModelPlan:
     typical_concurrency: float
     """Requests of typical length whose KV cache fits at once."""
     startup: StartupPlan
+    serving: ServingTimes
+    """Expected time to a serving replica on a warm node and on a new node (besides the budget)."""
     problems: tuple[CapacityProblem, ...] = ()
 
     @property
@@ -411,6 +414,7 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         typical_request_tokens=typical,
         typical_concurrency=typical_concurrency,
         startup=startup,
+        serving=serving_times(model, config, startup, gpu_model=group.gpu_model.name),
         problems=tuple(_problems(shape, placement, sizing)),
     )
 

@@ -8,6 +8,7 @@ from typing import Any
 from infra.capacity import memory
 from infra.capacity.plan import ModelPlan, PlatformPlan
 from infra.capacity.startup import PHASES
+from infra.capacity.time_to_serve import WARM_POD_READY_TARGET_SECONDS, ServingTimes
 from infra.versions import VLLM_VERSION
 
 GIB = 1 << 30
@@ -137,6 +138,8 @@ def format_plan_table(plan: PlatformPlan) -> str:
         ],
         right=set(range(1, len(phase_names) + 4)),
     )
+    for p in models:
+        lines += ["", *_serving_lines(p.serving)]
     if plan.alternatives:
         lines += [
             "",
@@ -164,6 +167,82 @@ def format_plan_table(plan: PlatformPlan) -> str:
         for p, problem in problems:
             lines.append(f"  {p.model} on {p.gpu_group}: {problem.message}")
     return "\n".join(lines)
+
+
+def _serving_lines(serving: ServingTimes) -> list[str]:
+    """One table: the steps to a serving replica on a warm and on a new node, then the autoscaler's
+    windows; the source of every number below it."""
+    warm = {step.name: step for step in serving.warm_node.steps}
+    new = {step.name: step for step in serving.new_node.steps}
+    names = list(dict.fromkeys([*new, *warm]))
+    names.sort(key=lambda name: ["signal", "node", "pod"].index((new.get(name) or warm[name]).stage))
+    target = WARM_POD_READY_TARGET_SECONDS
+    lines = [
+        f"Time to a serving replica of {serving.model}, in seconds (measured start-up: "
+        f"infra/catalogue/startup_timings.yaml; target: a pod on a warm node Ready <= {target} s)"
+    ]
+    rows = [
+        [name, f"{warm[name].seconds:.0f}" if name in warm else "-", f"{new[name].seconds:.0f}"]
+        for name in names
+    ]
+    rows += [
+        [
+            "= pod Ready (scheduled to Ready)",
+            f"{serving.warm_node.pod_ready_seconds:.0f}",
+            f"{serving.new_node.pod_ready_seconds:.0f}",
+        ],
+        [
+            f"= serving, from {'the load rising' if serving.autoscaled else 'the replica being added'}",
+            f"{serving.warm_node.seconds():.0f}",
+            f"{serving.new_node.seconds():.0f}",
+        ],
+    ]
+    rows += [[f"window: {window.name}", window.value, window.value] for window in serving.windows]
+    lines += _table(["step", "warm node", "new node"], rows, right={1, 2})
+    if serving.meets_target:
+        lines.append(f"  a pod on a warm node is Ready within {target} s")
+    else:
+        ready = serving.warm_node.pod_ready_seconds
+        lines.append(
+            f"  NOT within {target} s on a warm node ({ready:.0f} s, {ready - target:.0f} s over); "
+            "its time goes to " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in serving.blockers)
+        )
+    if serving.unlike_the_measurement:
+        lines.append(f"  note: {serving.unlike_the_measurement}")
+    lines.append(f"  sources ({serving.measured_on}):")
+    for name in names:
+        if name in warm and warm[name].source != new[name].source:
+            lines.append(f"    {name}, warm node: {warm[name].source}")
+            lines.append(f"    {name}, new node: {new[name].source}")
+        else:
+            lines.append(f"    {name}: {new[name].source}")
+    lines += [f"    window {window.name}: {window.source}" for window in serving.windows]
+    return lines
+
+
+def _serving_json(serving: ServingTimes) -> dict[str, Any]:
+    def case(steps: Any) -> dict[str, Any]:
+        return {
+            "steps": [
+                {"name": s.name, "stage": s.stage, "seconds": round(s.seconds, 1), "source": s.source}
+                for s in steps.steps
+            ],
+            "pod_ready_seconds": round(steps.pod_ready_seconds, 1),
+            "total_seconds": round(steps.seconds(), 1),
+        }
+
+    return {
+        "measured_on": serving.measured_on,
+        "unlike_the_measurement": serving.unlike_the_measurement,
+        "warm_node": case(serving.warm_node),
+        "new_node": case(serving.new_node),
+        "warm_pod_ready_target_seconds": WARM_POD_READY_TARGET_SECONDS,
+        "meets_target": serving.meets_target,
+        "in_the_way": [{"name": name, "seconds": seconds} for name, seconds in serving.blockers],
+        "autoscaler_windows": [
+            {"name": w.name, "value": w.value, "source": w.source} for w in serving.windows
+        ],
+    }
 
 
 def _model_json(plan: ModelPlan) -> dict[str, Any]:
@@ -206,6 +285,7 @@ def _model_json(plan: ModelPlan) -> dict[str, Any]:
             "safety_factor": plan.startup.safety_factor,
             "budget_seconds": plan.startup_budget_seconds,
         },
+        "time_to_serve": _serving_json(plan.serving),
         "problems": [
             {"at": list(problem.at), "value": problem.value, "message": problem.message}
             for problem in plan.problems

@@ -126,6 +126,67 @@ class LocalNvmeConfig(StrictModel):
     """Where the NVMe array is mounted; models live in `<mount_path>/vllm-models`."""
 
 
+FAST_IMAGE_PULL_MIN_THROUGHPUT_MIBPS = 600
+"""AWS: with SOCI parallel pull, below 600 MiB/s of root-volume throughput pulls get slower, not
+faster (the disk, not the network, limits a parallel pull); its benchmark used 1000 MiB/s, 16000 IOPS."""
+GP3_MIBPS_PER_IOPS = 0.25
+"""gp3 allows at most 0.25 MiB/s of throughput per provisioned IOPS."""
+
+
+class ImagePullConfig(StrictModel):
+    """How a new GPU node gets the ~10 GB vLLM image (docs/aws.md, 'The vLLM image on a new node').
+    The pre-pull DaemonSet (addons.image_prepull) starts the pull as soon as the node joins; these
+    settings make that pull itself faster."""
+
+    fast_image_pull: bool = True
+    """SOCI parallel pull/unpack: AL2023 through nodeadm's `FastImagePull` feature gate, Bottlerocket
+    through `settings.container-runtime.snapshotter = "soci"` with `pull-mode =
+    "parallel-pull-unpack"`. Large layers are fetched in chunks over many connections and unpacked
+    concurrently; a full pull (no lazy loading), of any image, with nothing to build. Marked
+    experimental by the EKS AMI project; nodeadm ignores it below 4 vCPUs / 7 GiB (every GPU
+    instance is above). Needs `root_volume_throughput_mibps` >= 600."""
+    parallel_image_pulls: Annotated[int, Field(ge=1, le=10)] = 3
+    """AL2023: kubelet `maxParallelImagePulls` with `serializeImagePulls: false`, so the vLLM image,
+    the preloader's and the add-ons' images pull at once on a new node instead of one after another
+    (the kubelet's default: 1, serial). Bottlerocket nodes keep serial pulls."""
+    max_concurrent_downloads: Annotated[int, Field(ge=1, le=32)] = 8
+    """containerd's layers of one image downloaded at once (its default: 3), for pulls that do not go
+    through SOCI's parallel mode (which has its own, larger, limits)."""
+    image_snapshot_id: Annotated[str, Field(pattern=r"^snap-[0-9a-f]{8,17}$")] | None = None
+    """An EBS snapshot of a containerd image store that already holds the pinned vLLM image: new
+    nodes get their image volume from it and skip the pull. Bottlerocket: the data volume
+    (/dev/xvdb), its documented way. AL2023: a second volume (/dev/xvdb) mounted at
+    /var/lib/containerd before containerd starts. Make it on a node of this group (same AMI, same
+    `fast_image_pull`) after the pre-pull, for every new image pin; a snapshot without the pinned
+    image only costs the pull it was meant to save."""
+    root_volume_throughput_mibps: Annotated[int, Field(ge=125, le=1000)] = 1000
+    """gp3 throughput of the volume containerd unpacks into (the root volume; Bottlerocket's data
+    volume): a parallel pull is disk-bound. gp3 baseline 125; extra throughput is billed monthly."""
+    root_volume_iops: Annotated[int, Field(ge=3000, le=16000)] = 16000
+    """gp3 IOPS of that volume (baseline 3000)."""
+
+    @model_validator(mode="after")
+    def _volume_fast_enough(self) -> ImagePullConfig:
+        if self.root_volume_throughput_mibps > self.root_volume_iops * GP3_MIBPS_PER_IOPS:
+            raise ConfigProblem(
+                f"gp3 allows at most {GP3_MIBPS_PER_IOPS} MiB/s per IOPS: "
+                f"{self.root_volume_throughput_mibps} MiB/s needs root_volume_iops of at least "
+                f"{int(self.root_volume_throughput_mibps / GP3_MIBPS_PER_IOPS)}",
+                at=("root_volume_iops",),
+                value=self.root_volume_iops,
+            )
+        if self.fast_image_pull and self.root_volume_throughput_mibps < FAST_IMAGE_PULL_MIN_THROUGHPUT_MIBPS:
+            raise ConfigProblem(
+                f"SOCI parallel pull on a volume below {FAST_IMAGE_PULL_MIN_THROUGHPUT_MIBPS} MiB/s pulls "
+                "slower than a plain pull (AWS); raise root_volume_throughput_mibps to "
+                f"{FAST_IMAGE_PULL_MIN_THROUGHPUT_MIBPS} or more (1000 is what AWS measured with), or set "
+                "fast_image_pull: false",
+                at=("root_volume_throughput_mibps",),
+                value=self.root_volume_throughput_mibps,
+            )
+        return self
+
+
 class SystemNodeGroupConfig(StrictModel):
     """The system node group."""
 
@@ -171,6 +232,9 @@ class GpuNodeGroupConfig(StrictModel):
     """Instance-store NVMe assembled and mounted for the node-local model copy."""
     ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
     """EKS-optimised accelerated AMI (NVIDIA driver and container toolkit included)."""
+    image_pull: ImagePullConfig = ImagePullConfig()
+    """How new nodes get the vLLM image: SOCI parallel pull, parallel kubelet pulls, a fast root
+    volume, optionally a snapshot that already holds the image."""
 
     @model_validator(mode="after")
     def _instance_types_known_and_uniform(self) -> GpuNodeGroupConfig:

@@ -6,6 +6,8 @@ what the vLLM server exported, without target labels. `target_series` adds the l
 PodMonitor gives each series (namespace, pod, container, model, job, instance) for as many pods as
 asked, each pod a copy of the recorded one; `promtool tsdb create-blocks-from openmetrics` turns
 that into TSDB blocks, and a Prometheus on loopback with no scrape targets serves them.
+`running_prometheus` starts the same Prometheus with any configuration, e.g. scraping a live vLLM
+server (tests/e2e/test_autoscaling_live.py).
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ class RecordedPrometheus:
             json.dumps(item["metric"], sort_keys=True): float(item["value"][1]) for item in data["result"]
         }
 
+    def series(self, match: str) -> list[dict[str, str]]:
+        """The series a selector matches (what the Prometheus Adapter's discovery asks for)."""
+        data: list[dict[str, str]] = self._get("/api/v1/series", {"match[]": match})
+        return data
+
     def scalar(self, expr: str, at: float) -> float | None:
         """An instant query with one series (or none: None)."""
         values = self.query(expr, at)
@@ -110,7 +117,7 @@ def require_tools() -> tuple[str, str]:
 @contextmanager
 def recorded_prometheus(openmetrics: str, workdir: Path) -> Iterator[RecordedPrometheus]:
     """A Prometheus on loopback whose TSDB holds exactly `openmetrics`; stopped on exit."""
-    prometheus, promtool = require_tools()
+    _, promtool = require_tools()
     source, data = workdir / "series.om", workdir / "tsdb"
     source.write_text(openmetrics)
     created = subprocess.run(
@@ -120,8 +127,24 @@ def recorded_prometheus(openmetrics: str, workdir: Path) -> Iterator[RecordedPro
         timeout=300,
     )
     assert created.returncode == 0, created.stdout + created.stderr
+    # The recording is minutes long and in the past: look back over its gaps.
+    with running_prometheus(
+        "global: {}\nscrape_configs: []\n",
+        workdir,
+        data,
+        ["--storage.tsdb.retention.time=100y", "--query.lookback-delta=5m"],
+    ) as server:
+        yield server
+
+
+@contextmanager
+def running_prometheus(
+    config_yaml: str, workdir: Path, data: Path, flags: Sequence[str] = ()
+) -> Iterator[RecordedPrometheus]:
+    """Debian's Prometheus on a free loopback port with this configuration, ready; stopped on exit."""
+    prometheus, _ = require_tools()
     config = workdir / "prometheus.yml"
-    config.write_text("global: {}\nscrape_configs: []\n")
+    config.write_text(config_yaml)
     port = _free_port()
     log = (workdir / "prometheus.log").open("wb")
     process = subprocess.Popen(
@@ -130,9 +153,7 @@ def recorded_prometheus(openmetrics: str, workdir: Path) -> Iterator[RecordedPro
             f"--config.file={config}",
             f"--storage.tsdb.path={data}",
             f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=100y",
-            # The recording is minutes long and in the past: look back over its gaps.
-            "--query.lookback-delta=5m",
+            *flags,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -88,9 +88,9 @@ SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 # dependency, not our source: locked in components/helm/charts.lock.yaml (repository, the upstream
 # release tag named in `source` and its commit, the chart's digest and the repository's package
 # digest; tests/test_chart_lock.py checks pin and lock agree), pulled and verified into the chart
-# cache by `vllm-platform charts pull` (docs/charts.md). Each is the newest published release as of the pin date that
-# supports Kubernetes 1.32-1.35 (its Chart.yaml kubeVersion). To bump: docs/charts.md ("Bumping a
-# chart"), read the chart's values diff against our *_values code, update pin, lock and date.
+# cache by `vllm-platform charts pull` (docs/charts.md). Each is the newest published release as of
+# the pin date that supports Kubernetes 1.32-1.35 (its Chart.yaml kubeVersion). To bump:
+# docs/charts.md ("Bumping a chart"); read the chart's values diff against our *_values code.
 _VENDORED = "locked in components/helm/charts.lock.yaml"
 NVIDIA_DEVICE_PLUGIN_CHART = ChartPin(
     chart="nvidia-device-plugin",

@@ -1,4 +1,5 @@
-"""Expand a pinned chart (from the verified chart cache) offline with a real Helm engine, as `kubernetes.helm.v4.Chart` would.
+"""Expand a pinned chart (from the verified chart cache) offline with a real Helm engine, as
+`kubernetes.helm.v4.Chart` would.
 
 The engine is Helm's own Go SDK (v4) through helm-python-sdk (pinned in pyproject.toml): no helm
 binary, no cluster, no chart repository. What `helm.v4.Chart` does with the rendered manifests, and

@@ -93,8 +93,16 @@ class RouterClient:
         }
 
     def models(self) -> set[str]:
-        """Every model id the front routes (its own `GET /v1/models` shape: `{"models": [...]}`)."""
-        return set((self._request("GET", MODELS_PATH) or {}).get("models") or [])
+        """Every model id the front routes (its own `GET /v1/models` shape: `{"models": [...]}`);
+        none while it has no worker (it answers 503 then)."""
+        try:
+            listed = self._request("GET", MODELS_PATH) or {}
+        except urllib.error.HTTPError as error:
+            error.close()
+            if error.code == 503:
+                return set()
+            raise
+        return set(listed.get("models") or [])
 
     def add(self, worker: Worker) -> None:
         # vllm-router 0.1.17 keeps a model -> workers index: POSTing one URL once per name routes

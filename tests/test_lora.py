@@ -281,3 +281,24 @@ def test_plan_sets_lora_slots_aside_before_the_kv_cache() -> None:
     assert with_lora.memory.lora_bytes == slots
     assert without.memory.kv_cache_bytes - with_lora.memory.kv_cache_bytes == slots
     assert with_lora.lora_cpu_cache_bytes == 8 * lora_slot_bytes(shape, 1, 16, 2)
+
+
+# --- observability -----------------------------------------------------------------------------------
+
+
+def test_serving_dashboard_shows_the_adapters_by_the_labels_vllm_exports() -> None:
+    from components.dashboards import dashboard_expressions, vllm_serving_dashboard
+    from infra.vllm_metrics import LORA_REQUESTS_INFO, check_metric_name
+
+    # Exported only with --enable-lora, with these labels (tests/e2e/test_lora.py reads them).
+    assert check_metric_name(LORA_REQUESTS_INFO) is None
+    lora_queries = [
+        expr for _, expr in dashboard_expressions(vllm_serving_dashboard()) if LORA_REQUESTS_INFO in expr
+    ]
+    assert len(lora_queries) == 2
+    assert {"running_lora_adapters", "waiting_lora_adapters"} == {
+        label
+        for expr in lora_queries
+        for label in ("running_lora_adapters", "waiting_lora_adapters")
+        if label in expr
+    }

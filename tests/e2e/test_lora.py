@@ -378,3 +378,60 @@ def test_the_planner_counts_the_lora_slots_the_real_vllm_allocates(
     dtype_bytes = {"torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4}[dtype]
     shape = ModelShape.from_values({**TINY_LLAMA_CONFIG})
     assert measured["bytes"] == lora_gpu_bytes(shape, 1, max_loras, rank, dtype_bytes)
+
+
+# --- the GPU benchmark's adapters ------------------------------------------------------------------------
+
+PEFT_LOADS = """
+import json, sys, torch
+from peft import PeftModel
+from safetensors.torch import load_file
+from transformers import LlamaConfig, LlamaForCausalLM
+from tests.support.tiny_model import TINY_LLAMA_CONFIG
+
+model = PeftModel.from_pretrained(LlamaForCausalLM(LlamaConfig(**TINY_LLAMA_CONFIG)), sys.argv[1])
+state = model.state_dict()
+saved = load_file(sys.argv[1] + "/adapter_model.safetensors")
+loaded = {k: k.replace(".weight", ".default.weight") for k in saved}
+missing = sorted(k for k, name in loaded.items() if name not in state)
+same = all(torch.equal(state[loaded[k]].to(v.dtype), v) for k, v in saved.items() if k not in missing)
+print("PEFT-LOAD " + json.dumps({"tensors": len(saved), "missing": missing, "same": same,
+                                 "rank": model.peft_config["default"].r}))
+"""
+
+
+def test_benchmark_adapters_are_what_peft_loads(
+    vllm_python: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """bench/lora/make_adapters.py (the GPU table's random rank-16 adapters of the 8B shape) writes
+    PEFT's names and shapes: shown on the tiny model's shape, loaded by PEFT itself."""
+    made = subprocess.run(
+        [
+            str(vllm_python),
+            "bench/lora/make_adapters.py",
+            str(tmp_path),
+            "--config-json",
+            str(tiny_model_dir / "config.json"),
+            "--rank",
+            "16",
+        ],
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    loaded = subprocess.run(
+        [str(vllm_python), "-c", PEFT_LOADS, str(tmp_path / "adapter-00")],
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in loaded.stdout.splitlines() if line.startswith("PEFT-LOAD ")]
+    assert loaded.returncode == 0 and lines, loaded.stderr[-3000:]
+    result = json.loads(lines[-1].removeprefix("PEFT-LOAD "))
+    layers = int(TINY_LLAMA_CONFIG["num_hidden_layers"])  # type: ignore[call-overload]
+    assert result == {"tensors": layers * 7 * 2, "missing": [], "same": True, "rank": 16}

@@ -1,7 +1,8 @@
 """Grafana dashboards as sidecar ConfigMaps (pure builders; the Operations component creates them).
 
     vllm-serving        per model: load (running/waiting), KV cache, TTFT/ITL/E2E/queue-time
-                        percentiles, token throughput, finish reasons, preemptions, HTTP status
+                        percentiles, token throughput, finish reasons, preemptions, LoRA
+                        adapters running and waiting, HTTP status
     dcgm-gpus           per GPU: temperature, power, clocks, tensor-pipe activity, utilisation,
                         memory, XID errors, remapped rows
     autoscaling         per model: replicas (current/desired/max), each signal the autoscaler
@@ -167,6 +168,27 @@ def vllm_serving_dashboard() -> dict[str, Any]:
             description="Non-zero: the KV cache is full and requests are recomputed.",
         ),
         Panel(
+            "LoRA adapters in the batch and in the queue",
+            (
+                (
+                    f"count by (running_lora_adapters) "
+                    f"(topk by (pod) (1, {m.LORA_REQUESTS_INFO}{{{MODEL_NAMESPACES}}}))",
+                    "running: {{running_lora_adapters}}",
+                ),
+                (
+                    f"count by (waiting_lora_adapters) "
+                    f"(topk by (pod) (1, {m.LORA_REQUESTS_INFO}{{{MODEL_NAMESPACES}}}))",
+                    "waiting: {{waiting_lora_adapters}}",
+                ),
+            ),
+            description=(
+                "Pods per set of adapters (comma-separated) running in their batch and waiting for a "
+                "GPU slot, from each pod's newest vllm:lora_requests_info series (its value is the time "
+                "of the update). Only models with lora export it; adapter requests also count in every "
+                "other panel under the base model's name (docs/lora.md)."
+            ),
+        ),
+        Panel(
             "API responses by status",
             (
                 (
@@ -285,8 +307,12 @@ def autoscaling_dashboard() -> dict[str, Any]:
             panels.append(
                 Panel(
                     f"{signal.series} per model ({signal.per_pod} over the router pods)",
-                    ((f"{signal.per_pod} by (model) ({signal.series}{{{router_series_matchers()}}})",
-                      "{{model}}"),),
+                    (
+                        (
+                            f"{signal.per_pod} by (model) ({signal.series}{{{router_series_matchers()}}})",
+                            "{{model}}",
+                        ),
+                    ),
                     description=f"Unit: {signal.unit} (the HPA divides this total by the replicas). The "
                     "adapter's external rule (components/adapter_rules.py).",
                 )

@@ -37,12 +37,13 @@ from components.vllm_arguments import (
     SERVE_COMMAND,
     build_server_arguments,
     format_number,
+    lora_environment,
     serves_render_endpoints,
     tensor_parallel_environment,
 )
 from infra.capacity import ModelPlan
 from infra.config.errors import Problem
-from infra.config.models import ModelConfig
+from infra.config.models import ModelConfig, ModelSourceConfig
 from infra.config.platform import PlatformConfig
 from infra.versions import VLLM_IMAGE, VLLM_VERSION
 
@@ -123,14 +124,14 @@ def served_model_path(model: ModelConfig, local_nvme: bool) -> str:
     return f"{LOCAL_ROOT if local_nvme else SHARED_ROOT}/{model.name}/{model.source.revision}"
 
 
-def preload_source(model: ModelConfig) -> str:
-    """`--source` for the preloader, which reads `<source>/<revision>/` from S3.
+def preload_source(source: ModelSourceConfig) -> str:
+    """`--source` for the preloader, which reads `<source>/<revision>/` from S3 (a model's or an
+    adapter's source).
 
     `source.s3_uri` names the revision's own prefix (`s3://bucket/<model>/<revision>/`), so the
     preloader gets its parent; `preload_source_problems` rejects an s3_uri not ending in the revision.
     Hugging Face sources are passed as `hf://org/repo`.
     """
-    source = model.source
     if source.s3_uri is None:
         return source.uri
     prefix = (source.s3_prefix or "").rstrip("/")
@@ -143,13 +144,19 @@ def preload_source_problems(config: PlatformConfig) -> list[Problem]:
     """The preloader reads `<prefix>/<revision>/`: an s3_uri must end with the revision."""
     problems = []
     for index, model in enumerate(config.models):
-        source = model.source
-        if source.s3_uri is None:
-            continue
-        last = (source.s3_prefix or "").rstrip("/").rpartition("/")[2]
-        if last != source.revision:
+        sources: list[tuple[tuple[str | int, ...], ModelSourceConfig]] = [
+            (("models", index, "source"), model.source)
+        ]
+        sources += [(("models", index, "lora", "adapters", number, "source"), adapter.source)
+                    for number, adapter in enumerate(model.lora.adapters if model.lora else [])]
+        for at, source in sources:
+            if source.s3_uri is None:
+                continue
+            last = (source.s3_prefix or "").rstrip("/").rpartition("/")[2]
+            if last == source.revision:
+                continue
             problems.append(Problem(
-                ("models", index, "source", "s3_uri"), source.s3_uri,
+                (*at, "s3_uri"), source.s3_uri,
                 f"must end with the revision '{source.revision}' (s3://<bucket>/<model prefix>/<revision>/): "
                 "the preloader reads exactly <model prefix>/<revision>/ and keys its caches on the revision",
             ))
@@ -161,15 +168,20 @@ def preload_arguments(model: ModelConfig, gpu_type: str, local_nvme: bool) -> li
     arguments = [
         "preload",
         "--model-name", model.name,
-        "--source", preload_source(model),
+        "--source", preload_source(model.source),
         "--revision", model.source.revision,
         "--shared-root", SHARED_ROOT,
     ]
     if local_nvme:
         arguments += ["--local-root", LOCAL_ROOT]
     arguments += ["--compile-cache-gpu-type", gpu_type, "--compile-cache-vllm-version", VLLM_VERSION]
-    if model.source.requires_hf_token:
+    if model.needs_hf_token:
         arguments += ["--hf-token-file", secrets.HF_TOKEN_PATH]
+    for adapter in model.lora.adapters if model.lora else []:
+        # Beside the model on both volumes (vllm_arguments.adapter_path), same lock, marker and
+        # checksums; the server container starts only after every one is complete.
+        arguments += ["--adapter", adapter.name, preload_source(adapter.source), adapter.source.revision,
+                      str(adapter.rank)]
     return arguments
 
 
@@ -239,7 +251,7 @@ def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str)
     mounts = [{"name": "models", "mountPath": SHARED_ROOT}, {"name": "tmp", "mountPath": TMP_DIR}]
     if local_nvme:
         mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT})
-    if model.source.requires_hf_token:
+    if model.needs_hf_token:
         mounts.append({"name": secrets.HF_TOKEN_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH,
                        "readOnly": True})
     return {
@@ -290,6 +302,8 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         *keep_alive_environment(config),
         # Tensor parallelism (gpus_per_replica > 1): vllm.nccl_env and the FlashInfer all-reduce backend.
         *tensor_parallel_environment(model),
+        # lora.runtime_loading: /v1/load_lora_adapter, behind the key like every route (docs/lora.md).
+        *lora_environment(model),
     ]
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -310,7 +324,8 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         "imagePullPolicy": "IfNotPresent",
         "command": list(SERVE_COMMAND),
         "args": build_server_arguments(model, served_model_path(model, local_nvme),
-                                       render_endpoints=serves_render_endpoints(config, model)),
+                                       render_endpoints=serves_render_endpoints(config, model),
+                                       adapter_root=LOCAL_ROOT if local_nvme else SHARED_ROOT),
         "ports": [{"name": probes.PORT_NAME, "containerPort": model.vllm.port, "protocol": "TCP"}],
         "env": env,
         "resources": {

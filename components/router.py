@@ -187,6 +187,8 @@ def registrar_config(config: PlatformConfig) -> dict[str, Any]:
                 "url": f"http://127.0.0.1:{model_router_port(index)}",
                 "model_id": model.openai_model_name,
                 "policy": FRONT_POLICY,
+                # The model's LoRA adapters are routed to the same model router (router/registrar.py).
+                "served_names": config.served_names(model),
             }
             for index, model in enumerate(config.models)
         ],

@@ -114,7 +114,7 @@ def api_key_file(model: ModelConfig) -> SecretFile:
 
 
 def hf_token_file(model: ModelConfig) -> SecretFile | None:
-    if not model.source.requires_hf_token:
+    if not model.needs_hf_token:
         return None
     assert model.hf_token_secret is not None  # filled by the loader when requires_hf_token
     return SecretFile(model.hf_token_secret, HF_TOKEN_FILE)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from components import server_auth
 from infra.config.errors import Problem
-from infra.config.models import ModelConfig
+from infra.config.models import LoraAdapterConfig, ModelConfig
 from infra.config.platform import PlatformConfig
 
 SERVE_COMMAND: tuple[str, ...] = ("vllm", "serve")
@@ -51,11 +51,52 @@ def serves_render_endpoints(config: PlatformConfig, model: ModelConfig) -> bool:
     return config.routing_policy(model) in ROUTER_POLICIES_THAT_RENDER
 
 
+LORA_ADAPTERS_DIR = ".lora-adapters"
+"""model-cache's layout (model_cache.layout.adapter_dir): an adapter revision lives at
+`<root>/.lora-adapters/<model>/<adapter>/<revision>/`, beside `<root>/<model>/<revision>/`."""
+
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+"""vLLM's switch (envs.py, 0.32.0) for `/v1/load_lora_adapter` and `/v1/unload_lora_adapter`."""
+
+
+def adapter_path(root: str, model: ModelConfig, adapter: LoraAdapterConfig) -> str:
+    """Where the preloader puts `adapter` under `root` (the shared or node-local model root)."""
+    return f"{root}/{LORA_ADAPTERS_DIR}/{model.name}/{adapter.name}/{adapter.source.revision}"
+
+
+def lora_arguments(model: ModelConfig, adapter_root: str | None) -> list[str]:
+    """vLLM's LoRA flags for `model` (none without `lora`); adapters are read from `adapter_root`."""
+    lora = model.lora
+    if lora is None:
+        return []
+    arguments = [
+        "--enable-lora",
+        "--max-loras", str(lora.max_loras),
+        "--max-lora-rank", str(lora.max_lora_rank),
+        "--max-cpu-loras", str(lora.cpu_cache_size),
+    ]
+    if lora.adapters:
+        if adapter_root is None:
+            raise ValueError(f"model {model.name} serves LoRA adapters: pass the root they live under")
+        # `name=path`: vLLM lists each under /v1/models with the first served name as its parent.
+        modules = [f"{a.name}={adapter_path(adapter_root, model, a)}" for a in lora.adapters]
+        arguments += ["--lora-modules", *modules]
+    return arguments
+
+
+def lora_environment(model: ModelConfig) -> list[dict[str, str]]:
+    """`VLLM_ALLOW_RUNTIME_LORA_UPDATING` only where `lora.runtime_loading` asks for it (docs/lora.md)."""
+    if model.lora is None or not model.lora.runtime_loading:
+        return []
+    return [{"name": RUNTIME_LORA_ENV, "value": "True"}]
+
+
 def build_server_arguments(
-    model: ModelConfig, model_path: str, *, render_endpoints: bool = False
+    model: ModelConfig, model_path: str, *, render_endpoints: bool = False, adapter_root: str | None = None
 ) -> list[str]:
-    """Arguments after `vllm serve` for `model`, serving the weights at `model_path`; with
-    `render_endpoints`, also vLLM's render routes (`serves_render_endpoints`).
+    """Arguments after `vllm serve` for `model`, serving the weights at `model_path` and its LoRA
+    adapters from under `adapter_root` (`adapter_path`); with `render_endpoints`, also vLLM's render
+    routes (`serves_render_endpoints`).
 
     The model path is the positional argument: vLLM 0.32.0 still parses `--model` but warns that
     `vllm serve` takes the model positionally and that `--model` "will be removed in a future
@@ -88,6 +129,7 @@ def build_server_arguments(
         arguments.append(_switch("--enable-chunked-prefill", engine.enable_chunked_prefill))
     if engine.enforce_eager:
         arguments.append("--enforce-eager")
+    arguments += lora_arguments(model, adapter_root)
     # Drain: in-flight (streaming) requests get this long after SIGTERM; see components/probes.py.
     arguments += ["--shutdown-timeout", str(model.drain.shutdown_timeout_seconds)]
     if render_endpoints:
@@ -149,6 +191,10 @@ RESERVED_FLAGS: tuple[ReservedFlag, ...] = (
     ReservedFlag(("--enable-scale-out", "--no-enable-scale-out"),
                  "the platform turns it on for models the router routes by prefix (router policy "
                  "cache_aware), which need vLLM's render endpoints; choose the policy instead"),
+    ReservedFlag(("--enable-lora", "--no-enable-lora", "--lora-modules", "--max-loras", "--max-lora-rank",
+                  "--max-cpu-loras"),
+                 "set the model's lora block instead (adapters, max_loras, max_lora_rank, max_cpu_loras; "
+                 "docs/lora.md): the preloader fetches the adapters and the capacity plan counts them"),
     ReservedFlag(("--shutdown-timeout",),
                  "set drain.shutdown_timeout_seconds instead (it also sizes the grace period)"),
     ReservedFlag(("--api-key",),
@@ -191,9 +237,12 @@ def reserved_flag_problems(extra_args: Sequence[str], at: tuple[str | int, ...])
     return problems
 
 
+PLACEHOLDER_ROOT = "/mnt/models"
+
+
 def served_model_path_placeholder(model: ModelConfig) -> str:
     """A representative model path for checks that do not care where the weights are."""
-    return f"/mnt/models/{model.name}/{model.source.revision}"
+    return f"{PLACEHOLDER_ROOT}/{model.name}/{model.source.revision}"
 
 
 def server_argument_problems(config: PlatformConfig) -> list[Problem]:
@@ -214,7 +263,9 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
             continue  # the parser would only repeat the same flags less helpfully
         render = serves_render_endpoints(config, model)
         path = served_model_path_placeholder(model)
-        arguments = build_server_arguments(model, path, render_endpoints=render)
+        arguments = build_server_arguments(
+            model, path, render_endpoints=render, adapter_root=PLACEHOLDER_ROOT
+        )
         typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
         typed_findings = check_server_arguments(typed)
         problems += [Problem(("models", index, "vllm"), " ".join(typed), found) for found in typed_findings]

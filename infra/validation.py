@@ -24,6 +24,7 @@ from infra.versions import VLLM_VERSION
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUANTIZATION_METHODS_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-quantization-methods.json"
+LORA_ARCHITECTURES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-lora-architectures.json"
 
 PlatformCheck = Callable[[PlatformConfig], list[Problem]]
 
@@ -58,6 +59,7 @@ def platform_checks() -> list[PlatformCheck]:
         replica_bound_problems,
         quantization_problems,
         fp8_weight_problems,
+        lora_architecture_problems,
         secret_name_problems,
         rollout_problems,
         router_problems,
@@ -304,6 +306,65 @@ def tuning_profile_problems(config: PlatformConfig) -> list[Problem]:
                     )
                 )
                 break
+    return problems
+
+
+@cache
+def pinned_lora_architectures() -> dict[str, list[str]]:
+    """Model classes by whether the pinned vLLM serves LoRA adapters on them (vLLM's `supports_lora`),
+    snapshotted by scripts/snapshot-vllm-lora-architectures.py and compared with the real vLLM by
+    tests/e2e."""
+    return json.loads(LORA_ARCHITECTURES_FILE.read_text())
+
+
+def lora_architecture_problems(config: PlatformConfig) -> list[Problem]:
+    """`lora` only on a model class the pinned vLLM serves adapters for (docs/lora.md)."""
+    problems = []
+    for index, model in enumerate(config.models):
+        if model.lora is None:
+            continue
+        known = pinned_lora_architectures()
+        architecture_class = model.architecture.resolved().get("architecture_class")
+        at = ("models", index, "architecture", "architecture_class")
+        if architecture_class is None:
+            problems.append(
+                Problem(
+                    at,
+                    None,
+                    (
+                        "lora needs the model class, to check that vLLM serves adapters for it: set "
+                        "architecture.architecture_class to config.json's architectures[0] (e.g. "
+                        "LlamaForCausalLM), or use a preset"
+                    ),
+                )
+            )
+        elif architecture_class in known["no_lora"]:
+            problems.append(
+                Problem(
+                    at,
+                    architecture_class,
+                    (
+                        f"vLLM {VLLM_VERSION} serves no LoRA adapters on {architecture_class} (it does not "
+                        "implement SupportsLoRA; the LoRA column of vLLM's supported-models page): remove "
+                        "lora or serve the adapter merged into a model of its own"
+                    ),
+                )
+            )
+        elif architecture_class not in known["supports_lora"] + known["not_importable_here"]:
+            # A class the CPU build cannot import (CUDA-only or image-processing dependencies) passes:
+            # unknown is not "no", and the GPU image's vLLM still refuses at start if it must.
+            close = difflib.get_close_matches(architecture_class, known["supports_lora"], n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            problems.append(
+                Problem(
+                    at,
+                    architecture_class,
+                    (
+                        f"vLLM {VLLM_VERSION} has no model class {architecture_class} that serves LoRA "
+                        f"adapters: {hint}use the name in config.json's architectures"
+                    ),
+                )
+            )
     return problems
 
 

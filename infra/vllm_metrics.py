@@ -75,7 +75,17 @@ EXPORTED_METRICS: Mapping[str, str] = {
     "vllm:request_time_per_output_token_seconds": "histogram",
     "vllm:time_to_first_token_seconds": "histogram",
 }
-EXPORTED_METRIC_NAMES: frozenset[str] = frozenset(EXPORTED_METRICS)
+
+LORA_REQUESTS_INFO = "vllm:lora_requests_info"
+"""With `--enable-lora` only: a gauge set to the current time at every stats update, labelled
+`running_lora_adapters` and `waiting_lora_adapters` (the adapter names of the batch and the queue,
+comma-separated) and `max_lora` (v1/metrics/loggers.py, 0.32.0). Requests for an adapter count in
+every other family under the base model's `model_name`, so the autoscaling signals see all of a
+model's work. tests/e2e/test_lora.py checks both on a real LoRA server."""
+LORA_METRICS: Mapping[str, str] = {LORA_REQUESTS_INFO: "gauge"}
+"""Families a server exports beyond EXPORTED_METRICS when it serves LoRA adapters."""
+
+EXPORTED_METRIC_NAMES: frozenset[str] = frozenset(EXPORTED_METRICS) | frozenset(LORA_METRICS)
 
 # Names earlier vLLM releases exported, mapped to the 0.32.0 name that replaced them.
 RENAMED_METRICS: Mapping[str, str] = {
@@ -112,11 +122,13 @@ def _split_sample_suffix(name: str) -> tuple[str, str]:
 
 
 def is_exported(name: str) -> bool:
-    """Whether the pinned vLLM exports this series name (a family or one of its sample series)."""
-    if name in EXPORTED_METRICS:
+    """Whether the pinned vLLM exports this series name (a family or one of its sample series),
+    counting the LoRA families a server with adapters adds."""
+    families = {**EXPORTED_METRICS, **LORA_METRICS}
+    if name in families:
         return True
     family, suffix = _split_sample_suffix(name)
-    return family in EXPORTED_METRICS and suffix in _SAMPLE_SUFFIXES[EXPORTED_METRICS[family]]
+    return family in families and suffix in _SAMPLE_SUFFIXES[families[family]]
 
 
 def check_metric_name(name: str) -> str | None:

@@ -23,7 +23,8 @@ Stdlib only (it runs in the router image). Run:
 
 The config (rendered by components/router.py) is
 `{"router_url": ..., "interval_seconds": 5, "models_port": 8090, "workers": [{"url", "model_id",
-"policy"}]}`.
+"policy", "served_names"}]}`; `served_names` are the model's name and its LoRA adapters' names
+(PlatformConfig.served_names), each routed by the front to the model's router.
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ class Worker:
     url: str
     model_id: str
     policy: str
+    served_names: tuple[str, ...] = ()
+    """Every `model` the worker serves: model_id, then the model's LoRA adapters; () = model_id only."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.served_names or (self.model_id,)
+
+    def registered_as(self, listed: Worker | None) -> bool:
+        """Whether the front's entry for this URL is this worker (the front lists one id per URL)."""
+        return listed is not None and (listed.model_id, listed.policy) == (self.model_id, self.policy)
 
 
 class RouterClient:
@@ -81,21 +92,48 @@ class RouterClient:
             for w in listed.get("workers") or []
         }
 
+    def models(self) -> set[str]:
+        """Every model id the front routes (its own `GET /v1/models` shape: `{"models": [...]}`);
+        none while it has no worker (it answers 503 then)."""
+        try:
+            listed = self._request("GET", MODELS_PATH) or {}
+        except urllib.error.HTTPError as error:
+            error.close()
+            if error.code == 503:
+                return set()
+            raise
+        return set(listed.get("models") or [])
+
     def add(self, worker: Worker) -> None:
-        self._request(
-            "POST",
-            "/workers",
-            {"url": worker.url, "model_id": worker.model_id, "labels": {"policy": worker.policy}},
-        )
+        # vllm-router 0.1.17 keeps a model -> workers index: POSTing one URL once per name routes
+        # every name to it (measured, tests/e2e/test_lora.py), while GET /workers shows one entry per
+        # URL with the last name posted. The model's own name goes last, so that entry is model_id.
+        for name in (*worker.names[1:], worker.names[0]):
+            self._request(
+                "POST",
+                "/workers",
+                {"url": worker.url, "model_id": name, "labels": {"policy": worker.policy}},
+            )
 
     def remove(self, url: str) -> None:
         self._request("DELETE", "/workers/" + urllib.parse.quote(url, safe=""))
 
 
 def reconcile(router: RouterClient, desired: Mapping[str, Worker]) -> tuple[list[str], list[str]]:
-    """Make the router's workers equal `desired` (by URL); returns (added, removed) URLs."""
+    """Make the router's workers equal `desired` (by URL), each routed under all its served names;
+    returns (added, removed) URLs.
+
+    A name the front stops serving cannot be taken back: 0.1.17 keeps routing a removed worker's
+    names to its URL (measured), where vLLM answers 404 for a name it does not serve.
+    """
     current = router.workers()
-    added = [url for url, worker in sorted(desired.items()) if current.get(url) != worker]
+    routed = router.models() if any(len(worker.names) > 1 for worker in desired.values()) else set()
+    added = [
+        url
+        for url, worker in sorted(desired.items())
+        if not worker.registered_as(current.get(url))
+        or (len(worker.names) > 1 and not set(worker.names) <= routed)
+    ]
     removed = [url for url in sorted(current) if url not in desired]
     for url in removed:
         router.remove(url)
@@ -106,7 +144,13 @@ def reconcile(router: RouterClient, desired: Mapping[str, Worker]) -> tuple[list
 
 def desired_workers(config: Mapping[str, Any]) -> dict[str, Worker]:
     return {
-        w["url"]: Worker(url=w["url"], model_id=w["model_id"], policy=w["policy"]) for w in config["workers"]
+        w["url"]: Worker(
+            url=w["url"],
+            model_id=w["model_id"],
+            policy=w["policy"],
+            served_names=tuple(w.get("served_names") or [w["model_id"]]),
+        )
+        for w in config["workers"]
     }
 
 
@@ -126,7 +170,8 @@ def ask_model_router(
     worker: Worker, authorization: str | None, timeout_seconds: float
 ) -> tuple[int | None, list[dict[str, Any]]]:
     """One model router's `GET /v1/models` with the client's key: (status or None if unreachable,
-    the entries for the model it routes; vLLM may list more names for one process)."""
+    the entries for the names it routes: the model and its LoRA adapters, which vLLM lists with
+    `parent` set to the model; vLLM may list more names for one process)."""
     headers = {"Authorization": authorization} if authorization else {}
     request = urllib.request.Request(worker.url.rstrip("/") + MODELS_PATH, headers=headers)
     try:
@@ -139,7 +184,7 @@ def ask_model_router(
         LOG.debug("%s: no answer to %s: %s", worker.url, MODELS_PATH, error)
         return None, []
     entries = listed.get("data") if isinstance(listed, dict) else None
-    return status, [e for e in entries or [] if isinstance(e, dict) and e.get("id") == worker.model_id]
+    return status, [e for e in entries or [] if isinstance(e, dict) and e.get("id") in worker.names]
 
 
 def list_models(

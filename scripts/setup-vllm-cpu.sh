@@ -36,6 +36,14 @@ if ! "$venv/bin/python" -c 'import httpx' 2>/dev/null; then
     "$venv/bin/pip" install --quiet httpx
 fi
 
+# PEFT makes the tiny LoRA adapter the e2e tests serve (tests/support/tiny_lora.py). Pinned to the
+# newest release on PyPI when it was added (2026-12-01, issue 25); it brings only accelerate beside
+# what vLLM already installed here (torch, transformers, safetensors).
+PEFT_VERSION="0.21.0"
+if [[ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("peft"))' 2>/dev/null)" != "$PEFT_VERSION" ]]; then
+    "$venv/bin/pip" install --quiet "peft==$PEFT_VERSION"
+fi
+
 # PyPI's torchvision/torchaudio/torchcodec builds are compiled against another torch than the
 # CPU torch vLLM runs on here; importing them beside it fails, and vLLM serves text without them.
 # (pip skips those not installed.)

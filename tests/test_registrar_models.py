@@ -36,6 +36,8 @@ class StandIn:
     key: str
     delay_seconds: float = 0
     received: list[dict[str, str]] = field(default_factory=list)
+    adapters: tuple[str, ...] = ()
+    """LoRA adapters vLLM lists after the model, with `parent` set to it."""
 
 
 def entry(model_id: str) -> dict[str, object]:
@@ -49,7 +51,9 @@ def serve(stand_in: StandIn) -> http.server.ThreadingHTTPServer:
             time.sleep(stand_in.delay_seconds)
             if self.headers.get("Authorization") == f"Bearer {stand_in.key}":
                 # vLLM lists every served name of the process; the registrar keeps the routed one.
-                status, body = 200, {"object": "list", "data": [entry(stand_in.model_id), entry("alias")]}
+                adapters = [{**entry(a), "parent": stand_in.model_id} for a in stand_in.adapters]
+                data = [entry(stand_in.model_id), entry("alias"), *adapters]
+                status, body = 200, {"object": "list", "data": data}
             else:
                 status, body = 401, {"error": "Unauthorized"}
             payload = json.dumps(body).encode()
@@ -69,6 +73,27 @@ def serve(stand_in: StandIn) -> http.server.ThreadingHTTPServer:
 
 ModelRouters = dict[str, tuple[StandIn, Worker]]
 """model id → (the stand-in, the registrar's worker for it)."""
+
+
+def test_a_models_adapters_are_listed_with_their_parent_and_only_its_served_names() -> None:
+    with_adapters = StandIn("alpha", "key-a", adapters=("alpha-support", "alpha-sql"))
+    server = serve(with_adapters)
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        worker = Worker(url, "alpha", "x", served_names=("alpha", "alpha-support", "alpha-sql"))
+        status, body = list_models([worker], "Bearer key-a")
+        # A worker registered before adapters existed lists the model alone.
+        plain = list_models([Worker(url, "alpha", "x")], "Bearer key-a")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status == 200
+    assert [(e["id"], e.get("parent")) for e in body["data"]] == [
+        ("alpha", None),
+        ("alpha-support", "alpha"),
+        ("alpha-sql", "alpha"),
+    ]
+    assert plain == (200, {"object": "list", "data": [entry("alpha")]})
 
 
 @pytest.fixture

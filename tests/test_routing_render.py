@@ -77,11 +77,17 @@ def test_front_routes_by_model_name_and_each_model_has_its_own_router(prod: Rend
         assert args[args.index("--service-discovery-port") + 1] == str(model.vllm.port)
         assert args[args.index("--port") + 1] == str(8100 + index)
         assert args[args.index("--policy") + 1] == (model.router_policy or config.router.default_policy)
-    # The registrar registers each model's router with the front, under the model's served name.
+    # The registrar registers each model's router with the front, under the model's served names
+    # (its own, then its LoRA adapters': none in prod).
     registrar = json.loads(only(prod, "ConfigMap")["data"]["registrar.json"])
     assert registrar["router_url"] == "http://127.0.0.1:8000"
     assert registrar["workers"] == [
-        {"url": f"http://127.0.0.1:{8100 + i}", "model_id": m.openai_model_name, "policy": "round_robin"}
+        {
+            "url": f"http://127.0.0.1:{8100 + i}",
+            "model_id": m.openai_model_name,
+            "policy": "round_robin",
+            "served_names": [m.openai_model_name],
+        }
         for i, m in enumerate(config.models)
     ]
 

@@ -677,6 +677,6 @@ def test_preload_source_is_the_parent_of_the_revision_prefix() -> None:
     )
     top = ModelConfig.model_validate({**base, "source": {"s3_uri": "s3://bkt/r1", "revision": "r1"}})
     hub = ModelConfig.model_validate({**base, "source": {"huggingface_repo": "org/m", "revision": "abc"}})
-    assert serving.preload_source(nested) == "s3://bkt/org/m/"
-    assert serving.preload_source(top) == "s3://bkt/"
-    assert serving.preload_source(hub) == "hf://org/m"
+    assert serving.preload_source(nested.source) == "s3://bkt/org/m/"
+    assert serving.preload_source(top.source) == "s3://bkt/"
+    assert serving.preload_source(hub.source) == "hf://org/m"

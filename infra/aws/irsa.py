@@ -73,14 +73,21 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
             if secrets_manager
             else ()
         )
-        reads_own_bucket = (
-            model.source.s3_bucket is not None and model.source.s3_bucket == config.storage.model_bucket_name
+        adapter_sources = [adapter.source for adapter in (model.lora.adapters if model.lora else [])]
+        adapter_prefixes = tuple(
+            (source.s3_bucket, source.s3_prefix)
+            for source in adapter_sources
+            if source.s3_bucket is not None and source.s3_prefix is not None
         )
+        reads_own_bucket = config.storage.model_bucket_name in {
+            source.s3_bucket for source in (model.source, *adapter_sources) if source.s3_bucket is not None
+        }
         policy = model_access_policy(
             location=location,
             s3_bucket=model.source.s3_bucket,
             s3_prefix=model.source.s3_prefix,
             secret_names=secret_names,
+            adapter_s3_prefixes=adapter_prefixes,
         )
         # A model with nothing to read in AWS (Hugging Face source, secrets outside AWS) gets no role.
         if policy is not None:
@@ -121,14 +128,16 @@ def _monitoring_secret_roles(config: PlatformConfig, location: AwsLocation) -> l
         return []
     readers = []
     if monitoring.alertmanager and monitoring.alertmanager_config_secret is not None:
-        readers.append((alertmanager_service_account(monitoring.namespace),
-                        monitoring.alertmanager_config_secret.name))
+        readers.append(
+            (alertmanager_service_account(monitoring.namespace), monitoring.alertmanager_config_secret.name)
+        )
     if monitoring.grafana and monitoring.grafana_admin_secret is not None:
         readers.append((grafana_service_account(monitoring.namespace), monitoring.grafana_admin_secret))
     specs = []
     for account, secret_name in readers:
-        policy = model_access_policy(location=location, s3_bucket=None, s3_prefix=None,
-                                     secret_names=(secret_name,))
+        policy = model_access_policy(
+            location=location, s3_bucket=None, s3_prefix=None, secret_names=(secret_name,)
+        )
         specs.append(ServiceAccountRoleSpec(account, policy=policy))
     return specs
 

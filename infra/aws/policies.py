@@ -84,10 +84,12 @@ def model_access_policy(
     s3_bucket: str | None,
     s3_prefix: str | None,
     secret_names: tuple[str, ...] = (),
+    adapter_s3_prefixes: tuple[tuple[str, str], ...] = (),
 ) -> PolicyDocument | None:
-    """Read-only access of one model's pods: its S3 prefix, its own secrets; None when nothing applies.
+    """Read-only access of one model's pods: its S3 prefix, its LoRA adapters' prefixes (bucket,
+    prefix), its own secrets; None when nothing applies.
 
-    `s3_prefix` ends with '/' (ModelSourceConfig.s3_prefix), so `prefix*` cannot reach a sibling
+    Each prefix ends with '/' (ModelSourceConfig.s3_prefix), so `prefix*` cannot reach a sibling
     revision such as `.../rev1-old/`.
     """
     statements: list[dict[str, Any]] = []
@@ -110,6 +112,36 @@ def model_access_policy(
                 "Resource": f"{bucket_arn}/{s3_prefix}*",
             },
         ]
+    adapter_buckets: dict[str, list[str]] = {}
+    for bucket, prefix in adapter_s3_prefixes:
+        if not prefix.endswith("/"):
+            raise ValueError(f"adapter prefix must end in '/', not {prefix!r}")
+        adapter_buckets.setdefault(bucket, []).append(prefix)
+    for number, (bucket, prefixes) in enumerate(sorted(adapter_buckets.items())):
+        # One statement per bucket: a ListBucket condition holds for the bucket it names.
+        statements.append(
+            {
+                "Sid": f"ListAdapterPrefixes{number}",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:{location.partition}:s3:::{bucket}",
+                "Condition": {
+                    "StringLike": {"s3:prefix": [p for prefix in prefixes for p in (prefix, f"{prefix}*")]}
+                },
+            }
+        )
+    if adapter_s3_prefixes:
+        statements.append(
+            {
+                "Sid": "ReadAdapterObjects",
+                "Effect": "Allow",
+                "Action": "s3:GetObject",
+                "Resource": [
+                    f"arn:{location.partition}:s3:::{bucket}/{prefix}*"
+                    for bucket, prefix in adapter_s3_prefixes
+                ],
+            }
+        )
     if secret_names:
         statements.append(
             {
@@ -267,11 +299,13 @@ def eks_secrets_key_policy(location: AwsLocation) -> PolicyDocument:
 
 def flow_log_delivery_policy(log_group_arn: str) -> PolicyDocument:
     """What the VPC flow-log service needs to write into its one log group (AWS VPC user guide)."""
-    return document({
-        "Effect": "Allow",
-        "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-        "Resource": [log_group_arn, f"{log_group_arn}:*"],
-    })
+    return document(
+        {
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            "Resource": [log_group_arn, f"{log_group_arn}:*"],
+        }
+    )
 
 
 def load_balancer_controller_policy() -> PolicyDocument:

@@ -102,6 +102,9 @@ class EngineSettings:
     dtype: str = "auto"
     quantization: str | None = None
     enforce_eager: bool = False
+    max_loras: int = 0
+    """`--max-loras` with `--enable-lora`; 0 without LoRA (infra/capacity/lora.py)."""
+    max_lora_rank: int = 0
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from infra.capacity.architecture import (
     total_parameters,
     weight_bytes_per_gpu,
 )
+from infra.capacity.lora import lora_cpu_cache_bytes, lora_gpu_bytes
 from infra.capacity.memory import (
     GIB,
     NON_TORCH_INCREASE_BYTES,
@@ -67,6 +68,8 @@ class MemoryPlan:
     cudagraph_bytes: int
     kv_cache_bytes: int
     """What is left for the KV cache (negative: does not fit)."""
+    lora_bytes: int = 0
+    """LoRA adapter slots (max_loras × max_lora_rank), allocated while the model loads."""
 
     @property
     def overhead_bytes(self) -> int:
@@ -106,6 +109,8 @@ class ModelPlan:
     serving: ServingTimes
     """Expected time to a serving replica on a warm node and on a new node (besides the budget)."""
     problems: tuple[CapacityProblem, ...] = ()
+    lora_cpu_cache_bytes: int = 0
+    """Host memory of vLLM's full LoRA adapter cache (max_cpu_loras adapters of max_lora_rank)."""
 
     @property
     def fits(self) -> bool:
@@ -164,8 +169,13 @@ def size_memory(
     tokens = effective_max_num_batched_tokens(settings, gpu)
     activation = activation_peak_bytes(shape, tp, gpu, tokens, settings.max_num_seqs, act_bytes)
     graphs = cudagraph_memory_bytes(shape, tp, settings, tokens, act_bytes)
+    lora = (
+        lora_gpu_bytes(shape, tp, settings.max_loras, settings.max_lora_rank, act_bytes)
+        if settings.max_loras
+        else 0
+    )
     requested = math.ceil(gpu.cuda_total_bytes * settings.gpu_memory_utilization)
-    available = requested - weights - activation - NON_TORCH_INCREASE_BYTES - graphs
+    available = requested - weights - lora - activation - NON_TORCH_INCREASE_BYTES - graphs
     dtype_bytes = kv_dtype_bytes(settings, compute)
     kv = size_kv_cache(shape, tp, available, dtype_bytes, settings.max_model_len, tokens)
     memory = MemoryPlan(
@@ -177,6 +187,7 @@ def size_memory(
         non_torch_bytes=NON_TORCH_INCREASE_BYTES,
         cudagraph_bytes=graphs,
         kv_cache_bytes=available,
+        lora_bytes=lora,
     )
     per_token = kv.page_bytes_per_layer * shape.num_hidden_layers // kv.block_size_tokens
     return MemorySizing(
@@ -346,7 +357,8 @@ def _problems(shape: ModelShape, placement: _Placement, sizing: MemorySizing) ->
                 message="the KV cache cannot hold one request of max_model_len "
                 f"{settings.max_model_len} tokens: it needs "
                 f"{_gib(needed * block * sizing.kv_bytes_per_token)} per GPU, "
-                f"{_gib(memory.kv_cache_bytes)} is left after {_gib(memory.weight_bytes)} of weights and "
+                f"{_gib(memory.kv_cache_bytes)} is left after {_gib(memory.weight_bytes)} of weights"
+                f"{f', {_gib(memory.lora_bytes)} of LoRA slots' if memory.lora_bytes else ''} and "
                 f"{_gib(memory.overhead_bytes)} of activations, CUDA graphs and runtime ({usable}); "
                 f"{_fix_text(fixes)}",
             )
@@ -366,6 +378,8 @@ def _settings(model: ModelConfig) -> EngineSettings:
         dtype=engine.dtype,
         quantization=engine.quantization,
         enforce_eager=engine.enforce_eager,
+        max_loras=model.lora.max_loras if model.lora else 0,
+        max_lora_rank=model.lora.max_lora_rank if model.lora else 0,
     )
 
 
@@ -416,7 +430,15 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         startup=startup,
         serving=serving_times(model, config, startup, gpu_model=group.gpu_model.name),
         problems=tuple(_problems(shape, placement, sizing)),
+        lora_cpu_cache_bytes=_lora_cpu_cache_bytes(model, shape, placement.settings),
     )
+
+
+def _lora_cpu_cache_bytes(model: ModelConfig, shape: ModelShape, settings: EngineSettings) -> int:
+    if model.lora is None:
+        return 0
+    dtype_bytes = int(BYTES_PER_DTYPE[activation_dtype(shape, settings.dtype)])
+    return lora_cpu_cache_bytes(shape, model.lora.cpu_cache_size, model.lora.max_lora_rank, dtype_bytes)
 
 
 def plan_platform(config: PlatformConfig) -> PlatformPlan:

@@ -96,6 +96,7 @@ def format_plan_table(plan: PlatformPlan) -> str:
             "util",
             "requested",
             "weights",
+            "LoRA slots",
             "activation",
             "non-torch",
             "CUDA graphs",
@@ -111,6 +112,7 @@ def format_plan_table(plan: PlatformPlan) -> str:
                 f"{p.memory.requested_bytes / p.memory.cuda_total_bytes:.2f}",
                 _gib(p.memory.requested_bytes),
                 _gib(p.memory.weight_bytes),
+                _gib(p.memory.lora_bytes),
                 _gib(p.memory.activation_peak_bytes),
                 _gib(p.memory.non_torch_bytes),
                 _gib(p.memory.cudagraph_bytes),
@@ -120,7 +122,7 @@ def format_plan_table(plan: PlatformPlan) -> str:
             ]
             for p in models
         ],
-        right=set(range(2, 12)),
+        right=set(range(2, 13)),
     )
     phase_names = list(PHASES)
     lines += ["", "Startup budget in seconds (the serving unit's startupProbe allows `budget`)"]
@@ -258,11 +260,13 @@ def _model_json(plan: ModelPlan) -> dict[str, Any]:
             "cuda_total": plan.memory.cuda_total_bytes,
             "requested": plan.memory.requested_bytes,
             "weights": plan.memory.weight_bytes,
+            "lora_slots": plan.memory.lora_bytes,
             "activation_peak": plan.memory.activation_peak_bytes,
             "non_torch": plan.memory.non_torch_bytes,
             "cuda_graphs": plan.memory.cudagraph_bytes,
             "kv_cache": plan.memory.kv_cache_bytes,
         },
+        "lora_cpu_cache_bytes": plan.lora_cpu_cache_bytes,
         "kv_cache": {
             "bytes_per_token_per_gpu": plan.kv_cache_bytes_per_token,
             "block_size_tokens": plan.kv_cache.block_size_tokens,

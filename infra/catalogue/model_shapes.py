@@ -66,7 +66,9 @@ def architecture_values(config: Mapping[str, Any]) -> dict[str, Any]:
       and count experts as `n_routed_experts` / `num_experts`.
     """
     model_type = str(config.get("model_type", ""))
+    classes = config.get("architectures") or [None]
     values: dict[str, Any] = {
+        "architecture_class": classes[0],
         "num_hidden_layers": config.get("num_hidden_layers"),
         "hidden_size": config.get("hidden_size"),
         "num_attention_heads": config.get("num_attention_heads"),

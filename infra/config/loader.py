@@ -168,7 +168,7 @@ def resolve_stack_defaults(config: PlatformConfig, stack: str) -> PlatformConfig
         update: dict[str, Any] = {}
         if model.api_key_secret is None:
             update["api_key_secret"] = SecretRefConfig(name=f"vllm-platform/{stack}/{model.name}/api-key")
-        if model.source.requires_hf_token and model.hf_token_secret is None:
+        if model.needs_hf_token and model.hf_token_secret is None:
             update["hf_token_secret"] = SecretRefConfig(name=f"vllm-platform/{stack}/{model.name}/hf-token")
         if model.ingress_host is None and config.ingress.enabled and config.ingress.domain:
             update["ingress_host"] = f"{model.name}.{config.ingress.domain}"

@@ -476,12 +476,43 @@ class PlatformConfig(StrictModel):
             return data  # ClusterConfig reports the bad mode
         return {**data, "addons": _fill_addon_defaults(data.get("addons", {}), mode)}
 
+    def served_names(self, model: ModelConfig) -> list[str]:
+        """Every `model` a client may name in a request to reach `model`'s replicas: its
+        `openai_model_name` first, then its LoRA adapters (unique across the stack, validated)."""
+        return [model.openai_model_name, *model.adapter_names]
+
     def routing_policy(self, model: ModelConfig) -> RoutingPolicy | None:
         """The router's policy for `model` (its `router_policy`, else `router.default_policy`);
         None when the router is off."""
         if not self.router.enabled:
             return None
         return model.router_policy or self.router.default_policy
+
+    def _served_names_unique(self) -> None:
+        # One endpoint routes by the request's `model`: a name served twice would be ambiguous.
+        owners: dict[str, str] = {}
+        for index, model in enumerate(self.models):
+            name_at: tuple[str | int, ...] = (
+                "models",
+                index,
+                "served_model_name" if model.served_model_name else "name",
+            )
+            if model.openai_model_name in owners:
+                raise ConfigProblem(
+                    f"'{model.openai_model_name}' is already served by {owners[model.openai_model_name]}; "
+                    "every served model name and LoRA adapter name must be unique",
+                    at=name_at,
+                )
+            owners[model.openai_model_name] = f"model '{model.name}'"
+            for adapter_index, adapter in enumerate(model.lora.adapters if model.lora else []):
+                if adapter.name in owners:
+                    raise ConfigProblem(
+                        f"'{adapter.name}' is already served by {owners[adapter.name]}; every served "
+                        "model name and LoRA adapter name must be unique: rename the adapter",
+                        at=("models", index, "lora", "adapters", adapter_index, "name"),
+                        value=adapter.name,
+                    )
+                owners[adapter.name] = f"an adapter of model '{model.name}'"
 
     @model_validator(mode="after")
     def _models_fit_their_groups(self) -> PlatformConfig:
@@ -518,6 +549,7 @@ class PlatformConfig(StrictModel):
                     "backend 'hpa'",
                     at=("models", index, "autoscaling", "backend"),
                 )
+        self._served_names_unique()
         if self.cluster.mode == "existing" and self.storage.existing_efs_file_system_id is None:
             raise ConfigProblem(
                 "mode 'existing' needs the EFS file system that backs the shared model volume "

@@ -17,10 +17,11 @@ from pathlib import Path
 from model_cache import __version__
 from model_cache.completion import LockSettings
 from model_cache.download import MIB, DownloadSettings
-from model_cache.errors import ExitCode, IntegrityError, PreloadError, is_out_of_space
+from model_cache.errors import ExitCode, IntegrityError, PreloadError, UsageError, is_out_of_space
 from model_cache.jsonlog import log
+from model_cache.layout import validate_component
 from model_cache.manifest import verify_directory
-from model_cache.preload import PreloadOptions, preload
+from model_cache.preload import AdapterSpec, PreloadOptions, preload
 
 # Kubernetes shows this file's content in `kubectl describe pod` as the container's last state.
 TERMINATION_LOG = Path(os.environ.get("MODEL_CACHE_TERMINATION_LOG", "/dev/termination-log"))
@@ -70,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-attempts", type=_positive_int, default=5, help="per request / per chunk")
     run.add_argument("--progress-interval-seconds", type=_positive_float, default=5.0)
     run.add_argument(
+        "--adapter",
+        nargs=4,
+        action="append",
+        default=[],
+        metavar=("NAME", "SOURCE", "REVISION", "RANK"),
+        help="a LoRA adapter to preload beside the model (repeatable); SOURCE like --source",
+    )
+    run.add_argument(
         "--skip-etag-check", action="store_true", help="do not compare downloads with MD5-based S3 ETags"
     )
 
@@ -104,6 +113,15 @@ def _options(args: argparse.Namespace) -> PreloadOptions:
             wait_timeout_seconds=args.lock_wait_timeout_seconds,
             progress_interval_seconds=args.progress_interval_seconds,
         ),
+        adapters=tuple(_adapter(*values) for values in args.adapter),
+    )
+
+
+def _adapter(name: str, source: str, revision: str, rank: str) -> AdapterSpec:
+    if not rank.isdigit() or int(rank) < 1:
+        raise UsageError(f"--adapter {name}: RANK must be a whole number >= 1, not {rank!r}")
+    return AdapterSpec(
+        name=validate_component(name, "adapter name"), source=source, revision=revision, rank=int(rank)
     )
 
 
@@ -131,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "verify":
             return _verify(args)
-        served = preload(_options(args))
+        options = _options(args)
+        served = preload(options)
     except PreloadError as error:
         return _fail(error.exit_code, error.message)
     except OSError as error:

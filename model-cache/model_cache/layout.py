@@ -4,6 +4,7 @@
 <shared-root>/<model-name>/<revision>.lock         download lock for that revision
 <local-root>/<model-name>/<revision>/              node-local copy (NVMe) that vLLM loads
 <shared-root>/.vllm-cache/<model>/<gpu>/<vllm>/     vLLM compile cache (VLLM_CACHE_ROOT)
+<root>/.lora-adapters/<model>/<adapter>/<revision>/  a LoRA adapter of the model (shared and local)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from model_cache.errors import SourceNotFound, UsageError
 _COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}$")
 
 COMPILE_CACHE_DIR_NAME = ".vllm-cache"
+ADAPTERS_DIR_NAME = ".lora-adapters"
 
 
 def validate_component(value: str, what: str) -> str:
@@ -32,6 +34,20 @@ def validate_component(value: str, what: str) -> str:
 
 def revision_dir(root: Path, model_name: str, revision: str) -> Path:
     return root / validate_component(model_name, "model name") / validate_component(revision, "revision")
+
+
+def adapter_root(root: Path, model_name: str) -> Path:
+    """The root under which `revision_dir(adapter_root(...), adapter, revision)` holds an adapter.
+
+    In the dot namespace, so an adapter can never collide with a model or one of its revisions.
+    """
+    return root / ADAPTERS_DIR_NAME / validate_component(model_name, "model name")
+
+
+def ensure_adapter_root(root: Path, model_name: str) -> Path:
+    path = adapter_root(root, model_name)
+    path.mkdir(parents=True, exist_ok=True, mode=0o775)  # group-writable, as the compile cache
+    return path
 
 
 def lock_path(model_dir: Path) -> Path:

@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model_cache.completion import LockSettings, ensure_complete
 from model_cache.download import DownloadSettings, RevisionDownloader
-from model_cache.errors import UsageError
+from model_cache.errors import IntegrityError, UsageError
 from model_cache.hf_source import HuggingFaceSource, read_token
 from model_cache.jsonlog import log
-from model_cache.layout import ensure_compile_cache_dir, require_existing_root, revision_dir
+from model_cache.layout import (
+    ensure_adapter_root,
+    ensure_compile_cache_dir,
+    require_existing_root,
+    revision_dir,
+)
 from model_cache.local_copy import copy_revision
 from model_cache.lock import RevisionLock
 from model_cache.manifest import Manifest, Verification, VerifyMode, verify_directory
 from model_cache.remote import Source
 from model_cache.s3_source import S3Source
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """A LoRA adapter preloaded beside the model, with the rank the stack declared for it."""
+
+    name: str
+    source: str
+    revision: str
+    rank: int
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,7 @@ class PreloadOptions:
     read_timeout_seconds: float = 60.0
     download: DownloadSettings = field(default_factory=DownloadSettings)
     lock: LockSettings = field(default_factory=LockSettings)
+    adapters: tuple[AdapterSpec, ...] = ()
 
 
 def open_source(options: PreloadOptions) -> Source:
@@ -62,7 +79,59 @@ def _trusted_entries(verification: Verification | None) -> dict:
     return {entry.path: entry for entry in verification.manifest.files if entry.path in verification.good}
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def check_adapter_rank(directory: Path, adapter: AdapterSpec) -> None:
+    """The adapter's own config (PEFT's adapter_config.json, `r`) must match the declared rank: the
+    stack sizes vLLM's `--max-lora-rank` and the GPU reservation from the declared one."""
+    config_file = directory / ADAPTER_CONFIG
+    try:
+        declared = json.loads(config_file.read_text()).get("r")
+    except (OSError, ValueError) as error:
+        raise IntegrityError(
+            f"integrity: adapter {adapter.name}: no readable {ADAPTER_CONFIG}: {error}"
+        ) from None
+    if declared != adapter.rank:
+        raise IntegrityError(
+            f"integrity: adapter {adapter.name} has rank r={declared} in {ADAPTER_CONFIG}, but the stack "
+            f"declares rank {adapter.rank}; correct the rank in the stack file"
+        )
+
+
+def preload_adapters(options: PreloadOptions) -> list[Path]:
+    """Each adapter like a model revision of its own (same lock, marker, checksums and resume) under
+    `.lora-adapters/<model>/` on both volumes; returns the directories vLLM loads them from."""
+    served = []
+    for adapter in options.adapters:
+        adapter_options = replace(
+            options,
+            model_name=adapter.name,
+            source=adapter.source,
+            revision=adapter.revision,
+            shared_root=ensure_adapter_root(options.shared_root, options.model_name),
+            local_root=ensure_adapter_root(options.local_root, options.model_name)
+            if options.local_root
+            else None,
+            compile_cache_gpu_type=None,
+            compile_cache_vllm_version=None,
+            adapters=(),
+        )
+        directory = preload_revision(adapter_options)
+        check_adapter_rank(directory, adapter)
+        log("adapter_ready", adapter=adapter.name, revision=adapter.revision, dir=str(directory))
+        served.append(directory)
+    return served
+
+
 def preload(options: PreloadOptions) -> Path:
+    """The model's revision, then its adapters; returns the directory vLLM loads the model from."""
+    model_dir = preload_revision(options)
+    preload_adapters(options)
+    return model_dir
+
+
+def preload_revision(options: PreloadOptions) -> Path:
     shared_root = require_existing_root(options.shared_root, "--shared-root")
     shared_dir = revision_dir(shared_root, options.model_name, options.revision)
     local_dir = None

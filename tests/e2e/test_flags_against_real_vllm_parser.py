@@ -125,6 +125,15 @@ CASES = [
 ]
 
 
+def lora_stack_arguments() -> list[str]:
+    """What the lora test stack renders for its model: vLLM's LoRA flags from the typed `lora` block."""
+    from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
+
+    (workload,) = model_workloads(rendered("lora", TEST_STACKS_DIR / "Pulumi.lora.yaml"))
+    (container,) = [c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+    return list(container["args"])
+
+
 @pytest.fixture(scope="module")
 def real_parser_verdicts(vllm_python: Path, request: pytest.FixtureRequest) -> dict[str, str | None]:
     """Every argument list of this module through the real parser, in one vLLM subprocess."""
@@ -134,6 +143,7 @@ def real_parser_verdicts(vllm_python: Path, request: pytest.FixtureRequest) -> d
         PRODUCTION_STYLE_ARGUMENTS,
         server_arguments(Path("/tmp/model")),
         ["m", "--disable-log-requests"],
+        lora_stack_arguments(),
     ]
     verdicts = check_many_with_real_vllm(lists)
     return {json.dumps(args): verdict for args, verdict in zip(lists, verdicts, strict=True)}
@@ -177,6 +187,16 @@ def test_e2e_server_arguments_pass_the_real_parser_and_the_checker(
     real_parser_verdicts: dict[str, str | None],
 ) -> None:
     args = server_arguments(Path("/tmp/model"))
+    assert real_parser_verdicts[json.dumps(args)] is None
+    assert check_server_arguments(args) == []
+
+
+def test_lora_arguments_pass_the_real_parser_and_the_checker(
+    real_parser_verdicts: dict[str, str | None],
+) -> None:
+    args = lora_stack_arguments()
+    lora_flags = {"--enable-lora", "--lora-modules", "--max-loras", "--max-lora-rank", "--max-cpu-loras"}
+    assert lora_flags <= set(args)
     assert real_parser_verdicts[json.dumps(args)] is None
     assert check_server_arguments(args) == []
 

@@ -46,9 +46,11 @@ VLLM_IMAGE = ImagePin(
 # tests/test_model_cache_release.py fails when the two differ.
 MODEL_CACHE_IMAGE = ImagePin(
     repository="ghcr.io/vllm-platform/model-cache",
-    tag="0.1.0",
+    tag="0.2.0",
+    # 0.2.0: `preload --adapter` (LoRA adapters, issue 25); a stack with adapters needs it, so release
+    # tag v0.2.0 must be published before such a stack deploys.
     source="published from model-cache/ in this repository by .github/workflows/release-model-cache.yaml "
-    "(release tag v0.1.0; linux/amd64 and linux/arm64)",
+    "(release tag v0.2.0; linux/amd64 and linux/arm64)",
     pinned_on="2026-12-01",
 )
 

@@ -386,14 +386,22 @@ class Session:
 BenchFn = Callable[[argparse.Namespace], dict[str, Any]]
 
 
-def measure_level(session: Session, bench: BenchFn, label: str, level: int, api_key: bool) -> dict[str, Any]:
+def measure_level(
+    session: Session,
+    bench: BenchFn,
+    label: str,
+    level: int,
+    api_key: bool,
+    args_for: Callable[..., argparse.Namespace] | None = None,
+) -> dict[str, Any]:
     """One client run at `level` (fresh seed); a run with a failed request is discarded and re-run."""
     out, plan = session.out, session.plan
     for attempt in range(MAX_RERUNS + 1):
         seed = session.next_seed()
         prompts = prompts_for(plan, level)
         with HostSampler() as sampler:
-            result = bench(bench_args(plan, label, level, out, sampler.before, seed, prompts, api_key))
+            make = args_for or bench_args
+            result = bench(make(plan, label, level, out, sampler.before, seed, prompts, api_key))
         host = sampler.summary()
         file = out / f"{label}-c{level}.json"
         ok = result.get("failed", 1) == 0 and result.get("completed") == prompts

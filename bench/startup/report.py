@@ -209,7 +209,7 @@ def render(summary: dict[str, Any]) -> str:
     loads = summary["weight_load"]
     lines += [
         "",
-        f"## Weight loading: {loads['bytes'] / 1e9:.2f} GB of safetensors (4 shards), local disk, cache dropped",
+        f"## Weight loading: {loads['bytes'] / 1e9:.2f} GB of safetensors (4 shards), local disk",
         "",
         "| loader | GB/s, bf16 loads: median (range) | every load (GB/s) |",
         "| --- | --- | --- |",

@@ -212,9 +212,10 @@ def server_environment(
     host's own variables (PATH, CUDA) stay unless the render sets the same name.
 
     `bytecode` emulates the image: "none" is the upstream image (no .pyc files) on the stack's
-    read-only root filesystem, where every process compiles every module from source; "shared" points
-    PYTHONPYCACHEPREFIX at `<cache_dir>/pycache` (the bytecode kept on the shared volume); "host"
-    leaves the lab install's own bytecode in use.
+    read-only root filesystem without PYTHONPYCACHEPREFIX (the render before issue 24), where every
+    process compiles every module from source; "shared" points PYTHONPYCACHEPREFIX at
+    `<cache_dir>/pycache`, as the render now does (bytecode kept on the shared volume); "host" leaves
+    the lab install's own bytecode in use.
     """
     paths = plan["stack_paths"]
     env = dict(os.environ if base is None else base)

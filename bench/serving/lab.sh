@@ -8,6 +8,7 @@
 #                                            # start lab.py's whole session in the background with a
 #                                            # deadline BUDGET_S from now, then follow it for WAIT_S
 #   bash .gpu/lab/lab.sh poll WAIT_S         # follow the session up to WAIT_S (or until it ends)
+#   bash .gpu/lab/lab.sh baseline BUDGET_S   # after the session: Transformers generate (baseline.py)
 #
 # The session runs on between calls (setsid), so the calls only carry the bundle and collect results;
 # every go/poll packs everything so far into $OUT/lab-<time>.tar.gz. bench/serving/README.md has the
@@ -51,7 +52,7 @@ follow() {  # follow the session's log for up to $1 s, or until lab.py exits
   done
 }
 
-step=${1:?usage: lab.sh stage NN | go BUDGET_S WAIT_S | poll WAIT_S}
+step=${1:?usage: lab.sh stage NN | go BUDGET_S WAIT_S | poll WAIT_S | baseline BUDGET_S}
 shift
 case "$step" in
   stage)
@@ -85,6 +86,11 @@ case "$step" in
     pack ;;
   poll)
     follow "$1"
+    pack ;;
+  baseline)
+    PYTHONPATH=/tmp/site timeout -k 10 $(($1 + 60)) python3 "$here/baseline.py" --model-dir /tmp/m/llama8b \
+      --out "$results" --budget-s "$1"
+    say "baseline exited $?"
     pack ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -496,7 +496,11 @@ def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> Non
         1 for j in session.data["jobs"].values() if j.get("config") == job["config"] and "label" in j
     )
     label = f"{job['config']}-s{count}"
-    pod = LAB / "pods" / job["id"]
+    # One path for every pod, emptied before each start: a pod's HOME is always /home/vllm (a fresh
+    # emptyDir), and vLLM 0.26.0 hashes HOME-derived paths into its compile-cache key, so a folder per
+    # server (the 2026-12-01-b session) made every lab start recompile where a pod would not.
+    pod = LAB / "pod"
+    shutil.rmtree(pod, ignore_errors=True)
     env = server_environment(
         plan, pod_dir=pod, cache_dir=cache, bytecode=job.get("bytecode", "none"), api_key=api_key
     )
@@ -554,7 +558,7 @@ def run_concurrent_job(session: Session, job: dict[str, Any]) -> None:
         label = f"{job['id']}-{index + 1}"
         env = server_environment(
             plan,
-            pod_dir=LAB / "pods" / label,
+            pod_dir=LAB / "pods" / label,  # servers side by side need their own (paths differ)
             cache_dir=cache,
             bytecode=job.get("bytecode", "none"),
             api_key=bool(config.get("api_key")),

@@ -3,6 +3,7 @@ and the committed report is what the committed raw files (vLLM's own client's) s
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 from pathlib import Path
@@ -10,13 +11,17 @@ from pathlib import Path
 import pytest
 
 from bench.serving import report
+from components import server_auth
 from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
 from infra.vllm_flags import check_server_arguments, read_server_flags
 from tests.conftest import model_workloads, rendered
 
 SERVING = Path(__file__).resolve().parents[1] / "bench" / "serving"
 PLAN = json.loads((SERVING / "lab_plan.json").read_text())
-RAW = SERVING / "raw" / "2026-12-01"
+RAW = SERVING / "raw" / "2026-12-01-b"
+"""The session the committed report comes from: fresh servers, a seed per run (issue 27)."""
+TUNED_RAW = SERVING / "raw" / "2026-12-01"
+"""The ablation session that chose the profile's levers (its 64/16/1 rows reused seed 0: superseded)."""
 LAB_FLAGS = read_server_flags(SERVING / "data" / f"vllm-{LAB_GPU_VLLM_VERSION}-server-flags.json")
 LAB_ONLY = {"--load-format"}  # the lab's random weights; a pod loads its checkpoint
 
@@ -67,14 +72,14 @@ def test_lab_stack_configuration_is_what_prod_renders_for_its_8b_model() -> None
 
 
 def test_the_profile_deployed_is_the_tuned_configuration_measured() -> None:
-    session = json.loads((RAW / "session.json").read_text())
+    session = json.loads((TUNED_RAW / "session.json").read_text())
     assert sorted(PLAN["configs"]["stack"]["args"]) == sorted(session["configs"]["tuned"]["args"])
 
 
 def test_tuned_rule_reproduces_the_measured_tuned_arguments_from_the_raw_files() -> None:
     lab = _lab_module()
-    session = json.loads((RAW / "session.json").read_text())
-    args, winners = lab.tuned_args(RAW, PLAN)
+    session = json.loads((TUNED_RAW / "session.json").read_text())
+    args, winners = lab.tuned_args(TUNED_RAW, PLAN)
     assert args == session["configs"]["tuned"]["args"]
     assert winners == session["configs"]["tuned"]["winners"]
 
@@ -107,13 +112,86 @@ def test_committed_report_is_what_the_raw_files_make() -> None:
 
 
 def test_raw_results_are_vllm_bench_serve_files_with_every_request_served() -> None:
-    files = sorted(RAW.glob("*-c*.json"))
+    files = sorted(RAW.glob("*-s*-c*.json"))
     assert files
     for path in files:
         result = json.loads(path.read_text())
         assert result["backend"] == "vllm" and result["completed"] == result["num_prompts"], path.name
         assert result["failed"] == 0 and result["total_output_tokens"] == 256 * result["num_prompts"]
-        assert result["lab_config"] == path.stem.rsplit("-c", 1)[0]
+        assert result["lab_config"] == path.stem.rsplit("-s", 1)[0]
+
+
+def test_every_run_of_the_session_drew_its_own_prompts() -> None:
+    # issue 27: the same --seed draws the same random prompts, which the prefix cache then serves.
+    seeds = [json.loads(path.read_text())["lab_seed"] for path in RAW.glob("*-s*-c*.json")]
+    assert len(seeds) == len(set(seeds)) > 1
+    session = json.loads((RAW / "session.json").read_text())
+    assert sorted(int(seed) for seed in seeds) == sorted(run["seed"] for run in session["runs"] if run["ok"])
+
+
+def test_the_report_has_three_fresh_servers_of_the_profile_at_256() -> None:
+    summary = report.summary(RAW)
+    assert summary["profile"]["256"]["servers"] >= 3
+    assert {"defaults", "profile", "profile-fp8w"} <= set(summary)
+
+
+def test_lab_profile_configurations_are_the_stack_arguments_plus_one_change() -> None:
+    stack = PLAN["configs"]["stack"]["args"]
+    assert PLAN["configs"]["profile"]["args"] == stack
+    assert PLAN["configs"]["profile-fp8w"]["args"] == [*stack, "--quantization", "fp8"]
+    assert PLAN["configs"]["profile-auth"]["args"] == [*stack, *server_auth.server_arguments()]
+
+
+def test_lab_server_environment_is_the_prod_render_mapped_onto_lab_paths(tmp_path: Path) -> None:
+    rendered_env = {}
+    for deployment in model_workloads(rendered("prod"), "vllm-llama-3-1-8b"):
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "vllm":
+                rendered_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert PLAN["stack_env"] == rendered_env, (
+        "bench/serving/lab_plan.json stack_env differs from the prod render's vLLM container env: copy it"
+    )
+    assert PLAN["stack_env"]["VLLM_CACHE_ROOT"] == PLAN["stack_paths"]["cache_root"]
+    lab = _lab_module()
+    env = lab.server_environment(
+        PLAN, pod_dir=tmp_path / "pod", cache_dir=tmp_path / "cache", bytecode="none", api_key=True, base={}
+    )
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache")
+    assert env["FLASHINFER_WORKSPACE_BASE"] == str(tmp_path / "cache" / "jit" / "flashinfer")
+    assert env["HOME"] == str(tmp_path / "pod" / "home") and env["TMPDIR"] == str(tmp_path / "pod" / "tmp")
+    assert env["PYTHONPATH"].split(":")[0].endswith(PLAN["stack_paths"]["auth_module_dir"])
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["VLLM_API_KEY"]
+    shared = lab.server_environment(
+        PLAN,
+        pod_dir=tmp_path / "pod",
+        cache_dir=tmp_path / "cache",
+        bytecode="shared",
+        api_key=False,
+        base={},
+    )
+    assert shared["PYTHONPYCACHEPREFIX"] == str(tmp_path / "cache" / "pycache")
+    assert "VLLM_API_KEY" not in shared and "PYTHONDONTWRITEBYTECODE" not in shared
+
+
+def test_a_run_with_a_failed_request_is_discarded_and_run_again_with_a_new_seed(tmp_path: Path) -> None:
+    lab = _lab_module()
+    session = lab.Session(tmp_path, PLAN, deadline=9e12, seed_base=1000)
+    seeds = []
+
+    def bench(args):  # the client's result: the first run loses one request
+        seeds.append(args.seed)
+        failed = 1 if len(seeds) == 1 else 0
+        result = {"completed": args.num_prompts - failed, "failed": failed, "output_throughput": 1.0}
+        (tmp_path / args.result_filename).write_text(json.dumps(result))
+        return result
+
+    def args_for(plan, label, level, out, load, seed, prompts, api_key):  # vllm bench serve's, in short
+        return argparse.Namespace(seed=seed, num_prompts=prompts, result_filename=f"{label}-c{level}.json")
+
+    run = lab.measure_level(session, bench, "profile-s1", 16, api_key=False, args_for=args_for)
+    assert seeds == [1000, 1001] and run["ok"] and run["seed"] == 1001
+    assert (tmp_path / "discarded" / "profile-s1-c16-seed1000.json").exists()
+    assert json.loads((tmp_path / "profile-s1-c16.json").read_text())["failed"] == 0
 
 
 def test_report_plot_is_a_png(tmp_path: Path) -> None:

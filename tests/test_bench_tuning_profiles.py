@@ -185,3 +185,17 @@ def test_an_fp8_profile_on_h200_passes(tmp_path: Path, catalogue_with_an_fp8_pro
 
     config = load_stack("dev", stack_file=_stack_with(tmp_path, "dev", edit))
     assert config.models[0].vllm.quantization == "fp8"
+
+
+def test_fp8_weight_profile_is_the_throughput_profile_plus_fp8_weights_and_is_opt_in() -> None:
+    # issue 27: measured as bench/serving's `profile-fp8w` (the stack's arguments + --quantization fp8).
+    profiles = tuning_profiles()
+    bf16, fp8 = profiles[PROFILE], profiles["h200-throughput-fp8"]
+    assert fp8.setting_values() == {**bf16.setting_values(), "quantization": "fp8"}
+    assert [extra.args for extra in fp8.extra_args] == [extra.args for extra in bf16.extra_args]
+    assert fp8.gpus == ["H200"] and fp8.measured_by == bf16.measured_by
+    engine = VllmEngineConfig(tuning_profile="h200-throughput-fp8")
+    assert engine.quantization == "fp8" and VllmEngineConfig(tuning_profile=PROFILE).quantization is None
+    for stack in ("dev", "staging", "prod"):
+        text = (REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text()
+        assert "h200-throughput-fp8" not in text, f"{stack} opts into FP8 weights: keep it opt-in"

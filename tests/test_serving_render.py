@@ -348,6 +348,16 @@ def test_jit_kernel_caches_live_beside_the_compile_cache_not_in_the_fresh_home(
         assert "XDG_CACHE_HOME" not in env, "outlines' SQLite cache must not move onto the NFS volume"
 
 
+def test_python_bytecode_is_kept_beside_the_compile_cache(stack_render: RenderResult) -> None:
+    # issue 24: the upstream image has no .pyc and a read-only root; every process compiled vLLM from
+    # source (lab H200: 57 s before the engine without bytecode, 25 s with it read from the cache).
+    for model in config_of(stack_render).models:
+        env = {e["name"]: e.get("value") for e in container(pod_spec(stack_render, model.name))["env"]}
+        prefix = env["PYTHONPYCACHEPREFIX"]
+        assert prefix == env["VLLM_CACHE_ROOT"] + "/pycache", (model.name, prefix)
+        assert "PYTHONDONTWRITEBYTECODE" not in env
+
+
 def test_service_links_off_so_the_vllm_service_cannot_shadow_vllm_port(stack_render: RenderResult) -> None:
     # A Service named `vllm` would inject VLLM_PORT=tcp://...; vLLM reads VLLM_PORT as an integer.
     for model in config_of(stack_render).models:

@@ -1,16 +1,28 @@
-"""Serving measurements on the lab GPU host, one vLLM server at a time, measured by `vllm bench serve`.
+"""Serving and start-up measurements on the lab GPU host, one vLLM server at a time.
 
-    PYTHONPATH=/tmp/site python3 bench/serving/lab.py --out DIR --budget-s 540 defaults api4 ...
+    PYTHONPATH=/tmp/site python3 bench/serving/lab.py --out DIR --deadline EPOCH_S [--jobs s01,s02,...]
 
-Each named configuration of lab_plan.json is started as its own `vllm serve` (the plan's base
-arguments plus the configuration's), waited for on /health, measured by vLLM's own benchmark client
-(`vllm.benchmarks.serve`, exactly what `vllm bench serve` runs, called in this process so its
-imports are paid once) at each of the configuration's concurrency levels, and stopped before the
-next one starts. Nothing else runs on the host meanwhile; its load average, CPU and GPU use are
-sampled during every level and written to session.json beside the client's `--save-result` files.
+Runs the session of lab_plan.json ("session": jobs in priority order). A job starts one `vllm serve`
+(the plan's base arguments, the configuration's, the job's weight loader) with the environment the
+prod stack renders for its 8B model ("stack_env", kept equal to the render by
+tests/test_bench_serving_lab.py), its caches in the job's cache folder, a fresh HOME and TMPDIR as a
+new pod gets, and stamps every line the server prints with the wall clock (for bench/startup's
+phases). It waits for /health, measures the job's concurrency levels with vLLM's own benchmark client
+(`vllm.benchmarks.serve`, exactly what `vllm bench serve` runs, called in this process so its imports
+are paid once) and stops the server before the next job starts.
 
-The configuration named `tuned` has no arguments of its own: they are chosen from the ablation
-results already in DIR by the rule in lab_plan.json ("tuned_rule"), declared before the run.
+Every client run draws its own prompts: `--seed` is the session's base seed plus a run counter, printed
+and recorded in the result file (`lab_seed`) and session.json. A run with a failed request is moved to
+DIR/discarded/ and run again with the next seed (at most twice). The host's load average, CPU busy share
+and GPU use are sampled during every run.
+
+Jobs that would not finish before the deadline are skipped (their estimate is in the plan); later,
+smaller jobs still run. Other job types: `concurrent` (several servers started at the same moment on
+one cache, then stopped) and `imports` (`python -X importtime` of the server's modules, with and without
+bytecode).
+
+The configuration named `tuned` has no arguments of its own: they are chosen from the ablation results
+already in DIR by the rule in lab_plan.json ("tuned_rule").
 
 Only the Python standard library and vLLM (on the GPU host) are needed.
 """
@@ -28,11 +40,16 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 PLAN = Path(__file__).resolve().parent / "lab_plan.json"
 LAB = Path(os.environ.get("LAB_DIR", "/tmp/lab"))
+SITE = os.environ.get("LAB_SITE", "/tmp/site")
+REPO = Path(os.environ.get("LAB_REPO", os.getcwd()))
+LAB_API_KEY = "lab-key-not-a-secret"
+MAX_RERUNS = 2
 
 
 def say(message: str) -> None:
@@ -107,10 +124,24 @@ class HostSampler:
         }
 
 
+def gpu_name() -> str:
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        return subprocess.run(query, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
 def gpu_processes() -> list[str]:
-    result = subprocess.run(
-        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True, text=True
-    )
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
     return [line for line in result.stdout.split() if line.strip()]
 
 
@@ -167,14 +198,100 @@ def tuned_args(out: Path, plan: dict[str, Any]) -> tuple[list[str], list[str]]:
     return args, winners
 
 
+# --- the server's environment: what the prod stack renders, with the pod's paths mapped into the lab ---
+
+
+def server_environment(
+    plan: dict[str, Any], *, pod_dir: Path, cache_dir: Path, bytecode: str, api_key: bool,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:  # fmt: skip
+    """The vLLM container's environment from the prod render (`stack_env`), mapped onto lab paths.
+
+    The shared-volume cache root becomes `cache_dir`, HOME and TMPDIR fresh folders of this "pod",
+    PYTHONPATH the auth module's folder (as the ConfigMap mount) plus the lab's vLLM install. The
+    host's own variables (PATH, CUDA) stay unless the render sets the same name.
+
+    `bytecode` emulates the image: "none" is the upstream image (no .pyc files) on the stack's
+    read-only root filesystem without PYTHONPYCACHEPREFIX (the render before issue 24), where every
+    process compiles every module from source; "shared" points PYTHONPYCACHEPREFIX at
+    `<cache_dir>/pycache`, as the render now does (bytecode kept on the shared volume); "host" leaves
+    the lab install's own bytecode in use.
+    """
+    paths = plan["stack_paths"]
+    env = dict(os.environ if base is None else base)
+    for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE", "VLLM_API_KEY", "OPENAI_API_KEY"):
+        env.pop(name, None)
+    for name, value in plan["stack_env"].items():
+        if value.startswith(paths["cache_root"]):
+            value = str(cache_dir) + value[len(paths["cache_root"]) :]
+        elif name == "HOME":
+            value = str(pod_dir / "home")
+        elif name == "TMPDIR":
+            value = str(pod_dir / "tmp")
+        elif name == "PYTHONPATH":
+            value = f"{REPO / paths['auth_module_dir']}:{SITE}"
+        env[name] = value
+    (pod_dir / "home").mkdir(parents=True, exist_ok=True)
+    (pod_dir / "tmp").mkdir(parents=True, exist_ok=True)
+    if bytecode == "none":
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONPYCACHEPREFIX"] = str(pod_dir / "no-bytecode")  # empty: nothing is read from it
+    elif bytecode == "shared":
+        env["PYTHONPYCACHEPREFIX"] = str(cache_dir / "pycache")
+    elif bytecode != "host":
+        raise ValueError(f"bytecode must be none, shared or host, not {bytecode!r}")
+    if api_key:
+        env["VLLM_API_KEY"] = LAB_API_KEY
+    env["PYTHONUNBUFFERED"] = "1"  # lines reach the stamping pipe when printed
+    return env
+
+
+def server_argv(plan: dict[str, Any], job: dict[str, Any], args: list[str], port: int) -> list[str]:
+    load = job.get("load", "dummy")
+    model_dir = plan["model_dir"] if load == "dummy" else plan["real_model_dir"]
+    load_args = {
+        "dummy": ["--load-format", "dummy"],
+        "default": [],
+        "fastsafetensors": ["--load-format", "fastsafetensors"],
+    }[load]
+    args = list(args)
+    if "gpu_util" in job:
+        if "--gpu-memory-utilization" in args:
+            index = args.index("--gpu-memory-utilization")
+            del args[index : index + 2]
+        args += ["--gpu-memory-utilization", str(job["gpu_util"])]
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_dir,
+            "--served-model-name", plan["served_model_name"], "--host", "127.0.0.1", "--port", str(port),
+            *plan["base_args"], *load_args, *args]  # fmt: skip
+
+
 class Server:
+    """One `vllm serve` in its own process group; every output line stamped `<epoch s> ` into `log`."""
+
     def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str]) -> None:
         self.name, self.argv, self.log = name, argv, log
-        self.handle = log.open("w")
+        self.handle = log.open("wb")
+        self.started_wall = time.time()
         self.started = time.monotonic()
+        self.handle.write(f"{self.started_wall:.3f} LAB-START {' '.join(argv)}\n".encode())
         self.process = subprocess.Popen(
-            argv, stdout=self.handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+        self._reader = threading.Thread(target=self._stamp, daemon=True)
+        self._reader.start()
+
+    def _stamp(self) -> None:
+        assert self.process.stdout is not None
+        for raw in iter(self.process.stdout.readline, b""):
+            self.handle.write(f"{time.time():.3f} ".encode() + raw)
+            self.handle.flush()
+
+    def healthy(self, url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
 
     def wait_healthy(self, url: str, timeout_s: float) -> float:
         deadline = self.started + timeout_s
@@ -183,31 +300,33 @@ class Server:
                 raise RuntimeError(
                     f"{self.name}: vLLM exited with {self.process.returncode} (log {self.log})"
                 )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return time.monotonic() - self.started
-            except OSError:
-                pass
-            time.sleep(1)
+            if self.healthy(url):
+                seconds = time.monotonic() - self.started
+                self.handle.write(f"{time.time():.3f} LAB-HEALTHY {seconds:.1f}\n".encode())
+                return seconds
+            time.sleep(0.5)
         raise RuntimeError(f"{self.name}: no /health within {timeout_s} s")
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout=15)
+                self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)  # API-server and engine-core children
+        self._reader.join(timeout=10)
+        self.handle.write(f"{time.time():.3f} LAB-STOPPED\n".encode())
         self.handle.close()
 
 
 def bench_args(
-    plan: dict[str, Any], name: str, concurrency: int, out: Path, load: dict[str, Any]
-) -> argparse.Namespace:
+    plan: dict[str, Any], label: str, concurrency: int, out: Path, load: dict[str, Any], seed: int,
+    prompts: int, api_key: bool,
+) -> argparse.Namespace:  # fmt: skip
     from vllm.benchmarks.serve import add_cli_args
 
     try:
@@ -217,112 +336,358 @@ def bench_args(
     workload = plan["workload"]
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
-    prompts = max(workload["min_prompts"], workload["prompts_per_concurrency"] * concurrency)
     argv = [
         "--backend", "vllm", "--base-url", f"http://127.0.0.1:{plan['port']}",
         "--model", plan["served_model_name"], "--tokenizer", plan["model_dir"],
         "--dataset-name", "random", "--random-input-len", str(workload["input_len"]),
         "--random-output-len", str(workload["output_len"]), "--ignore-eos",
         "--temperature", str(workload["temperature"]),
-        "--max-concurrency", str(concurrency), "--num-prompts", str(prompts), "--seed", "0",
+        "--max-concurrency", str(concurrency), "--num-prompts", str(prompts), "--seed", str(seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-        "--save-result", "--result-dir", str(out), "--result-filename", f"{name}-c{concurrency}.json",
-        "--metadata", f"lab_config={name}", f"load1_before={load['loadavg'][0]:.2f}",
+        "--save-result", "--result-dir", str(out), "--result-filename", f"{label}-c{concurrency}.json",
+        "--metadata", f"lab_config={label.rsplit('-s', 1)[0]}", f"lab_seed={seed}",
+        f"load1_before={load['loadavg'][0]:.2f}",
     ]  # fmt: skip
+    if api_key:  # vLLM's client sends OPENAI_API_KEY as a bearer token on every request
+        os.environ["OPENAI_API_KEY"] = LAB_API_KEY
+        argv += ["--header", f"Authorization=Bearer {LAB_API_KEY}"]
+    else:
+        os.environ.pop("OPENAI_API_KEY", None)
     return parser.parse_args(argv)
 
 
-def main() -> int:
+def prompts_for(plan: dict[str, Any], concurrency: int) -> int:
+    workload = plan["workload"]
+    fixed = workload.get("prompts", {}).get(str(concurrency))
+    return fixed or max(workload["min_prompts"], workload["prompts_per_concurrency"] * concurrency)
+
+
+class Session:
+    """The raw folder's session.json, the seed counter and the deadline."""
+
+    def __init__(self, out: Path, plan: dict[str, Any], deadline: float, seed_base: int) -> None:
+        self.out, self.plan, self.deadline = out, plan, deadline
+        self.file = out / "session.json"
+        self.data: dict[str, Any] = (
+            json.loads(self.file.read_text()) if self.file.exists() else {"jobs": {}, "runs": []}
+        )
+        self.data.setdefault("seed_base", seed_base)
+        self.seed_base = self.data["seed_base"]
+
+    def next_seed(self) -> int:
+        return self.seed_base + len(self.data["runs"])
+
+    def save(self) -> None:
+        self.file.write_text(json.dumps(self.data, indent=1))
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+
+BenchFn = Callable[[argparse.Namespace], dict[str, Any]]
+
+
+def measure_level(
+    session: Session,
+    bench: BenchFn,
+    label: str,
+    level: int,
+    api_key: bool,
+    args_for: Callable[..., argparse.Namespace] | None = None,
+) -> dict[str, Any]:
+    """One client run at `level` (fresh seed); a run with a failed request is discarded and re-run."""
+    out, plan = session.out, session.plan
+    for attempt in range(MAX_RERUNS + 1):
+        seed = session.next_seed()
+        prompts = prompts_for(plan, level)
+        with HostSampler() as sampler:
+            make = args_for or bench_args
+            result = bench(make(plan, label, level, out, sampler.before, seed, prompts, api_key))
+        host = sampler.summary()
+        file = out / f"{label}-c{level}.json"
+        ok = result.get("failed", 1) == 0 and result.get("completed") == prompts
+        run = {"label": label, "level": level, "seed": seed, "prompts": prompts, "attempt": attempt,
+               "ok": ok, "host": host, "file": file.name}  # fmt: skip
+        session.data["runs"].append(run)
+        say(
+            f"{label} c={level} seed={seed}: {result.get('output_throughput', 0):.0f} output tok/s, "
+            "TTFT mean "
+            f"{result.get('mean_ttft_ms', 0):.0f} p99 {result.get('p99_ttft_ms', 0):.0f} ms, TPOT mean "
+            f"{result.get('mean_tpot_ms', 0):.1f} ms, {result.get('completed')}/{prompts} done, "
+            f"{result.get('failed')} failed, CPU busy {host['mean_cpu_busy_pct']} %"
+        )
+        if ok:
+            session.save()
+            return run
+        discarded = out / "discarded"
+        discarded.mkdir(exist_ok=True)
+        if file.exists():
+            file.rename(discarded / f"{label}-c{level}-seed{seed}.json")
+        run["file"] = f"discarded/{label}-c{level}-seed{seed}.json"
+        say(f"{label} c={level}: {result.get('failed')} failed requests, run discarded")
+        session.save()
+    return run
+
+
+def prepare_cache(session: Session, job: dict[str, Any]) -> Path:
+    caches = LAB / "caches"
+    cache = caches / job["cache"]
+    source = job.get("copy_cache_from")
+    if source and not cache.exists():
+        began = time.monotonic()
+        shutil.copytree(caches / source, cache, symlinks=True)
+        seconds = time.monotonic() - began
+        size = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+        session.data["jobs"][job["id"]]["cache_copy"] = {
+            "from": source,
+            "bytes": size,
+            "seconds": round(seconds, 1),
+        }
+        say(f"{job['id']}: copied cache {source} -> {job['cache']} ({size / 1e6:.0f} MB in {seconds:.1f} s)")
+    cache.mkdir(parents=True, exist_ok=True)
+    return cache
+
+
+def evict_page_cache(directory: Path) -> int:
+    """Drop the checkpoint's pages from the page cache (POSIX_FADV_DONTNEED), so a load reads the disk."""
+    evicted = 0
+    for path in sorted(directory.glob("*.safetensors")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            evicted += path.stat().st_size
+        finally:
+            os.close(fd)
+    return evicted
+
+
+def config_args(session: Session, name: str) -> list[str]:
+    if name == "tuned":
+        return tuned_args(session.out, session.plan)[0]
+    return list(session.plan["configs"][name]["args"])
+
+
+def start_record(
+    session: Session, job: dict[str, Any], label: str, server: Server, cache: Path
+) -> dict[str, Any]:
+    return {
+        "label": label, "config": job["config"], "case": job.get("case"), "cache": job["cache"],
+        "bytecode": job.get("bytecode", "none"),
+        "load": job.get("load", "dummy"), "argv": server.argv[2:], "log": server.log.name,
+        "started_wall": server.started_wall,
+    }  # fmt: skip
+
+
+def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> None:
+    plan, out = session.plan, session.out
+    config = plan["configs"][job["config"]]
+    api_key = bool(config.get("api_key"))
+    record = session.data["jobs"].setdefault(job["id"], {})
+    cache = prepare_cache(session, job)
+    real = Path(plan["real_model_dir"]) / "model.safetensors.index.json"
+    if job.get("load", "dummy") != "dummy" and not real.exists():
+        record["load_fallback"] = f"{real} missing: dummy weights"
+        job = {**job, "load": "dummy"}
+    if job.get("load", "dummy") != "dummy":
+        record["evicted_bytes"] = evict_page_cache(Path(plan["real_model_dir"]))
+    wait_gpu_free()
+    count = 1 + sum(
+        1 for j in session.data["jobs"].values() if j.get("config") == job["config"] and "label" in j
+    )
+    label = f"{job['config']}-s{count}"
+    # One path for every pod, emptied before each start: a pod's HOME is always /home/vllm (a fresh
+    # emptyDir), and vLLM 0.26.0 hashes HOME-derived paths into its compile-cache key, so a folder per
+    # server (the 2026-12-01-b session) made every lab start recompile where a pod would not.
+    pod = LAB / "pod"
+    shutil.rmtree(pod, ignore_errors=True)
+    env = server_environment(
+        plan, pod_dir=pod, cache_dir=cache, bytecode=job.get("bytecode", "none"), api_key=api_key
+    )
+    argv = server_argv(plan, job, config_args(session, job["config"]), plan["port"])
+    what = f"{job.get('case')}, cache {job['cache']}, bytecode {job.get('bytecode', 'none')}"
+    say(f"{job['id']} {label}: starting ({what}, load {job.get('load', 'dummy')})")
+    was_empty = not any(cache.iterdir())
+    server = Server(label, argv, out / f"{label}-server.log", env)
+    record.update(start_record(session, job, label, server, cache))
+    record["cache_was_empty"] = was_empty
+    session.save()
+    try:
+        record["start_to_health_s"] = round(
+            server.wait_healthy(f"http://127.0.0.1:{plan['port']}/health", plan["start_timeout_s"]), 1
+        )
+        say(f"{job['id']} {label}: healthy after {record['start_to_health_s']} s")
+        session.save()
+        record["levels"] = {}
+        for level in job.get("levels", []):
+            if session.left() < plan["estimates_s"]["level"][str(level)]:
+                say(f"{label} c={level}: skipped, {session.left():.0f} s left")
+                continue
+            run = measure_level(session, bench, label, level, api_key)
+            record["levels"][str(level)] = {
+                "file": run["file"],
+                "seed": run["seed"],
+                "ok": run["ok"],
+                "host": run["host"],
+            }
+            session.save()
+    except Exception as error:  # recorded; the session goes on with the next job
+        record["error"] = str(error)
+        say(f"{job['id']} {label}: FAILED {error}")
+    finally:
+        server.stop()
+        record["stopped_wall"] = time.time()
+        session.save()
+        time.sleep(3)  # the engine's memory is back before the next start checks free memory
+
+
+def run_concurrent_job(session: Session, job: dict[str, Any]) -> None:
+    """`count` servers started at the same moment on one cache folder, each on its own port."""
+    plan, out = session.plan, session.out
+    config = plan["configs"][job["config"]]
+    record = session.data["jobs"].setdefault(job["id"], {})
+    cache = prepare_cache(session, job)
+    wait_gpu_free()
+    servers = []
+    record.update({"config": job["config"], "case": job.get("case"), "cache": job["cache"],
+                   "cache_was_empty": not any(cache.iterdir()), "bytecode": job.get("bytecode", "none"),
+                   "load": job.get("load", "dummy"), "servers": []})  # fmt: skip
+    say(f"{job['id']}: starting {job['count']} servers at once on cache {job['cache']}")
+    for index in range(job["count"]):
+        port = plan["port"] + 1 + index
+        label = f"{job['id']}-{index + 1}"
+        env = server_environment(
+            plan,
+            pod_dir=LAB / "pods" / label,  # servers side by side need their own (paths differ)
+            cache_dir=cache,
+            bytecode=job.get("bytecode", "none"),
+            api_key=bool(config.get("api_key")),
+        )
+        server = Server(
+            label,
+            server_argv(plan, job, config_args(session, job["config"]), port),
+            out / f"{label}-server.log",
+            env,
+        )
+        servers.append((server, port))
+    try:
+        results: dict[str, Any] = {}
+
+        def wait(server: Server, port: int) -> None:
+            try:
+                results[server.name] = round(
+                    server.wait_healthy(f"http://127.0.0.1:{port}/health", plan["start_timeout_s"]), 1
+                )
+            except Exception as error:
+                results[server.name] = f"error: {error}"
+
+        threads = [threading.Thread(target=wait, args=pair) for pair in servers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for server, port in servers:
+            record["servers"].append(
+                {
+                    "label": server.name,
+                    "port": port,
+                    "log": server.log.name,
+                    "started_wall": server.started_wall,
+                    "start_to_health_s": results.get(server.name),
+                    "argv": server.argv[2:],
+                }
+            )
+            say(f"{job['id']} {server.name}: {results.get(server.name)}")
+    finally:
+        for server, _ in servers:
+            server.stop()
+        record["stopped_wall"] = time.time()
+        session.save()
+
+
+def run_imports_job(session: Session, job: dict[str, Any]) -> None:
+    """`python -X importtime` of what `vllm serve` imports: as the read-only image (no bytecode), and
+    with the bytecode earlier servers wrote to the cache folder (PYTHONPYCACHEPREFIX, "shared")."""
+    record = session.data["jobs"].setdefault(job["id"], {"type": "imports", "runs": {}})
+    modules = "import vllm.entrypoints.cli.main, vllm.entrypoints.openai.api_server, vllm.v1.engine.core"
+    prefix = LAB / "caches" / job.get("cache", "main") / "pycache"  # written by earlier "shared" servers
+    for mode in ("none", "read"):
+        env = dict(os.environ)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        if mode == "none":
+            env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(LAB / "pycache-empty")})
+        else:
+            env["PYTHONPYCACHEPREFIX"] = str(prefix)
+        target = session.out / f"importtime-{mode}.txt"
+        began = time.monotonic()
+        with target.open("w") as handle:
+            command = [sys.executable, "-X", "importtime", "-c", modules]
+            code = subprocess.run(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=handle, timeout=300
+            ).returncode
+        seconds = round(time.monotonic() - began, 2)
+        record["runs"][mode] = {"wall_s": seconds, "rc": code, "file": target.name}
+        say(f"{job['id']}: importtime bytecode={mode}: {seconds} s (rc {code})")
+        session.save()
+
+
+def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("configs", nargs="+", help="names from lab_plan.json, measured in this order")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--budget-s", type=float, default=540, help="start nothing that would end after this")
+    parser.add_argument(
+        "--deadline", type=float, required=True, help="epoch seconds: start nothing that would end later"
+    )
+    parser.add_argument(
+        "--jobs", default="", help="comma-separated job ids (default: the plan's whole session)"
+    )
+    parser.add_argument("--seed-base", type=int, default=int(time.time()) % 1_000_000 * 1000)
     parser.add_argument("--plan", type=Path, default=PLAN)
-    options = parser.parse_args()
-    began = time.monotonic()
+    options = parser.parse_args(argv)
     plan = json.loads(options.plan.read_text())
     out: Path = options.out
     out.mkdir(parents=True, exist_ok=True)
-    session_file = out / "session.json"
-    session = json.loads(session_file.read_text()) if session_file.exists() else {"configs": {}}
-    session.setdefault("host", {
-        "cpus": os.cpu_count(), "gpu": subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True).stdout.strip(),
-        "python": sys.version.split()[0],
-    })  # fmt: skip
-    from vllm import __version__ as vllm_version
-    from vllm.benchmarks.serve import main as bench_main
+    session = Session(out, plan, options.deadline, options.seed_base)
+    session.data.setdefault(
+        "host", {"cpus": os.cpu_count(), "gpu": gpu_name(), "python": sys.version.split()[0]}
+    )
+    if bench is None:
+        from vllm import __version__ as vllm_version
+        from vllm.benchmarks.serve import main as bench
 
-    session["host"]["vllm"] = vllm_version
-    cache = LAB / "cache"
-    env = dict(os.environ)
-    env.update({
-        "VLLM_CACHE_ROOT": str(cache), "FLASHINFER_WORKSPACE_BASE": str(cache / "jit" / "flashinfer"),
-        "TRITON_CACHE_DIR": str(cache / "jit" / "triton"), "HOME": str(LAB / "home"),
-        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-    })  # fmt: skip
-    (LAB / "home").mkdir(parents=True, exist_ok=True)
+        session.data["host"]["vllm"] = vllm_version
+    say(f"seed base {session.seed_base}; deadline in {session.left():.0f} s")
+    wanted = [name for name in options.jobs.split(",") if name]
+    jobs = [job for job in plan["session"] if not wanted or job["id"] in wanted]
     status = 0
-    for name in options.configs:
-        config = plan["configs"][name]
-        done = session["configs"].get(name, {})
-        if len(done.get("levels", {})) == len(config["levels"]):
-            say(f"{name}: measured earlier in this session, not again")
+    for job in jobs:
+        done = session.data["jobs"].get(job["id"], {})
+        if "stopped_wall" in done or done.get("runs"):
             continue
-        winners: list[str] | None = None
-        args = config["args"]
-        if name == "tuned":
-            args, winners = tuned_args(out, plan)
-        first_start = not (cache / "torch_compile_cache").exists()
-        need = (
-            plan["estimates_s"]["cold_start"] if first_start else plan["estimates_s"]["warm_start"]
-        ) + sum(plan["estimates_s"]["level"][str(level)] for level in config["levels"])
-        left = options.budget_s - (time.monotonic() - began)
-        if need > left:
-            say(f"{name}: skipped, needs ~{need} s, {left:.0f} s left")
-            session["configs"].setdefault(name, {"skipped": f"needs ~{need} s, {left:.0f} s left"})
-            continue
-        wait_gpu_free()
-        argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", plan["model_dir"],
-                "--served-model-name", plan["served_model_name"], "--host", "127.0.0.1",
-                "--port", str(plan["port"]), *plan["base_args"], *args]  # fmt: skip
-        record: dict[str, Any] = {
-            "args": args,
-            "argv": argv[2:],
-            "levels": {},
-            "started": time.strftime("%H:%M:%S"),
-        }
-        if winners is not None:
-            record["winners"] = winners
-        session["configs"][name] = record
-        say(f"{name}: starting {' '.join(args) or '(vLLM defaults)'}")
-        server = Server(name, argv, out / f"{name}-server.log", env)
-        try:
-            record["start_to_health_s"] = round(
-                server.wait_healthy(f"http://127.0.0.1:{plan['port']}/health", plan["start_timeout_s"]), 1
+        need = job["estimate_s"]
+        if need > session.left():
+            say(f"{job['id']}: skipped, needs ~{need} s, {session.left():.0f} s left")
+            session.data["jobs"].setdefault(job["id"], {})["skipped"] = (
+                f"needs ~{need} s, {session.left():.0f} s left"
             )
-            say(f"{name}: healthy after {record['start_to_health_s']} s")
-            for level in config["levels"]:
-                with HostSampler() as sampler:
-                    result = bench_main(bench_args(plan, name, level, out, sampler.before))
-                record["levels"][str(level)] = {"host": sampler.summary(), "file": f"{name}-c{level}.json"}
-                say(
-                    f"{name} c={level}: {result['output_throughput']:.0f} output tok/s, TTFT mean "
-                    f"{result['mean_ttft_ms']:.0f} p99 {result['p99_ttft_ms']:.0f} ms, TPOT mean "
-                    f"{result['mean_tpot_ms']:.1f} ms, {result['completed']}/{result['num_prompts']} done, "
-                    f"CPU busy {record['levels'][str(level)]['host']['mean_cpu_busy_pct']} %"
-                )
-                session_file.write_text(json.dumps(session, indent=1))
+            session.save()
+            continue
+        session.data["jobs"].get(job["id"], {}).pop("skipped", None)
+        kind = job.get("type", "server")
+        try:
+            if kind == "server":
+                run_server_job(session, job, bench)
+            elif kind == "concurrent":
+                run_concurrent_job(session, job)
+            elif kind == "imports":
+                run_imports_job(session, job)
+            else:
+                raise ValueError(f"unknown job type {kind}")
         except Exception as error:
-            record["error"] = str(error)
-            say(f"{name}: FAILED {error}")
+            session.data["jobs"].setdefault(job["id"], {})["error"] = str(error)
+            say(f"{job['id']}: FAILED {error}")
             status = 1
-        finally:
-            server.stop()
-            session_file.write_text(json.dumps(session, indent=1))
-    shutil.rmtree(LAB / "home", ignore_errors=True)
-    say(f"done in {time.monotonic() - began:.0f} s")
+        session.save()
+    say(f"session done, {session.left():.0f} s before the deadline")
     return status
 
 

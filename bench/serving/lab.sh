@@ -1,70 +1,96 @@
 #!/usr/bin/env bash
 # One lab GPU session step, from the repository root on the GPU host (device tool `run`):
 #
-#   bash bench/serving/lab.sh stage NN               # carry .gpu/pNN: one bundle part into /tmp/parts
-#   bash bench/serving/lab.sh measure BUDGET CONFIG...  # (carry .gpu/p06 + .gpu/bin the first time:
-#                                                    # installs vLLM 0.26.0) then bench/serving/lab.py
-#   bash bench/serving/lab.sh baseline BUDGET        # the Transformers baseline, alone
-#   bash bench/serving/lab.sh measure 420 tuned stack -- baseline 100   # both in one call
+#   bash .gpu/lab/lab.sh stage NN            # carry .gpu/pNN: one bundle part into /tmp/parts; with 00
+#                                            # also the host facts, the model folder and, in the
+#                                            # background, the real-size random checkpoint (mkckpt.py)
+#   bash .gpu/lab/lab.sh go BUDGET_S WAIT_S   # (carry the last part + .gpu/bin) install vLLM 0.26.0,
+#                                            # start lab.py's whole session in the background with a
+#                                            # deadline BUDGET_S from now, then follow it for WAIT_S
+#   bash .gpu/lab/lab.sh poll WAIT_S         # follow the session up to WAIT_S (or until it ends)
+#   bash .gpu/lab/lab.sh baseline BUDGET_S   # after the session: Transformers generate (baseline.py)
 #
-# Everything a step wrote is packed into $OUT/lab-<step>-<time>.tar.gz (the device tool returns at
-# most 8 files). bench/serving/README.md has the session's calls.
+# The session runs on between calls (setsid), so the calls only carry the bundle and collect results;
+# every go/poll packs everything so far into $OUT/lab-<time>.tar.gz. bench/serving/README.md has the
+# calls of a session.
 set -u
-# Runs from the repository root (the .gpu/ paths are relative to it); the scripts beside this file
-# may live elsewhere (the device tool sends the lead's checkout, so a helper carries them in .gpu/).
 here=$(cd "$(dirname "$0")" && pwd)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-export TOKENIZERS_PARALLELISM=false
+export TOKENIZERS_PARALLELISM=false LAB_REPO=$PWD
 out=${OUT:-/tmp/lab/out}
 results=/tmp/lab/results
 mkdir -p "$out" "$results"
 say() { echo "$(date +%T) lab.sh: $*"; }
 
-install() {
-  [ -f /tmp/site/.installed ] && return 0
-  cp .gpu/p06/part* /tmp/parts/ 2>/dev/null
-  bash .gpu/bin/install.sh /tmp/parts /tmp/site || exit 1
-  python3 .gpu/bin/mkmodel.py /tmp/m/llama8b > /dev/null || exit 1
-  touch /tmp/site/.installed
-  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+host_facts() {
+  {
+    date -u +%FT%TZ; uname -r; nproc; free -g; df -h /tmp
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)'
+    echo "torch bytecode files: $(find "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')" -name '*.pyc' | wc -l)"
+    cat /proc/loadavg
+  } > "$results/host.txt" 2>&1
 }
 
 pack() {
-  local name=lab-$1-$(date +%H%M%S).tar.gz
-  for f in "$results"/*-server.log; do [ -f "$f" ] && gzip -f "$f"; done
-  tar czf "$out/$name" -C "$results" .
+  local name=lab-$(date +%H%M%S).tar.gz
+  rm -f "$out"/lab-*.tar.gz
+  tar czf "$out/$name" -C "$results" --exclude='*.lock' . 2>/dev/null
   ls -l "$out"
 }
 
-step=${1:?usage: lab.sh stage NN | measure BUDGET CONFIG... [-- baseline BUDGET] | baseline BUDGET}
+follow() {  # follow the session's log for up to $1 s, or until lab.py exits
+  local until=$(( $(date +%s) + $1 )) seen=0
+  while [ "$(date +%s)" -lt "$until" ]; do
+    if [ -f "$results/lab.log" ]; then
+      local n; n=$(wc -l < "$results/lab.log")
+      [ "$n" -gt "$seen" ] && sed -n "$((seen + 1)),${n}p" "$results/lab.log" | grep -E "lab:|Error|error" | cut -c1-220
+      seen=$n
+    fi
+    [ -f "$results/lab.exit" ] && { say "session ended: $(cat "$results/lab.exit")"; break; }
+    sleep 5
+  done
+}
+
+step=${1:?usage: lab.sh stage NN | go BUDGET_S WAIT_S | poll WAIT_S | baseline BUDGET_S}
 shift
 case "$step" in
   stage)
-    mkdir -p /tmp/parts && cp .gpu/p"$1"/part* /tmp/parts/ && ls /tmp/parts
-    exit $? ;;
-  measure)
-    install
-    budget=$1
-    shift
-    configs=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do configs+=("$1"); shift; done
-    [ "${1:-}" = -- ] && shift
-    say "load before: $(cat /proc/loadavg); GPU processes: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
-    PYTHONPATH=/tmp/site timeout -k 10 $((budget + 40)) python3 "$here/lab.py" --out "$results" \
-      --budget-s "$budget" "${configs[@]}" 2>&1 | tee -a "$results/lab.log" | grep --line-buffered -E "lab:|Error"
-    say "lab.py exited ${PIPESTATUS[0]}"
-    pack measure
-    if [ "${1:-}" = baseline ]; then
-      PYTHONPATH=/tmp/site timeout -k 10 $(($2 + 40)) python3 "$here/baseline.py" --model-dir /tmp/m/llama8b \
-        --out "$results" --budget-s "$2"
-      say "baseline exited $?"
-      pack baseline
-    fi ;;
+    mkdir -p /tmp/parts && cp .gpu/p"$1"/part* /tmp/parts/ && ls /tmp/parts | tr '\n' ' '
+    if [ "$1" = 00 ]; then
+      host_facts
+      cp .gpu/bin/mkmodel.py /tmp/mkmodel.py
+      # The model folder (config + tokenizer), then the 16 GB checkpoint, while the other parts arrive.
+      setsid nohup bash -c "python3 /tmp/mkmodel.py /tmp/m/llama8b > $results/mkmodel.log 2>&1 && \
+        python3 $here/mkckpt.py /tmp/m/llama8b /tmp/m/llama8b-real > $results/mkckpt.log 2>&1; \
+        echo \$? > $results/mkckpt.exit" > /dev/null 2>&1 < /dev/null &
+      say "model folder and checkpoint writer started"
+    fi
+    cat "$results/mkckpt.log" 2>/dev/null; cat "$results/host.txt" 2>/dev/null | head -3
+    exit 0 ;;
+  go)
+    budget=$1 wait=$2
+    if [ ! -f /tmp/site/.installed ]; then
+      cp .gpu/p*/part* /tmp/parts/ 2>/dev/null
+      bash .gpu/bin/install.sh /tmp/parts /tmp/site || exit 1
+      touch /tmp/site/.installed
+    fi
+    for _ in $(seq 1 120); do [ -f "$results/mkckpt.exit" ] && break; sleep 2; done
+    say "checkpoint: $(cat "$results/mkckpt.log" 2>/dev/null | tail -1) exit $(cat "$results/mkckpt.exit" 2>/dev/null)"
+    deadline=$(( $(date +%s) + budget ))
+    cp "$here/lab_plan.json" "$results/lab_plan.json"
+    setsid nohup bash -c "PYTHONPATH=/tmp/site python3 $here/lab.py --out $results --deadline $deadline \
+      > $results/lab.log 2>&1; echo \$? > $results/lab.exit" > /dev/null 2>&1 < /dev/null &
+    say "session started, deadline $(date -d @$deadline +%T)"
+    follow "$wait"
+    pack ;;
+  poll)
+    follow "$1"
+    pack ;;
   baseline)
-    install
-    trap 'pack baseline' EXIT
     PYTHONPATH=/tmp/site timeout -k 10 $(($1 + 60)) python3 "$here/baseline.py" --model-dir /tmp/m/llama8b \
       --out "$results" --budget-s "$1"
-    say "baseline exited $?" ;;
+    say "baseline exited $?"
+    pack ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -1,126 +1,191 @@
 """The serving report from one lab session's raw files (vLLM's own `vllm bench serve` results).
 
-    .venv/bin/python -m bench.serving.report bench/serving/raw/2026-12-01  # RESULTS.md, throughput.png
+    .venv/bin/python -m bench.serving.report bench/serving/raw/2026-12-01-b  # RESULTS.md, throughput.png
 
-Reads `<config>-c<C>.json` (the client's --save-result files), session.json (lab.py: arguments, start
-times, host load) and baseline.json (Transformers); writes bench/serving/RESULTS.md and
-bench/serving/throughput.png. tests/test_bench_serving_lab.py keeps the committed report equal to
-what this makes from the committed raw files.
+Reads `<config>-s<k>-c<C>.json` (the client's --save-result files; k = the configuration's k-th fresh
+server of the session) and session.json (lab.py: jobs, seeds, host load); writes bench/serving/RESULTS.md
+(median and range over the fresh servers of each configuration) and bench/serving/throughput.png.
+tests/test_bench_serving_lab.py keeps the committed report equal to what this makes from the committed
+raw files.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 LEVELS = (1, 16, 64, 256)
+NAME = re.compile(r"^(?P<config>.+)-s(?P<server>\d+)-c(?P<level>\d+)\.json$")
+ORDER = ("defaults", "profile", "profile-fp8w", "profile-auth")
 
 
-def load(raw: Path) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[str, Any], dict[str, Any]]:
-    results: dict[str, dict[int, dict[str, Any]]] = {}
-    for path in sorted(raw.glob("*-c*.json")):
-        name, level = path.stem.rsplit("-c", 1)
-        results.setdefault(name, {})[int(level)] = json.loads(path.read_text())
+def load(raw: Path) -> tuple[dict[str, dict[int, list[dict[str, Any]]]], dict[str, Any]]:
+    """config -> level -> the client's results, one per fresh server (server order)."""
+    results: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for path in sorted(raw.glob("*-s*-c*.json"), key=lambda p: _sort_key(p.name)):
+        match = NAME.match(path.name)
+        if not match:
+            continue
+        result = json.loads(path.read_text())
+        result["_server"] = int(match["server"])
+        results.setdefault(match["config"], {}).setdefault(int(match["level"]), []).append(result)
     session = json.loads((raw / "session.json").read_text())
-    baseline_file = raw / "baseline.json"
-    baseline = json.loads(baseline_file.read_text()) if baseline_file.exists() else {}
-    return results, session, baseline
+    return results, session
+
+
+def _sort_key(name: str) -> tuple[str, int, int]:
+    match = NAME.match(name)
+    return (match["config"], int(match["server"]), int(match["level"])) if match else (name, 0, 0)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def spread(values: list[float], fmt: str = ",.0f") -> str:
+    if len(values) == 1:
+        return f"{values[0]:{fmt}} (1 server)"
+    return f"{median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}}, {len(values)} servers)"
 
 
 def gain(value: float, reference: float) -> str:
     return f"{100 * (value / reference - 1):+.1f} %"
 
 
+def configs_in_order(results: dict[str, Any]) -> list[str]:
+    return [name for name in ORDER if name in results] + sorted(set(results) - set(ORDER))
+
+
+def summary(raw: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """config -> level -> median and range of output tok/s, p99 TTFT and mean TPOT over fresh servers."""
+    results, _ = load(raw)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, by_level in results.items():
+        for level, runs in by_level.items():
+            entry = {}
+            for key in ("output_throughput", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms"):
+                values = [run[key] for run in runs]
+                entry[key] = {
+                    "median": round(median(values), 1),
+                    "min": round(min(values), 1),
+                    "max": round(max(values), 1),
+                    "values": [round(v, 1) for v in values],
+                }
+            entry["servers"] = len(runs)
+            out.setdefault(name, {})[str(level)] = entry
+    return out
+
+
 def render(raw: Path) -> str:
-    results, session, baseline = load(raw)
+    results, session = load(raw)
     host = session["host"]
+    jobs = session["jobs"]
+    plan_configs = (
+        json.loads((raw / "lab_plan.json").read_text())["configs"] if (raw / "lab_plan.json").exists() else {}
+    )
+    args = {
+        job["config"]: " ".join(job["argv"][job["argv"].index("16384") + 1 :])
+        for job in jobs.values()
+        if "argv" in job
+    }
     defaults = results["defaults"]
-    tuned = results.get("tuned", {})
+    reference = median([run["output_throughput"] for run in defaults[256]])
+    reference_p99 = median([run["p99_ttft_ms"] for run in defaults[256]])
     lines = [
         "# Serving benchmark results",
         "",
         f"Generated by `bench/serving/report.py` from `{raw.relative_to(HERE.parent.parent)}` (do not edit).",
         f"One {host['gpu'].split(',')[0]} ({host['cpus']} CPUs), vLLM {host['vllm']}, "
         f"Python {host['python']};",
-        "Llama-3.1-8B shape with random weights (`--load-format dummy`), 512 random prompt tokens, 256",
-        "output tokens forced (`--ignore-eos`), greedy. Client: vLLM's own `vllm bench serve` (random",
-        "dataset, `--max-concurrency C`, 4 x C prompts, at least 8). One server at a time, nothing else on",
-        "the host; each level's mean CPU busy share and GPU utilisation are in the tables.",
+        "Llama-3.1-8B shape, 512 random prompt tokens, 256 output tokens forced (`--ignore-eos`), greedy.",
+        "Client: vLLM's own `vllm bench serve` (random dataset, `--max-concurrency C`, 4 x C prompts, at",
+        "least 8), **every run with its own `--seed`** (no prompt is served twice, so vLLM's prefix cache",
+        "holds nothing a run can reuse). Every configuration at 256 ran on fresh servers (one server per",
+        "row of `session.json`, started with the environment the prod stack renders); 64, 16 and 1 ran on",
+        "each configuration's first server after its 256 run. One server at a time, nothing else on the",
+        "host; a run with a failed request would have been discarded and re-run (none failed).",
         "",
-        "## vLLM defaults against the tuned profile",
+        "## 256 concurrent: median (range) over fresh servers",
         "",
-        "| C | defaults tok/s | tuned tok/s | gain | TTFT mean / p99 ms (defaults) "
-        "| TTFT mean / p99 ms (tuned) | TPOT mean ms (defaults / tuned) "
-        "| host CPU busy / GPU util (defaults / tuned) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    levels = session["configs"]
-    for level in LEVELS:
-        d, t = defaults.get(level), tuned.get(level)
-        if d is None or t is None:
+        "| configuration | output tok/s | vs defaults (median) | p99 TTFT ms | mean TTFT ms | mean TPOT ms "
+        "| host CPU busy / GPU util |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]  # fmt: skip
+    runs_by_label = {(run["label"], run["level"]): run for run in session["runs"] if run["ok"]}
+    for name in configs_in_order(results):
+        runs = results[name].get(256)
+        if not runs:
             continue
-        dh, th = (
-            levels["defaults"]["levels"][str(level)]["host"],
-            levels["tuned"]["levels"][str(level)]["host"],
-        )
+        throughput = [run["output_throughput"] for run in runs]
+        hosts = [runs_by_label.get((f"{name}-s{run['_server']}", 256), {}).get("host", {}) for run in runs]
+        cpu = [h["mean_cpu_busy_pct"] for h in hosts if h.get("mean_cpu_busy_pct") is not None]
+        gpu = [h["mean_gpu_util_pct"] for h in hosts if h.get("mean_gpu_util_pct") is not None]
         lines.append(
-            f"| {level} | {d['output_throughput']:,.0f} | {t['output_throughput']:,.0f} | "
-            f"{gain(t['output_throughput'], d['output_throughput'])} | "
-            f"{d['mean_ttft_ms']:,.0f} / {d['p99_ttft_ms']:,.0f} | "
-            f"{t['mean_ttft_ms']:,.0f} / {t['p99_ttft_ms']:,.0f} | "
-            f"{d['mean_tpot_ms']:.1f} / {t['mean_tpot_ms']:.1f} | "
-            f"{dh['mean_cpu_busy_pct']} % / {dh['mean_gpu_util_pct']} % ; "
-            f"{th['mean_cpu_busy_pct']} % / {th['mean_gpu_util_pct']} % |"
+            f"| {name} | {spread(throughput)} | {gain(median(throughput), reference)} "
+            f"({median(throughput) / reference:.2f}x) | {spread([run['p99_ttft_ms'] for run in runs])} | "
+            f"{spread([run['mean_ttft_ms'] for run in runs])} | "
+            f"{spread([run['mean_tpot_ms'] for run in runs], '.1f')} | "
+            f"{median(cpu) if cpu else '-':.1f} % / {median(gpu) if gpu else '-':.1f} % |"
         )
-    if "tuned" in levels:
-        lines += ["", f"`tuned` = `{' '.join(levels['tuned']['args'])}` (levers that won alone: "
-                  f"{', '.join(levels['tuned'].get('winners', []))})."]  # fmt: skip
     lines += [
         "",
-        "## Ablation at 256 concurrent: each lever alone on top of vLLM's defaults",
+        f"Defaults' median at 256: {reference:,.0f} output tok/s, p99 TTFT {reference_p99:,.0f} ms.",
         "",
-        "| configuration | arguments | output tok/s | vs defaults | TTFT mean / p99 ms | TPOT mean ms | "
-        "errors | start to /health s | CPU busy / GPU util |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "## 64, 16 and 1 concurrent (fresh prompts, each configuration's first server)",
+        "",
+        "| C | configuration | output tok/s | vs defaults | p99 TTFT ms | mean TTFT ms | mean TPOT ms |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    reference = defaults[256]["output_throughput"]
-    for name, by_level in results.items():
-        if 256 not in by_level:
-            continue
-        r, record = by_level[256], levels[name]
-        h = record["levels"]["256"]["host"]
-        lines.append(
-            f"| {name} | `{' '.join(record['args']) or '(none)'}` | {r['output_throughput']:,.0f} | "
-            f"{gain(r['output_throughput'], reference)} | "
-            f"{r['mean_ttft_ms']:,.0f} / {r['p99_ttft_ms']:,.0f} | "
-            f"{r['mean_tpot_ms']:.1f} | {r['failed']} | {record['start_to_health_s']} | "
-            f"{h['mean_cpu_busy_pct']} % / {h['mean_gpu_util_pct']} % |"
-        )
-    skipped = [f"{name} ({record['skipped']})" for name, record in levels.items() if "skipped" in record]
-    if skipped:
-        lines += ["", "Not measured in this session (time budget): " + "; ".join(skipped) + "."]
-    if baseline:
-        lines += [
-            "",
-            f"## Transformers baseline: {baseline['engine']}, measured alone after the vLLM runs",
-            "",
-            "| batch | output tok/s | TTFT ms | TPOT ms | peak GiB | tuned vLLM at C = batch |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ]
-        for batch in LEVELS:
-            b = baseline["levels"].get(str(batch))
-            if b is None or "output_throughput" not in b:
+    for level in (64, 16, 1):
+        base = defaults.get(level)
+        for name in configs_in_order(results):
+            runs = results[name].get(level)
+            if not runs:
                 continue
-            ratio = ""
-            if batch in tuned:
-                ratio = f"{tuned[batch]['output_throughput'] / b['output_throughput']:.1f}x"
+            value = median([run["output_throughput"] for run in runs])
+            versus = gain(value, median([run["output_throughput"] for run in base])) if base else "-"
             lines.append(
-                f"| {batch} | {b['output_throughput']:,.0f} | {b['ttft_ms']:,.0f} | {b['tpot_ms']:.1f} | "
-                f"{b['peak_allocated_gib']} | {ratio} |"
+                f"| {level} | {name} | {value:,.0f} | {versus} | "
+                f"{median([run['p99_ttft_ms'] for run in runs]):,.0f} | "
+                f"{median([run['mean_ttft_ms'] for run in runs]):,.0f} | "
+                f"{median([run['mean_tpot_ms'] for run in runs]):.2f} |"
             )
+    lines += [
+        "",
+        "## Configurations",
+        "",
+        "| configuration | arguments after `--max-model-len 16384` |",
+        "| --- | --- |",
+    ]
+    for name in configs_in_order(results):
+        text = " ".join(plan_configs[name]["args"]) if name in plan_configs else args.get(name, "")
+        text = text or "(vLLM's defaults)"
+        lines.append(f"| {name} | `{text}` |")
+    lines += [
+        "",
+        "## Every run",
+        "",
+        "| server | case | load | C | seed | output tok/s | p99 TTFT ms | CPU busy / GPU util |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in session["runs"]:
+        job = next((j for j in jobs.values() if j.get("label") == run["label"]), {})
+        result = json.loads((raw / run["file"]).read_text()) if (raw / run["file"]).exists() else {}
+        host_run = run["host"]
+        lines.append(
+            f"| {run['label']} | {job.get('case', '-')} | {job.get('load', '-')} | {run['level']} | "
+            f"{run['seed']} | "
+            f"{result.get('output_throughput', 0):,.0f} | {result.get('p99_ttft_ms', 0):,.0f} | "
+            f"{host_run.get('mean_cpu_busy_pct')} % / {host_run.get('mean_gpu_util_pct')} % |"
+        )
+    skipped = [f"{name} ({job['skipped']})" for name, job in jobs.items() if "skipped" in job]
+    if skipped:
+        lines += ["", "Not run in this session (device time): " + "; ".join(skipped) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -130,25 +195,17 @@ def plot(raw: Path, target: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    results, _, baseline = load(raw)
+    results, _ = load(raw)
     figure, axis = plt.subplots(figsize=(6, 4), dpi=100)
-    for name in ("defaults", "tuned"):
-        levels = sorted(results.get(name, {}))
+    for name in configs_in_order(results):
+        levels = sorted(results[name])
         if len(levels) > 1:
-            axis.plot(
-                levels,
-                [results[name][c]["output_throughput"] for c in levels],
-                marker="o",
-                label=f"vLLM {name}",
-            )
-    if baseline:
-        batches = sorted(int(b) for b, v in baseline["levels"].items() if "output_throughput" in v)
-        values = [baseline["levels"][str(b)]["output_throughput"] for b in batches]
-        axis.plot(batches, values, marker="s", label="Transformers generate")
+            values = [median([run["output_throughput"] for run in results[name][c]]) for c in levels]
+            axis.plot(levels, values, marker="o", label=f"vLLM {name}")
     axis.set_xscale("log", base=2)
     axis.set_xlabel("concurrent requests")
-    axis.set_ylabel("output tokens/s")
-    axis.set_title("vllm bench serve, one H200, 512 in / 256 out")
+    axis.set_ylabel("output tokens/s (median over fresh servers)")
+    axis.set_title("vllm bench serve, one H200, 512 in / 256 out, fresh prompts")
     axis.grid(True, alpha=0.3)
     axis.legend()
     figure.tight_layout()

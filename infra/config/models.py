@@ -528,8 +528,10 @@ class StartupConfig(StrictModel):
 
     image_pull_seconds: Annotated[int, Field(ge=0)] = 180
     """Pulling the vLLM image (10–25 GB) onto a node that does not have it yet."""
-    weight_load_mib_per_second: Annotated[float, Field(gt=0)] = 1000
-    """Sustained read speed of the weights into GPU memory (node-local NVMe: ~1000–2000 MiB/s)."""
+    weight_load_mib_per_second: Annotated[float, Field(gt=0)] = 1280
+    """Sustained read speed of the weights into GPU memory from node-local disk. Default: the slowest
+    of the measured loads of a real 16 GB checkpoint with vLLM's default loader on the lab H200's local
+    disk, 1.35–1.66 GB/s, median 1.54 (bench/startup/RESULTS.md; `fastsafetensors` 1.70–2.07 GB/s)."""
     shared_volume_mib_per_second: Annotated[float, Field(gt=0)] = 300
     """Read speed from the shared EFS volume: the copy onto node NVMe for a cold node, or the load
     itself when the GPU group has no local NVMe."""

@@ -15,7 +15,7 @@ from components.cluster_context import ClusterContext
 from components.platform import KubernetesPlatform, KubernetesPlatformArgs
 from infra.config import ConfigError, PlatformConfig
 from infra.kubernetes_provider import existing_cluster_provider
-from infra.stack_checks import load_from_pulumi
+from infra.stack_checks import config_warnings, load_from_pulumi
 
 
 def run_program(stack_file_display: str | None = None) -> dict[str, Any]:
@@ -25,6 +25,10 @@ def run_program(stack_file_display: str | None = None) -> dict[str, Any]:
     except ConfigError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback.
         raise pulumi.RunError(str(error)) from None
+    for warning in config_warnings(
+        config, stack_file=stack_file_display or f"stacks/Pulumi.{pulumi.get_stack()}.yaml"
+    ):
+        pulumi.log.warn(warning)
     outputs = build_platform(config)
     for key, value in outputs.items():
         pulumi.export(key, value)

@@ -36,7 +36,8 @@ class TenantConfig(StrictModel):
     (add the new one, hand it out, remove the old one). Each key must start with `key_prefix`."""
     key_prefix: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}[_-]$")] | None = None
     """The non-secret start of every key of this tenant (lowercase, ending in `-` or `_`); defaults
-    to `sk-<name>_`. The WAF's
+    to `tk-<name>_` (not `sk-`: a long `sk-` prefix alone would match the credential patterns of
+    validate and the policy pack). The WAF's
     per-tenant rate rule matches it (the secret rest of the key never appears in any config), and the
     vLLM pods refuse a key of this tenant that does not start with it."""
     requests_per_minute: (
@@ -70,7 +71,7 @@ class TenantConfig(StrictModel):
 
     @property
     def prefix(self) -> str:
-        return self.key_prefix or f"sk-{self.name}_"
+        return self.key_prefix or f"tk-{self.name}_"
 
 
 def _did_you_mean(value: str, known: list[str]) -> str:

@@ -235,3 +235,32 @@ def test_a_rate_limit_needs_the_stacks_alb(tmp_path: Path) -> None:
         load_stack("variant", stack_file=_stack_with(tmp_path, nginx))
     assert ("tenants", 0, "requests_per_minute") in [p.path for p in raised.value.problems]
     assert "class_name 'alb'" in str(raised.value)
+
+
+def test_vault_and_kubernetes_secret_stores_deliver_the_same_key_files() -> None:
+    from infra.config.models import SecretRefConfig
+    from infra.config.platform import SecretStoreConfig
+
+    files = [
+        secrets.SecretFile(SecretRefConfig(name="teams/search", key="current"), "search.key0"),
+        secrets.SecretFile(SecretRefConfig(name="teams/search", key="next"), "search.key1"),
+    ]
+    vault = SecretStoreConfig(
+        provider="vault", vault_address="https://vault.example.com:8200", vault_role="vllm"
+    )
+    spec = secrets.tenant_keys_provider_class_spec(vault, files, "us-east-1")
+    assert spec["provider"] == "vault" and "secretObjects" not in spec
+    assert yaml.safe_load(spec["parameters"]["objects"]) == [
+        {"objectName": "search.key0", "secretPath": "teams/search", "secretKey": "current"},
+        {"objectName": "search.key1", "secretPath": "teams/search", "secretKey": "next"},
+    ]
+    # Secrets Manager: one object per entry (the provider refuses an entry named twice).
+    aws = secrets.tenant_keys_provider_class_spec(SecretStoreConfig(), files, "us-east-1")
+    [entry] = yaml.safe_load(aws["parameters"]["objects"])
+    assert [p["objectAlias"] for p in entry["jmesPath"]] == ["search.key0", "search.key1"]
+    # An existing Secret per key, projected into one folder the kubelet also updates in place.
+    volume = secrets.tenant_keys_volume(SecretStoreConfig(provider="kubernetes-secret"), files)
+    assert [s["secret"]["items"] for s in volume["projected"]["sources"]] == [
+        [{"key": "current", "path": "search.key0"}],
+        [{"key": "next", "path": "search.key1"}],
+    ]

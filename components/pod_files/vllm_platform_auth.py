@@ -216,7 +216,8 @@ def tenant_keys_from_environment(environ: MutableMapping[str, str] | None = None
 class TenantMetrics:
     """Per-tenant usage in vLLM's own /metrics. With `--api-server-count` > 1 vLLM runs
     prometheus_client in multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set before the API server
-    processes start): these counters then write there too and vLLM's collector sums them."""
+    processes start, and /metrics served through a MultiProcessCollector: vLLM 0.32.0's
+    vllm/v1/metrics/prometheus.py): these counters then write there too and that collector sums them."""
 
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge

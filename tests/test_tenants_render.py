@@ -264,3 +264,53 @@ def test_vault_and_kubernetes_secret_stores_deliver_the_same_key_files() -> None
         [{"key": "current", "path": "search.key0"}],
         [{"key": "next", "path": "search.key1"}],
     ]
+
+
+def _aws_api(value: Any) -> Any:
+    """pulumi_aws's inputs of a WebAcl in the WAFv2 API's own spelling (PascalCase members)."""
+    spelled = {"cloudwatchMetricsEnabled": "CloudWatchMetricsEnabled"}
+    if isinstance(value, dict):
+        return {spelled.get(k, k[:1].upper() + k[1:]): _aws_api(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_aws_api(item) for item in value]
+    return value
+
+
+def _enum_problems(value: Any, shape: Any, path: str = "") -> list[str]:
+    """Values outside the service model's enums (botocore's validator checks names, types and ranges,
+    not enums)."""
+    if shape.type_name == "structure":
+        return [p for k, v in value.items() for p in _enum_problems(v, shape.members[k], f"{path}.{k}")]
+    if shape.type_name == "list":
+        return [p for i, v in enumerate(value) for p in _enum_problems(v, shape.member, f"{path}[{i}]")]
+    if shape.type_name == "map":
+        return [p for k, v in value.items() for p in _enum_problems(v, shape.value, f"{path}[{k}]")]
+    if shape.type_name == "string" and shape.enum and value not in shape.enum:
+        return [f"{path} = {value!r} is not one of {shape.enum}"]
+    return []
+
+
+def test_the_web_acl_is_a_valid_create_web_acl_request_for_the_wafv2_api() -> None:
+    """botocore's WAFv2 service model (AWS's own API description) checks every member name, type,
+    range (a limit of at least 10) and enum value (STARTS_WITH, CUSTOM_KEYS, COMPRESS_WHITE_SPACE)."""
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    [acl] = rendered("prod").aws(WEB_ACL)
+    inputs = dict(acl.inputs)
+    bodies = inputs.pop("customResponseBodies")
+    request = _aws_api({k: v for k, v in inputs.items() if k not in ("region", "tags", "tagsAll")})
+    request["CustomResponseBodies"] = {
+        body["key"]: {"ContentType": body["contentType"], "Content": body["content"]} for body in bodies
+    }
+    model = botocore.session.get_session().get_service_model("wafv2").operation_model("CreateWebACL")
+    report = ParamValidator().validate(request, model.input_shape)
+    assert not report.has_errors(), report.generate_report()
+    assert _enum_problems(request, model.input_shape) == []
+    match = request["Rules"][0]["Statement"]["RateBasedStatement"]["ScopeDownStatement"]["ByteMatchStatement"]
+    assert _enum_problems(
+        {**match, "PositionalConstraint": "BEGINS_WITH"}, model.service_model.shape_for("ByteMatchStatement")
+    )
+    # The check can fail: a limit below WAF's minimum is reported.
+    request["Rules"][0]["Statement"]["RateBasedStatement"]["Limit"] = 5
+    assert ParamValidator().validate(request, model.input_shape).has_errors()

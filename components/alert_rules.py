@@ -3,6 +3,8 @@
     group vllm-platform.<model>     per model, thresholds from `models[].slo`: latency (TTFT, ITL),
                                     errors, queue, KV cache, preemptions, no ready replica,
                                     autoscaler at its maximum, preloader failing
+    group vllm-platform.tenants     per tenant with limits: near its rate limit, over its concurrency
+                                    limit (the middleware's usage series, infra/tenant_metrics.py)
     group vllm-platform.gpus        GPU health from DCGM (XID errors, temperature, row remapping);
                                     only with addons.dcgm_exporter
 
@@ -20,9 +22,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from components.model_service import PRELOAD_CONTAINER, SERVER_NAME
-from infra import dcgm_metrics, kube_state_metrics, vllm_metrics
+from infra import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
 from infra.config.models import ModelConfig
 from infra.config.platform import AlertsConfig
+from infra.config.tenants import TenantConfig
 
 PROMETHEUS_RULE_NAME = "vllm-platform"
 RATE_WINDOW = "5m"
@@ -47,7 +50,12 @@ ALERT_RUNBOOKS = (
     "GpuTemperatureHigh",
     "GpuRowRemapFailure",
     "GpuUncorrectableRowsRemapped",
+    "TenantNearRateLimit",
+    "TenantOverConcurrencyLimit",
 )
+RATE_LIMIT_ALERT_SHARE = 0.9
+"""A tenant sending this share of its per-key rate limit for 10 minutes is being (or about to be)
+answered 429 by the WAF: the team needs a higher limit or a slower client."""
 
 
 def _alert(
@@ -232,8 +240,53 @@ def gpu_alert_rules(alerts: AlertsConfig) -> list[dict[str, Any]]:
     ]
 
 
+def tenant_alert_rules(tenants: Sequence[TenantConfig]) -> list[dict[str, Any]]:
+    """Per tenant with a limit: its usage against it (the tenant's name is the label, never a key)."""
+    rules = []
+    for tenant in tenants:
+        selector = f'{{tenant="{tenant.name}"}}'
+        if tenant.requests_per_minute is not None:
+            threshold = tenant.requests_per_minute * RATE_LIMIT_ALERT_SHARE
+            rules.append(
+                _alert(
+                    "TenantNearRateLimit",
+                    f"sum by (tenant) (rate({tenant_metrics.TENANT_REQUESTS}{selector}[{RATE_WINDOW}])) * 60 "
+                    f"> {threshold:g}",
+                    minutes=10,
+                    severity="warning",
+                    summary=f"tenant {tenant.name}: above {RATE_LIMIT_ALERT_SHARE:.0%} of its "
+                    f"{tenant.requests_per_minute} requests per minute",
+                    description="{{ $value | humanize }} requests per minute reach vLLM; the WAF answers 429 "
+                    "beyond the limit per key (CloudWatch metric tenant-"
+                    + tenant.name
+                    + "-rate, BlockedRequests).",
+                    labels={"tenant": tenant.name},
+                )
+            )
+        if tenant.max_concurrent_requests is not None:
+            rules.append(
+                _alert(
+                    "TenantOverConcurrencyLimit",
+                    f"sum by (tenant) ({tenant_metrics.TENANT_REQUESTS_IN_FLIGHT}{selector}) "
+                    f"> {tenant.max_concurrent_requests}",
+                    minutes=5,
+                    severity="warning",
+                    summary=f"tenant {tenant.name}: more than {tenant.max_concurrent_requests} requests "
+                    "in flight",
+                    description="{{ $value }} requests of this tenant are being answered at once over all "
+                    "pods (tenants[].max_concurrent_requests).",
+                    labels={"tenant": tenant.name},
+                )
+            )
+    return rules
+
+
 def alert_rule_groups(
-    models: Sequence[ModelConfig], alerts: AlertsConfig, *, dcgm_exporter: bool
+    models: Sequence[ModelConfig],
+    alerts: AlertsConfig,
+    *,
+    dcgm_exporter: bool,
+    tenants: Sequence[TenantConfig] = (),
 ) -> list[dict[str, Any]]:
     """`spec.groups` of the PrometheusRule; empty when monitoring.alerts.enabled is false. GPU alerts
     only with the DCGM exporter (addons.dcgm_exporter)."""
@@ -242,6 +295,8 @@ def alert_rule_groups(
     groups = [
         {"name": f"vllm-platform.{model.name}", "rules": model_alert_rules(model, alerts)} for model in models
     ]
+    if tenant_rules := tenant_alert_rules(tenants):
+        groups.append({"name": "vllm-platform.tenants", "rules": tenant_rules})
     if dcgm_exporter:
         groups.append({"name": "vllm-platform.gpus", "rules": gpu_alert_rules(alerts)})
     return groups

@@ -22,6 +22,8 @@ class ClusterContext:
     reach vLLM pods from outside the cluster's pods (components/network_policy.py)."""
     service_account_role_arns: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     """IAM role (IRSA) per service account, keyed `namespace/name`; absent = no annotation."""
+    web_acl_arn: pulumi.Input[str] | None = None
+    """The WAF web ACL of the tenants' rate limits (infra/aws/tenant_limits.py), for the ALB."""
 
     def role_arn_for(self, namespace: str, service_account: str) -> pulumi.Input[str] | None:
         return self.service_account_role_arns.get(f"{namespace}/{service_account}")

@@ -5,6 +5,7 @@
                         adapters running and waiting, HTTP status
     dcgm-gpus           per GPU: temperature, power, clocks, tensor-pipe activity, utilisation,
                         memory, XID errors, remapped rows
+    tenants             per tenant: requests by status and model, tokens, requests in flight
     autoscaling         per model: replicas (current/desired/max), each signal the autoscaler
                         reads per pod against its target, Pending replicas
 
@@ -25,7 +26,7 @@ from typing import Any
 
 from components.adapter_rules import SIGNALS, router_series_matchers
 from components.model_service import SERVER_NAME
-from infra import dcgm_metrics, kube_state_metrics, vllm_metrics
+from infra import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
 
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 """kube-prometheus-stack's provisioned Prometheus datasource (`grafana.sidecar.datasources.uid`)."""
@@ -340,10 +341,52 @@ def autoscaling_dashboard() -> dict[str, Any]:
     )
 
 
+TENANTS = 'tenant=~"$tenant"'
+
+
+def tenants_dashboard() -> dict[str, Any]:
+    """Per tenant (issue 26): what each team sends and gets, from the middleware's series. Empty in
+    a stack without tenants."""
+    t = tenant_metrics
+    panels = [
+        Panel(
+            "Requests per tenant, by status",
+            ((f"sum by (tenant, code) (rate({t.TENANT_REQUESTS}{{{TENANTS}}}[{RATE}]))",
+              "{{tenant}} {{code}}"),),
+            unit="reqps",
+            description="Requests that reached vLLM; 429s from the WAF's rate rules never do "
+            "(CloudWatch: tenant-<name>-rate BlockedRequests).",
+        ),
+        Panel(
+            "Tokens per tenant",
+            ((f'sum by (tenant) (rate({t.TENANT_TOKENS}{{{TENANTS},kind="prompt"}}[{RATE}]))',
+              "prompt {{tenant}}"),
+             (f'sum by (tenant) (rate({t.TENANT_TOKENS}{{{TENANTS},kind="completion"}}[{RATE}]))',
+              "completion {{tenant}}")),
+            unit="short",
+        ),
+        Panel(
+            "Requests in flight per tenant",
+            ((f"sum by (tenant) ({t.TENANT_REQUESTS_IN_FLIGHT}{{{TENANTS}}})", "{{tenant}}"),),
+            description="Against tenants[].max_concurrent_requests (alert TenantOverConcurrencyLimit).",
+        ),
+        Panel(
+            "Requests per tenant and model",
+            ((f"sum by (tenant, model) (rate({t.TENANT_REQUESTS}{{{TENANTS}}}[{RATE}]))",
+              "{{tenant}} {{model}}"),),
+            unit="reqps",
+        ),
+    ]
+    return _dashboard(
+        "vllm-platform-tenants", "vLLM tenants", panels, [_variable("tenant", t.TENANT_REQUESTS, "tenant")]
+    )
+
+
 DASHBOARDS = {
     "vllm-serving": vllm_serving_dashboard,
     "dcgm-gpus": dcgm_gpus_dashboard,
     "autoscaling": autoscaling_dashboard,
+    "tenants": tenants_dashboard,
 }
 
 

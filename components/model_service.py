@@ -2,7 +2,8 @@
 
     Namespace vllm-<model> (labels, GPU ResourceQuota, LimitRange, default-deny NetworkPolicies)
     ├── ServiceAccount vllm (IRSA role from the AWS layer)
-    ├── SecretProviderClass vllm-api-key (→ synced Secret vllm-api-key), vllm-hf-token (gated HF repos)
+    ├── SecretProviderClass vllm-api-key (→ synced Secret vllm-api-key), or with tenants
+    │   vllm-tenant-keys (their keys as files); vllm-hf-token (gated HF repos)
     ├── ConfigMap vllm-platform-auth: the API-key middleware vLLM loads (components/server_auth.py)
     ├── PersistentVolumeClaim model-cache (RWX, EFS): weights per revision + vLLM compile cache
     ├── Deployment vllm: init container `model-cache preload` → vLLM server
@@ -259,7 +260,13 @@ def _volumes(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]
         }})
     volumes.append(server_auth.volume())
     store = config.security.secret_store
-    volumes += [v for v in (secrets.api_key_volume(store), secrets.hf_token_volume(store, model)) if v]
+    if config.tenants:
+        # None when no tenant may call the model (a validate warning): its pods then answer 401.
+        if tenant_keys := secrets.tenant_key_files(config, model):
+            volumes.append(secrets.tenant_keys_volume(store, tenant_keys))
+    elif (api_key := secrets.api_key_volume(store)) is not None:
+        volumes.append(api_key)
+    volumes += [v for v in (secrets.hf_token_volume(store, model),) if v]
     return volumes
 
 
@@ -303,8 +310,11 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
     limits = {"memory": gib(resources.memory_limit_gib), "nvidia.com/gpu": gpus}
     if resources.cpu_limit_cores is not None:
         limits["cpu"] = cores(resources.cpu_limit_cores)
+    # With tenants, their keys are files the middleware re-reads (a rotated key needs no restart);
+    # VLLM_API_KEY would also switch vLLM's own single-key check on, which refuses every tenant key.
+    own_key = [] if config.tenants else [secrets.api_key_env(config.security.secret_store, model)]
     env = [
-        secrets.api_key_env(config.security.secret_store, model),
+        *own_key,
         # Weights come only from the preloaded copy: no hub look-ups (egress is closed anyway).
         {"name": "HF_HUB_OFFLINE", "value": "1"},
         {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
@@ -316,7 +326,7 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "TMPDIR", "value": TMP_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
-        *server_auth.environment(),
+        *server_auth.environment(config),
         *keep_alive_environment(config),
         # Tensor parallelism (gpus_per_replica > 1): vllm.nccl_env and the FlashInfer all-reduce backend.
         *tensor_parallel_environment(model),
@@ -333,7 +343,10 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
     ]
     if local_nvme:
         mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT, "readOnly": True})
-    if secrets.uses_csi(config.security.secret_store):
+    if config.tenants:
+        if secrets.tenant_key_files(config, model):
+            mounts.append(secrets.tenant_keys_volume_mount())
+    elif secrets.uses_csi(config.security.secret_store):
         mounts.append({"name": secrets.API_KEY_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH,
                        "readOnly": True})
     container: dict[str, Any] = {
@@ -343,7 +356,8 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         "command": list(SERVE_COMMAND),
         "args": build_server_arguments(model, served_model_path(model, local_nvme),
                                        render_endpoints=serves_render_endpoints(config, model),
-                                       adapter_root=LOCAL_ROOT if local_nvme else SHARED_ROOT),
+                                       adapter_root=LOCAL_ROOT if local_nvme else SHARED_ROOT,
+                                       tenants=bool(config.tenants)),
         "ports": [{"name": probes.PORT_NAME, "containerPort": model.vllm.port, "protocol": "TCP"}],
         "env": env,
         "resources": {
@@ -547,6 +561,14 @@ def load_balancer_annotations(config: PlatformConfig, healthcheck_path: str,
     return annotations
 
 
+def web_acl_annotation(config: PlatformConfig, web_acl_arn: pulumi.Input[str] | None) -> dict[str, Any]:
+    """The tenants' web ACL (infra/aws/tenant_limits.py) on the ALB: every Ingress of the group
+    names the same one (validate refuses it beside ingress.wafv2_acl_arn)."""
+    if web_acl_arn is None or config.ingress.class_name != "alb":
+        return {}
+    return {"alb.ingress.kubernetes.io/wafv2-acl-arn": web_acl_arn}
+
+
 PUBLIC_API_PATH = "/v1"
 
 
@@ -685,7 +707,16 @@ class ModelService(pulumi.ComponentResource):
 
         store = config.security.secret_store
         provider_classes: list[pulumi.Resource] = []
-        if secrets.uses_csi(store):
+        tenant_keys = secrets.tenant_key_files(config, model)
+        if secrets.uses_csi(store) and tenant_keys:
+            provider_classes.append(kubernetes.apiextensions.CustomResource(
+                f"{name}-tenant-keys-provider",
+                api_version=secrets.SPC_API_VERSION, kind="SecretProviderClass",
+                metadata=meta(secrets.TENANT_KEYS_PROVIDER_CLASS),
+                spec=secrets.tenant_keys_provider_class_spec(store, tenant_keys, config.cluster.region),
+                opts=after_addons,
+            ))
+        if secrets.uses_csi(store) and not config.tenants:
             provider_classes.append(kubernetes.apiextensions.CustomResource(
                 f"{name}-api-key-provider",
                 api_version=secrets.SPC_API_VERSION, kind="SecretProviderClass",
@@ -696,6 +727,7 @@ class ModelService(pulumi.ComponentResource):
                 ),
                 opts=after_addons,
             ))
+        if secrets.uses_csi(store):
             token = secrets.hf_token_file(model)
             if token is not None:
                 provider_classes.append(kubernetes.apiextensions.CustomResource(
@@ -709,7 +741,7 @@ class ModelService(pulumi.ComponentResource):
 
         auth_module = kubernetes.core.v1.ConfigMap(
             f"{name}-auth-middleware", metadata=meta(server_auth.CONFIG_MAP_NAME),
-            data=server_auth.config_map_data(), opts=inside,
+            data=server_auth.config_map_data(config, model), opts=inside,
         )
 
         claim = kubernetes.core.v1.PersistentVolumeClaim(
@@ -769,7 +801,10 @@ class ModelService(pulumi.ComponentResource):
             )
             kubernetes.networking.v1.Ingress(
                 f"{name}-ingress",
-                metadata={**meta(SERVER_NAME), "annotations": ingress_annotations(config, model)},
+                metadata={**meta(SERVER_NAME), "annotations": {
+                    **ingress_annotations(config, model),
+                    **web_acl_annotation(config, args.context.web_acl_arn),
+                }},
                 spec=ingress_spec(config, model),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource, *args.depends_on],
                                             ignore_changes=managed),

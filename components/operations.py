@@ -35,6 +35,7 @@ from components.scrape import scrape_settings
 from components.secrets import SPC_API_VERSION, keys_provider_class_spec, uses_csi
 from infra.config.models import ModelConfig
 from infra.config.platform import MonitoringConfig, SecretStoreConfig
+from infra.config.tenants import TenantConfig
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class OperationsArgs:
     dcgm_exporter: bool
     """addons.dcgm_exporter is on: the GPU alerts have series to read."""
     region: str
+    tenants: Sequence[TenantConfig]
+    """The tenants whose limits the tenant alerts watch."""
     depends_on: Sequence[pulumi.Resource]
     """The kube-prometheus-stack release (CRDs, namespace) and the Secrets Store CSI driver."""
 
@@ -87,7 +90,9 @@ class Operations(pulumi.ComponentResource):
         scrape = scrape_settings(monitoring)
         after = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         labels = {"app.kubernetes.io/part-of": PART_OF}
-        groups = alert_rule_groups(args.models, monitoring.alerts, dcgm_exporter=args.dcgm_exporter)
+        groups = alert_rule_groups(
+            args.models, monitoring.alerts, dcgm_exporter=args.dcgm_exporter, tenants=args.tenants
+        )
         if scrape.monitor_objects and groups:
             kubernetes.apiextensions.CustomResource(
                 f"{name}-alert-rules",

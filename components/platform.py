@@ -73,6 +73,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 secret_store=config.security.secret_store,
                 dcgm_exporter=bool(config.addons.dcgm_exporter.enabled),
                 region=args.context.region,
+                tenants=config.tenants,
                 depends_on=[*filter(None, [monitoring.prometheus_release]), *cluster_addons.releases],
             ),
             opts=child,
@@ -123,7 +124,8 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 f"{name}-router",
                 RouterArgs(config=args.config, scrape=scrape_settings(config.monitoring),
                            model_namespaces=model_namespaces,
-                           load_balancer_cidrs=args.context.load_balancer_source_cidrs, depends_on=[
+                           load_balancer_cidrs=args.context.load_balancer_source_cidrs,
+                           web_acl_arn=args.context.web_acl_arn, depends_on=[
                     *self.addons_ready,
                     *([monitoring.prometheus_release] if monitoring.prometheus_release else []),
                 ]),

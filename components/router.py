@@ -44,6 +44,7 @@ from components.model_service import (
     load_balancer_annotations,
     platform_labels,
     pod_security_context,
+    web_acl_annotation,
 )
 from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION
 from components.network_policy import (
@@ -556,6 +557,8 @@ class RouterArgs:
     load_balancer_cidrs: Sequence[str] = ()
     """The load balancer's subnets (ClusterContext.load_balancer_source_cidrs): the only addresses
     admitted to the router's port with an ALB."""
+    web_acl_arn: pulumi.Input[str] | None = None
+    """The tenants' WAF web ACL (ClusterContext.web_acl_arn), named by the router's Ingress too."""
     depends_on: Sequence[pulumi.Resource] = ()
     """Add-ons first: the load balancer controller's webhooks, the monitoring CRDs."""
 
@@ -639,11 +642,14 @@ class Router(pulumi.ComponentResource):
                 f"{name}-ingress",
                 metadata={
                     **meta(ROUTER_NAME),
-                    "annotations": load_balancer_annotations(
-                        config,
-                        READINESS_PATH,
-                        config.router.drain_seconds + config.router.request_timeout_seconds,
-                    ),
+                    "annotations": {
+                        **load_balancer_annotations(
+                            config,
+                            READINESS_PATH,
+                            config.router.drain_seconds + config.router.request_timeout_seconds,
+                        ),
+                        **web_acl_annotation(config, args.web_acl_arn),
+                    },
                 },
                 spec=ingress_spec(config),
                 opts=after_addons,

@@ -161,24 +161,32 @@ def secret_reference_problems(config: PlatformConfig) -> list[Problem]:
     valid Secret names and keys — the store-style default (`vllm-platform/<stack>/...`) is not."""
     if uses_csi(config.security.secret_store):
         return []
+    from infra.config.tenants import tenants_on
+
     problems = []
+    refs: list[tuple[tuple[str | int, ...], SecretRefConfig | None, str]] = []
     for index, model in enumerate(config.models):
-        refs = (("api_key_secret", model.api_key_secret), ("hf_token_secret", model.hf_token_secret))
-        for field, ref in refs:
-            if ref is None:
-                continue
-            if len(ref.name) > 253 or not _SECRET_NAME.match(ref.name):
-                problems.append(Problem(
-                    ("models", index, field, "name"), ref.name,
-                    "with security.secret_store.provider 'kubernetes-secret' this names an existing Secret "
-                    f"in namespace {model.namespace} (created out of band), so it must be a Kubernetes name "
-                    "such as 'vllm-api-key': lowercase letters, digits, '-' and '.'",
-                ))
-            if not _SECRET_KEY.match(ref.key):
-                problems.append(Problem(
-                    ("models", index, field, "key"), ref.key,
-                    "a Kubernetes Secret key has only letters, digits, '-', '_' and '.' (e.g. 'value')",
-                ))
+        for field in ("api_key_secret", "hf_token_secret"):
+            refs.append((("models", index, field), getattr(model, field), f"namespace {model.namespace}"))
+    for index, tenant in enumerate(config.tenants):
+        namespaces = ", ".join(m.namespace for m in config.models if tenant in tenants_on(config, m))
+        for position, ref in enumerate(tenant.api_key_secrets):
+            refs.append((("tenants", index, "api_key_secrets", position), ref, f"namespaces {namespaces}"))
+    for at, ref, where in refs:
+        if ref is None:
+            continue
+        if len(ref.name) > 253 or not _SECRET_NAME.match(ref.name):
+            problems.append(Problem(
+                (*at, "name"), ref.name,
+                "with security.secret_store.provider 'kubernetes-secret' this names an existing Secret "
+                f"in {where} (created out of band), so it must be a Kubernetes name "
+                "such as 'vllm-api-key': lowercase letters, digits, '-' and '.'",
+            ))
+        if not _SECRET_KEY.match(ref.key):
+            problems.append(Problem(
+                (*at, "key"), ref.key,
+                "a Kubernetes Secret key has only letters, digits, '-', '_' and '.' (e.g. 'value')",
+            ))
     return problems
 
 
@@ -224,3 +232,74 @@ def csi_volume(name: str, provider_class: str) -> dict[str, Any]:
     """A pod volume through which the CSI driver mounts (and syncs) `provider_class`'s secrets."""
     return {"name": name, "csi": {"driver": CSI_DRIVER, "readOnly": True,
                                   "volumeAttributes": {"secretProviderClass": provider_class}}}
+
+
+# --- tenants (issue 26) ---------------------------------------------------------------------------
+# With `tenants`, a vLLM pod gets no VLLM_API_KEY: the CSI driver mounts the keys of the tenants
+# allowed on its served names as files, which the driver rewrites on rotation (an environment
+# variable from a synced Secret is read once, at start), and the middleware re-reads them.
+
+TENANT_KEYS_PROVIDER_CLASS = "vllm-tenant-keys"
+TENANT_KEYS_VOLUME = "tenant-keys"
+TENANT_KEYS_MOUNT_PATH = "/mnt/tenant-keys"
+"""The middleware's key folder (`VLLM_PLATFORM_TENANT_MOUNT`): one file per key, `<tenant>.key<n>`."""
+
+
+def tenant_key_file_name(tenant: str, index: int) -> str:
+    return f"{tenant}.key{index}"
+
+
+def tenant_key_files(config: PlatformConfig, model: ModelConfig) -> list[SecretFile]:
+    """The keys of every tenant allowed on one of `model`'s served names, as files of the mount."""
+    from infra.config.tenants import tenants_on
+
+    return [
+        SecretFile(ref, tenant_key_file_name(tenant.name, index))
+        for tenant in tenants_on(config, model)
+        for index, ref in enumerate(tenant.api_key_secrets)
+    ]
+
+
+def tenant_keys_provider_class_spec(store: SecretStoreConfig, files: list[SecretFile],
+                                    region: str) -> dict[str, Any]:
+    """A SecretProviderClass mounting every tenant key of a pod; nothing is synced to a Secret."""
+    if store.provider == "aws-secrets-manager":
+        # One object per store entry (the provider refuses an entry named twice), one file per key.
+        entries: dict[str, list[SecretFile]] = {}
+        for secret in files:
+            entries.setdefault(secret.ref.name, []).append(secret)
+        objects: list[dict[str, Any]] = [{
+            "objectName": name,
+            "objectType": "secretsmanager",
+            # Entry names contain '/', which cannot be a file name; the JSON copy gets a plain alias
+            # the middleware ignores (it reads `<tenant>.key<n>` files only).
+            "objectAlias": f"entry-{position}.json",
+            "jmesPath": [{"path": _jmespath(secret.ref.key), "objectAlias": secret.file} for secret in keys],
+        } for position, (name, keys) in enumerate(entries.items())]
+        return {"provider": "aws",
+                "parameters": {"objects": yaml.safe_dump(objects, sort_keys=False), "region": region}}
+    if store.provider == "vault":
+        assert store.vault_address and store.vault_role  # guaranteed by SecretStoreConfig
+        return {"provider": "vault", "parameters": {
+            "vaultAddress": store.vault_address,
+            "roleName": store.vault_role,
+            "vaultKubernetesMountPath": store.vault_kubernetes_mount_path,
+            "objects": yaml.safe_dump([obj for secret in files for obj in _vault_objects(secret)],
+                                      sort_keys=False),
+        }}
+    raise ValueError(f"provider {store.provider!r} does not use a SecretProviderClass")
+
+
+def tenant_keys_volume(store: SecretStoreConfig, files: list[SecretFile]) -> dict[str, Any]:
+    """The key folder: the CSI driver's mount, or (`kubernetes-secret`) the user's Secrets projected
+    into one folder, which the kubelet also updates in place."""
+    if uses_csi(store):
+        return csi_volume(TENANT_KEYS_VOLUME, TENANT_KEYS_PROVIDER_CLASS)
+    return {"name": TENANT_KEYS_VOLUME, "projected": {"defaultMode": 0o444, "sources": [
+        {"secret": {"name": secret.ref.name, "items": [{"key": secret.ref.key, "path": secret.file}]}}
+        for secret in files
+    ]}}
+
+
+def tenant_keys_volume_mount() -> dict[str, Any]:
+    return {"name": TENANT_KEYS_VOLUME, "mountPath": TENANT_KEYS_MOUNT_PATH, "readOnly": True}

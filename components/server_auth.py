@@ -11,8 +11,14 @@ read-only mount that PYTHONPATH names, and the key from `VLLM_API_KEY` (the CSI-
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
+
+from components import secrets
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+from infra.config.tenants import tenants_on
 
 MODULE_FILE = Path(__file__).with_name("pod_files") / "vllm_platform_auth.py"
 MODULE_NAME = MODULE_FILE.stem
@@ -25,16 +31,45 @@ CHECKSUM_ANNOTATION = "vllm-platform.dev/auth-middleware-sha256"
 """On the pod template, so a changed check rolls the pods (a ConfigMap edit alone would not)."""
 
 
+TENANTS_FILE = "tenants.json"
+"""With tenants, beside the module in the ConfigMap: who may call which served name of this model
+(no key). Not in the checksum annotation: the kubelet updates the mounted file in place and the
+middleware re-reads it, so a tenant's names change without rolling the pods."""
+FORCE_INCLUDE_USAGE = "--enable-force-include-usage"
+"""With tenants: vLLM puts `usage` in every answer, streams included (a last chunk with empty
+`choices`, as OpenAI's `stream_options.include_usage` gives), so the middleware counts each
+tenant's tokens without touching the stream."""
+
+
 def module_source() -> str:
     return MODULE_FILE.read_text()
 
 
-def server_arguments() -> list[str]:
-    return ["--middleware", MIDDLEWARE]
+def server_arguments(*, tenants: bool = False) -> list[str]:
+    return ["--middleware", MIDDLEWARE, *([FORCE_INCLUDE_USAGE] if tenants else [])]
 
 
-def config_map_data() -> dict[str, str]:
-    return {MODULE_FILE.name: module_source()}
+def tenants_document(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
+    """The middleware's tenants file for `model`'s pods: their served names (vLLM's default first)
+    and, for each tenant allowed on one of them, those it may call and its key prefix."""
+    served = config.served_names(model)
+    return {
+        "served_names": served,
+        "tenants": {
+            tenant.name: {
+                "models": [name for name in served if name in tenant.models],
+                "key_prefix": tenant.prefix,
+            }
+            for tenant in tenants_on(config, model)
+        },
+    }
+
+
+def config_map_data(config: PlatformConfig | None = None, model: ModelConfig | None = None) -> dict[str, str]:
+    data = {MODULE_FILE.name: module_source()}
+    if config is not None and model is not None and config.tenants:
+        data[TENANTS_FILE] = json.dumps(tenants_document(config, model), indent=2, sort_keys=True) + "\n"
+    return data
 
 
 def module_checksum() -> str:
@@ -49,6 +84,12 @@ def volume_mount() -> dict[str, Any]:
     return {"name": VOLUME_NAME, "mountPath": MOUNT_PATH, "readOnly": True}
 
 
-def environment() -> list[dict[str, str]]:
+def environment(config: PlatformConfig | None = None) -> list[dict[str, str]]:
     # The upstream vllm/vllm-openai image sets no PYTHONPATH of its own, so nothing is overridden.
-    return [{"name": "PYTHONPATH", "value": MOUNT_PATH}]
+    env = [{"name": "PYTHONPATH", "value": MOUNT_PATH}]
+    if config is not None and config.tenants:
+        env += [
+            {"name": "VLLM_PLATFORM_TENANTS", "value": f"{MOUNT_PATH}/{TENANTS_FILE}"},
+            {"name": "VLLM_PLATFORM_TENANT_MOUNT", "value": secrets.TENANT_KEYS_MOUNT_PATH},
+        ]
+    return env

@@ -92,11 +92,16 @@ def lora_environment(model: ModelConfig) -> list[dict[str, str]]:
 
 
 def build_server_arguments(
-    model: ModelConfig, model_path: str, *, render_endpoints: bool = False, adapter_root: str | None = None
+    model: ModelConfig,
+    model_path: str,
+    *,
+    render_endpoints: bool = False,
+    adapter_root: str | None = None,
+    tenants: bool = False,
 ) -> list[str]:
     """Arguments after `vllm serve` for `model`, serving the weights at `model_path` and its LoRA
     adapters from under `adapter_root` (`adapter_path`); with `render_endpoints`, also vLLM's render
-    routes (`serves_render_endpoints`).
+    routes (`serves_render_endpoints`); with `tenants`, the stack has tenants (components/server_auth.py).
 
     The model path is the positional argument: vLLM 0.32.0 still parses `--model` but warns that
     `vllm serve` takes the model positionally and that `--model` "will be removed in a future
@@ -137,7 +142,7 @@ def build_server_arguments(
         # like every route they need the model's key (components/pod_files/vllm_platform_auth.py).
         arguments.append("--enable-scale-out")
     # Every route but /health and /metrics needs the key (components/server_auth.py).
-    arguments += server_auth.server_arguments()
+    arguments += server_auth.server_arguments(tenants=tenants)
     return arguments + list(engine.extra_args)
 
 
@@ -264,7 +269,7 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
         render = serves_render_endpoints(config, model)
         path = served_model_path_placeholder(model)
         arguments = build_server_arguments(
-            model, path, render_endpoints=render, adapter_root=PLACEHOLDER_ROOT
+            model, path, render_endpoints=render, adapter_root=PLACEHOLDER_ROOT, tenants=bool(config.tenants)
         )
         typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
         typed_findings = check_server_arguments(typed)

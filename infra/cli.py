@@ -29,9 +29,13 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_validate(args: argparse.Namespace) -> int:
-    from infra.stack_checks import load_stack
+    from infra.config.loader import display_path, stack_file_for
+    from infra.stack_checks import config_warnings, load_stack
 
-    config = load_stack(args.stack, stack_file=_stack_file(args))
+    path = _stack_file(args) or stack_file_for(args.stack)
+    config = load_stack(args.stack, stack_file=path)
+    for warning in config_warnings(config, stack_file=display_path(path)):
+        print(warning, file=sys.stderr)
     print(
         f"stack {args.stack}: config valid ({len(config.models)} models, "
         f"{len(config.node_groups.gpu)} GPU groups, cluster mode {config.cluster.mode})"
@@ -84,9 +88,13 @@ def command_images(args: argparse.Namespace) -> int:
 def command_plan(args: argparse.Namespace) -> int:
     from infra.capacity import plan_platform
     from infra.capacity.report import format_plan_table, plan_as_json
-    from infra.stack_checks import load_stack
+    from infra.config.loader import display_path, stack_file_for
+    from infra.stack_checks import config_warnings, load_stack
 
-    config = load_stack(args.stack, stack_file=_stack_file(args))
+    path = _stack_file(args) or stack_file_for(args.stack)
+    config = load_stack(args.stack, stack_file=path)
+    for warning in config_warnings(config, stack_file=display_path(path)):
+        print(warning, file=sys.stderr)
     plan = plan_platform(config)
     if args.json:
         print(json.dumps(plan_as_json(plan), indent=2))

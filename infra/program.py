@@ -16,7 +16,7 @@ from components.helm.cache import ChartCacheError, check_cache
 from components.platform import KubernetesPlatform, KubernetesPlatformArgs
 from infra.config import ConfigError, PlatformConfig
 from infra.kubernetes_provider import existing_cluster_provider
-from infra.stack_checks import load_from_pulumi
+from infra.stack_checks import config_warnings, load_from_pulumi
 
 
 def run_program(stack_file_display: str | None = None, *, check_charts: bool = True) -> dict[str, Any]:
@@ -35,6 +35,10 @@ def run_program(stack_file_display: str | None = None, *, check_charts: bool = T
         problems = check_cache()
         if problems:
             raise pulumi.RunError(str(ChartCacheError(problems)))
+    for warning in config_warnings(
+        config, stack_file=stack_file_display or f"stacks/Pulumi.{pulumi.get_stack()}.yaml"
+    ):
+        pulumi.log.warn(warning)
     outputs = build_platform(config)
     for key, value in outputs.items():
         pulumi.export(key, value)

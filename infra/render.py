@@ -202,6 +202,9 @@ def _fake_outputs(type_: str, name: str, inputs: dict[str, Any], region: str) ->
     elif type_ == "aws:kms/key:Key":
         key_id = f"00000000-0000-0000-0000-{zlib.crc32(name.encode()):012d}"  # stable across runs
         outputs.update(keyId=key_id, arn=f"arn:aws:kms:{region}:{account}:key/{key_id}")
+    elif type_ == "aws:wafv2/webAcl:WebAcl":
+        acl, acl_id = inputs.get("name", name), f"{zlib.crc32(name.encode()):08x}"
+        outputs["arn"] = f"arn:aws:wafv2:{region}:{account}:regional/webacl/{acl}/{acl_id}"
     elif type_ == "aws:secretsmanager/secret:Secret":
         outputs["arn"] = f"arn:aws:secretsmanager:{region}:{account}:secret:{inputs.get('name', name)}-AbCdEf"
     return outputs

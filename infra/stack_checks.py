@@ -57,6 +57,16 @@ def check_platform(config: PlatformConfig, *, stack_file: str) -> PlatformConfig
     return config
 
 
+def config_warnings(config: PlatformConfig, *, stack_file: str) -> list[str]:
+    """Valid but probably unintended settings, one line each (`validate` and `render` print them to
+    stderr, `pulumi preview` as warnings); never a reason to stop."""
+    from infra.config.tenants import tenant_warnings
+
+    return [
+        f"{stack_file}: warning: {w.key_path()} = {w.value!r}: {w.message}" for w in tenant_warnings(config)
+    ]
+
+
 def load_stack(stack: str, *, stack_file: Path | None = None) -> PlatformConfig:
     """Parse and fully check a stack file (what `vllm-platform validate` runs)."""
     path = stack_file or stack_file_for(stack)

@@ -19,6 +19,7 @@ from types import ModuleType
 from infra.catalogue.gpu_instances import GpuInstanceType, gpu_instance_types, lookup_instance_type
 from infra.catalogue.tuning_profiles import tuning_profiles
 from infra.config.errors import Problem
+from infra.config.models import SecretRefConfig
 from infra.config.platform import PlatformConfig
 from infra.versions import VLLM_VERSION
 
@@ -387,51 +388,60 @@ _SECRETS_MANAGER_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _VAULT_PATH = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 
+def secret_refs(config: PlatformConfig) -> list[tuple[tuple[str | int, ...], SecretRefConfig]]:
+    """Every per-model and per-tenant secret reference, with the key path of its `name`."""
+    refs: list[tuple[tuple[str | int, ...], SecretRefConfig]] = []
+    for index, model in enumerate(config.models):
+        for field in ("api_key_secret", "hf_token_secret"):
+            ref = getattr(model, field)
+            if ref is not None:
+                refs.append((("models", index, field, "name"), ref))
+    for index, tenant in enumerate(config.tenants):
+        for position, ref in enumerate(tenant.api_key_secrets):
+            refs.append((("tenants", index, "api_key_secrets", position, "name"), ref))
+    return refs
+
+
 def secret_name_problems(config: PlatformConfig) -> list[Problem]:
     """A secret *name* must be a name: the provider's rules, and never a credential pasted in its place."""
     provider = config.security.secret_store.provider
     problems = []
-    for index, model in enumerate(config.models):
-        for field in ("api_key_secret", "hf_token_secret"):
-            ref = getattr(model, field)
-            if ref is None:
-                continue
-            at = ("models", index, field, "name")
-            if _policy_rules().looks_like_credential(ref.name):
-                # Never echo it back: the value is shown redacted.
-                problems.append(
-                    Problem(
-                        at,
-                        "(redacted)",
-                        (
-                            "this looks like a credential, not the name of a secret: put the value "
-                            "in the secret store, "
-                            "name it here (e.g. 'vllm-platform/prod/llama/api-key'), and rotate the "
-                            "exposed credential"
-                        ),
-                    )
+    for at, ref in secret_refs(config):
+        if _policy_rules().looks_like_credential(ref.name):
+            # Never echo it back: the value is shown redacted.
+            problems.append(
+                Problem(
+                    at,
+                    "(redacted)",
+                    (
+                        "this looks like a credential, not the name of a secret: put the value "
+                        "in the secret store, "
+                        "name it here (e.g. 'vllm-platform/prod/llama/api-key'), and rotate the "
+                        "exposed credential"
+                    ),
                 )
-            elif provider == "aws-secrets-manager" and not _SECRETS_MANAGER_NAME.match(ref.name):
-                problems.append(
-                    Problem(
-                        at,
-                        ref.name,
-                        (
-                            "not a Secrets Manager secret name: 1-512 letters, digits and / _ + = . @ - "
-                            "(e.g. 'vllm-platform/prod/llama/api-key')"
-                        ),
-                    )
+            )
+        elif provider == "aws-secrets-manager" and not _SECRETS_MANAGER_NAME.match(ref.name):
+            problems.append(
+                Problem(
+                    at,
+                    ref.name,
+                    (
+                        "not a Secrets Manager secret name: 1-512 letters, digits and / _ + = . @ - "
+                        "(e.g. 'vllm-platform/prod/llama/api-key')"
+                    ),
                 )
-            elif provider == "vault" and not _VAULT_PATH.match(ref.name):
-                problems.append(
-                    Problem(
-                        at,
-                        ref.name,
-                        (
-                            "not a Vault secret path: segments of letters, digits, '-', '_' and '.', "
-                            "separated by '/', "
-                            "without a leading or trailing '/' (e.g. 'secret/data/vllm/llama')"
-                        ),
-                    )
+            )
+        elif provider == "vault" and not _VAULT_PATH.match(ref.name):
+            problems.append(
+                Problem(
+                    at,
+                    ref.name,
+                    (
+                        "not a Vault secret path: segments of letters, digits, '-', '_' and '.', "
+                        "separated by '/', "
+                        "without a leading or trailing '/' (e.g. 'secret/data/vllm/llama')"
+                    ),
                 )
+            )
     return problems

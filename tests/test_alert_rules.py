@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from components.alert_rules import ALERT_RUNBOOKS, PROMETHEUS_RULE_NAME, alert_rule_groups
-from infra import dcgm_metrics, kube_state_metrics, vllm_metrics
+from infra import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
 from infra.config import PlatformConfig
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT, STACKS, rendered
@@ -29,7 +29,10 @@ from tests.support.promql_names import EXPOSITION
 
 def _groups(config: PlatformConfig) -> list[dict[str, Any]]:
     return alert_rule_groups(
-        config.models, config.monitoring.alerts, dcgm_exporter=bool(config.addons.dcgm_exporter.enabled)
+        config.models,
+        config.monitoring.alerts,
+        dcgm_exporter=bool(config.addons.dcgm_exporter.enabled),
+        tenants=config.tenants,
     )
 
 
@@ -121,6 +124,13 @@ def dcgm_series(name: str, values: str) -> dict[str, str]:
     return {"series": _series(name, {**GPU_LABELS, "job": "dcgm-exporter"}), "values": values}
 
 
+def tenant_series(name: str, values: str, **labels: str) -> dict[str, str]:
+    """A series of the API-key middleware (infra/tenant_metrics.py) as the vLLM PodMonitor stores it."""
+    assert tuple(labels) == tenant_metrics.SERIES_LABELS[name], (name, tuple(labels))
+    target = {"namespace": NAMESPACE, "pod": POD, "container": "vllm", "job": f"{NAMESPACE}/vllm"}
+    return {"series": _series(name, {**labels, **target, "instance": f"{POD}:8000"}), "values": values}
+
+
 MODEL_LABELS = {"model": MODEL, "namespace": NAMESPACE}
 GPU_ALERT_LABELS = {key: GPU_LABELS[key] for key in ("Hostname", "gpu", "UUID", "modelName")}
 
@@ -203,6 +213,17 @@ CASES: dict[str, tuple[list[dict[str, str]], dict[str, str], list[dict[str, str]
                 kube_state_metrics.INIT_CONTAINER_RESTARTS, "0x30", pod=POD, uid="u1", container="model-cache"
             ),
         ],
+    ),
+    # prod: tenant `search` may send 600 requests a minute, `research` have 16 in flight.
+    "TenantNearRateLimit": (
+        [tenant_series(tenant_metrics.TENANT_REQUESTS, "0+580x30", tenant="search", model=MODEL, code="200")],
+        {"severity": "warning", "tenant": "search"},
+        [tenant_series(tenant_metrics.TENANT_REQUESTS, "0+300x30", tenant="search", model=MODEL, code="200")],
+    ),
+    "TenantOverConcurrencyLimit": (
+        [tenant_series(tenant_metrics.TENANT_REQUESTS_IN_FLIGHT, "20x30", tenant="research")],
+        {"severity": "warning", "tenant": "research"},
+        [tenant_series(tenant_metrics.TENANT_REQUESTS_IN_FLIGHT, "12x30", tenant="research")],
     ),
     "GpuXidError": (
         [dcgm_series(dcgm_metrics.XID_ERRORS, "0 0 79x28")],

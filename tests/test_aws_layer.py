@@ -59,6 +59,7 @@ from infra.aws.policies import (
 )
 from infra.config import PlatformConfig, stack_file_for
 from infra.config.cluster import GpuNodeGroupConfig, ImagePullConfig, TaintConfig
+from infra.config.tenants import model_key_secrets
 from infra.render import PLACEHOLDER_ACCOUNT_ID, PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID, RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import rendered
@@ -775,8 +776,10 @@ def test_prod_model_roles_read_only_their_own_prefix_and_secrets() -> None:
         assert statements["DecryptModelObjects"]["Condition"] == {
             "StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}
         }
+        # prod has tenants: a model's pods read the keys of the tenants allowed on it, no others.
         assert statements["ReadModelSecrets"]["Resource"] == [
-            f"arn:aws:secretsmanager:us-east-1:{PLACEHOLDER_ACCOUNT_ID}:secret:{model.api_key_secret.name}-??????"
+            f"arn:aws:secretsmanager:us-east-1:{PLACEHOLDER_ACCOUNT_ID}:secret:{ref.name}-??????"
+            for ref in model_key_secrets(config, model)
         ]
         assert set(statements) == {
             "ListModelPrefix",

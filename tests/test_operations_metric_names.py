@@ -21,7 +21,10 @@ from tests.support.promql_names import exported_by, series_names, unknown_series
 
 def _groups(config: PlatformConfig) -> list[dict[str, Any]]:
     return alert_rule_groups(
-        config.models, config.monitoring.alerts, dcgm_exporter=bool(config.addons.dcgm_exporter.enabled)
+        config.models,
+        config.monitoring.alerts,
+        dcgm_exporter=bool(config.addons.dcgm_exporter.enabled),
+        tenants=config.tenants,
     )
 
 
@@ -60,7 +63,7 @@ def test_alerts_and_dashboards_read_every_exporter() -> None:
         for _, expr in [*_alert_expressions(), *_dashboard_expressions()]
         for name in series_names(expr)
     }
-    assert exporters == {"vllm", "dcgm-exporter", "kube-state-metrics", "vllm-router"}
+    assert exporters == {"vllm", "dcgm-exporter", "kube-state-metrics", "vllm-router", "vllm-platform-auth"}
 
 
 def test_every_autoscaling_signal_is_exported() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,16 @@ def test_no_secret_values_in_env_literals_or_configmaps(stack_render: RenderResu
     # The one ConfigMap is the API-key check's code, byte for byte the repository's file: no key.
     config_maps = [o for o in objects if o["kind"] == "ConfigMap"]
     assert {o["metadata"]["name"] for o in config_maps} == {server_auth.CONFIG_MAP_NAME}
+    tenants = config_of(stack_render).tenants
     for config_map in config_maps:
-        assert config_map["data"] == {server_auth.MODULE_FILE.name: server_auth.MODULE_FILE.read_text()}
+        data = dict(config_map["data"])
+        # With tenants, beside the code: who may call which name, and the keys' non-secret prefixes.
+        document = data.pop(server_auth.TENANTS_FILE, None)
+        assert (document is not None) == bool(tenants)
+        if document is not None:
+            assert set(json.loads(document)) == {"served_names", "tenants"}
+            assert all(set(t) == {"models", "key_prefix"} for t in json.loads(document)["tenants"].values())
+        assert data == {server_auth.MODULE_FILE.name: server_auth.MODULE_FILE.read_text()}
     for model in config_of(stack_render).models:
         spec = pod_spec(stack_render, model.name)
         for item in spec["containers"] + spec["initContainers"]:
@@ -42,12 +51,20 @@ def test_no_secret_values_in_env_literals_or_configmaps(stack_render: RenderResu
                 if SECRET_LIKE.search(env["name"]):
                     assert "value" not in env and "secretKeyRef" in env["valueFrom"], env
             assert not [a for a in item.get("args", []) if a.startswith("--api-key")], item["name"]
-        api_key = next(e for e in container(spec)["env"] if e["name"] == "VLLM_API_KEY")
-        assert set(api_key["valueFrom"]) == {"secretKeyRef"}
+        api_keys = [e for e in container(spec)["env"] if e["name"] == "VLLM_API_KEY"]
+        if tenants:  # their keys are files of the CSI mount (tests/test_tenants_render.py)
+            assert api_keys == []
+        else:
+            assert set(api_keys[0]["valueFrom"]) == {"secretKeyRef"}
 
 
 def test_api_key_secret_is_synced_by_a_csi_volume_the_server_mounts(stack_render: RenderResult) -> None:
-    for model in config_of(stack_render).models:
+    config = config_of(stack_render)
+    if config.tenants:
+        # No per-model key at all: tests/test_tenants_render.py checks the tenants' key files.
+        assert stack_render.find("SecretProviderClass", name=secrets.API_KEY_PROVIDER_CLASS) == []
+        return
+    for model in config.models:
         provider = one(stack_render, "SecretProviderClass", secrets.API_KEY_PROVIDER_CLASS, model.namespace)[
             "spec"
         ]
@@ -72,7 +89,7 @@ def test_api_key_secret_is_synced_by_a_csi_volume_the_server_mounts(stack_render
 
 
 def test_secrets_manager_provider_reads_the_configured_key_with_jmespath() -> None:
-    result = rendered("prod")
+    result = rendered("dev")  # prod has tenants: their keys, tests/test_tenants_render.py
     config = config_of(result)
     assert config.security.secret_store.provider == "aws-secrets-manager"
     for model in config.models:
@@ -82,7 +99,7 @@ def test_secrets_manager_provider_reads_the_configured_key_with_jmespath() -> No
         objects = yaml.safe_load(spec["parameters"]["objects"])
         assert objects == [
             {
-                "objectName": f"vllm-platform/prod/{model.name}/api-key",
+                "objectName": f"vllm-platform/dev/{model.name}/api-key",
                 "objectType": "secretsmanager",
                 "objectAlias": "api-key.json",
                 "jmesPath": [{"path": "value", "objectAlias": "api-key"}],

@@ -1,4 +1,5 @@
-"""The AWS layer as one component: network → EKS → add-ons → node groups → storage → IRSA roles.
+"""The AWS layer as one component: network → EKS → add-ons → node groups → storage → IRSA roles
+(→ the tenants' WAF web ACL, when a tenant has a rate limit).
 
 Like terraform-aws-eks, a small root that wires focused parts together; each part lives in its own
 module of infra/aws/ and takes only what it needs. Everything is created through one explicit AWS
@@ -19,6 +20,7 @@ from infra.aws.network import Network, NetworkArgs
 from infra.aws.node_groups import NodeGroups, NodeGroupsArgs
 from infra.aws.policies import AwsLocation
 from infra.aws.storage import ModelStorage, ModelStorageArgs
+from infra.aws.tenant_limits import tenant_web_acl
 from infra.config import PlatformConfig
 
 
@@ -159,6 +161,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
         self.cluster_name = cluster.name_output
         self.model_bucket_name = storage.bucket_name
         self.efs_file_system_id = storage.efs_file_system_id
+        web_acl = tenant_web_acl(f"{name}-tenant-limits", config, children)
         self.cluster_context = ClusterContext(
             cluster_name=cluster_name,
             region=region,
@@ -167,6 +170,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
             vpc_id=network.vpc_id,
             load_balancer_source_cidrs=network.layout.load_balancer_cidrs(config.ingress.scheme),
             service_account_role_arns=roles.role_arns,
+            web_acl_arn=web_acl.arn if web_acl is not None else None,
         )
         self.register_outputs(
             {

@@ -35,6 +35,7 @@ from infra.aws.policies import (
     with_model_bucket_decrypt,
 )
 from infra.config import PlatformConfig
+from infra.config.tenants import model_key_secrets
 
 IAM_ROLE_NAME_MAX = 64
 EFS_CSI_DRIVER_MANAGED_POLICY = "service-role/AmazonEFSCSIDriverPolicy"
@@ -66,10 +67,10 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
     specs: list[ServiceAccountRoleSpec] = []
     secrets_manager = config.security.secret_store.provider == "aws-secrets-manager"
     for model in config.models:
+        # The API keys its pods accept (its own, or its tenants'), and the gated-repo token.
+        secrets = [*model_key_secrets(config, model), model.hf_token_secret]
         secret_names = (
-            tuple(
-                secret.name for secret in (model.api_key_secret, model.hf_token_secret) if secret is not None
-            )
+            tuple(dict.fromkeys(secret.name for secret in secrets if secret is not None))
             if secrets_manager
             else ()
         )

@@ -166,7 +166,7 @@ def resolve_stack_defaults(config: PlatformConfig, stack: str) -> PlatformConfig
     models = []
     for model in config.models:
         update: dict[str, Any] = {}
-        if model.api_key_secret is None:
+        if model.api_key_secret is None and not config.tenants:  # with tenants, their keys instead
             update["api_key_secret"] = SecretRefConfig(name=f"vllm-platform/{stack}/{model.name}/api-key")
         if model.needs_hf_token and model.hf_token_secret is None:
             update["hf_token_secret"] = SecretRefConfig(name=f"vllm-platform/{stack}/{model.name}/hf-token")

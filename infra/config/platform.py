@@ -11,6 +11,7 @@ from infra.config.base import Cidr, Hostname, Labels, PinnedImage, StrictModel, 
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
 from infra.config.models import ModelConfig, RoutingPolicy, SecretRefConfig
+from infra.config.tenants import TenantConfig
 from infra.versions import MODEL_CACHE_IMAGE
 
 
@@ -464,6 +465,9 @@ class PlatformConfig(StrictModel):
     monitoring: MonitoringConfig = MonitoringConfig()
     addons: AddonsConfig = AddonsConfig()
     router: RouterConfig = RouterConfig()
+    tenants: list[TenantConfig] = []
+    """Teams with their own keys, allowed served names and limits (docs/security.md, "Tenants").
+    Empty: each model has its one key, `models[].api_key_secret`."""
 
     @model_validator(mode="before")
     @classmethod
@@ -513,6 +517,15 @@ class PlatformConfig(StrictModel):
                         value=adapter.name,
                     )
                 owners[adapter.name] = f"an adapter of model '{model.name}'"
+
+    @model_validator(mode="after")
+    def _tenants_name_served_names(self) -> PlatformConfig:
+        from infra.config.tenants import tenant_problems
+
+        problems = tenant_problems(self)
+        if problems:
+            raise problems[0]
+        return self
 
     @model_validator(mode="after")
     def _models_fit_their_groups(self) -> PlatformConfig:

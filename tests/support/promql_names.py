@@ -8,7 +8,8 @@ rejects fails there. Grafana's variables are substituted first (`$__rate_interva
 Known series: vLLM 0.32.0 (infra/vllm_metrics.py, checked against a real server by tests/e2e),
 vLLM's API-server HTTP families (tests/data/vllm-metrics/exposition.txt), the DCGM exporter's
 default counters (infra/dcgm_metrics.py), the kube-state-metrics series this stack reads
-(infra/kube_state_metrics.py) and the pinned vllm-router's families (infra/router_metrics.py).
+(infra/kube_state_metrics.py), the pinned vllm-router's families (infra/router_metrics.py) and the
+per-tenant series the API-key middleware adds to vLLM's /metrics (infra/tenant_metrics.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import promql_parser
 
-from infra import dcgm_metrics, kube_state_metrics, router_metrics, vllm_metrics
+from infra import dcgm_metrics, kube_state_metrics, router_metrics, tenant_metrics, vllm_metrics
 
 EXPOSITION = Path(__file__).resolve().parents[1] / "data" / "vllm-metrics" / "exposition.txt"
 _DURATION_VARIABLES = re.compile(
@@ -49,6 +50,8 @@ def exported_by(name: str) -> str | None:
         return "kube-state-metrics"
     if name in router_metrics.EXPORTED_SERIES:
         return "vllm-router"
+    if name in tenant_metrics.EXPORTED_SERIES:
+        return "vllm-platform-auth"
     return None
 
 

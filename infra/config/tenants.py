@@ -1,0 +1,190 @@
+"""Tenants: the teams that call the API, each with its own keys, the served names it may call and
+its limits (issue 26; docs/security.md, "Tenants")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field, model_validator
+
+from infra.config.base import StrictModel, dns_label
+from infra.config.errors import ConfigProblem, Problem
+from infra.config.models import ModelConfig, SecretRefConfig
+
+if TYPE_CHECKING:
+    from infra.config.platform import PlatformConfig
+
+WAF_MINIMUM_RATE_LIMIT = 10
+"""AWS WAF's lowest rate-based limit per evaluation window (WAF developer guide, "Rate-based rule
+high-level settings"); the window here is 60 s, so a tenant's requests_per_minute is the limit."""
+WAF_MAXIMUM_RATE_LIMIT = 2_000_000_000
+"""AWS WAF's largest rate-based limit (API reference, RateBasedStatement.Limit)."""
+
+
+class TenantConfig(StrictModel):
+    """A team calling the API: its keys (from the secret store), the served names it may call, and
+    optional limits. With `tenants` set, the per-model `api_key_secret` is not used: every vLLM pod
+    accepts the keys of exactly the tenants allowed on one of its served names."""
+
+    name: Annotated[str, dns_label(40)]
+    """Unique; the `tenant` label of the usage series and part of the key prefix."""
+    models: Annotated[list[str], Field(min_length=1)]
+    """Served names this tenant may call: a model's `served_model_name` (or its `name` when unset),
+    or a LoRA adapter's name. A base model does not imply its adapters: list them too."""
+    api_key_secrets: list[SecretRefConfig] = []
+    """The tenant's keys in the secret store (never the values): one, or two while a key rotates
+    (add the new one, hand it out, remove the old one). Each key must start with `key_prefix`."""
+    key_prefix: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}[_-]$")] | None = None
+    """The non-secret start of every key of this tenant (lowercase, ending in `-` or `_`); defaults
+    to `tk-<name>_` (not `sk-`: a long `sk-` prefix alone would match the credential patterns of
+    validate and the policy pack). The WAF's
+    per-tenant rate rule matches it (the secret rest of the key never appears in any config), and the
+    vLLM pods refuse a key of this tenant that does not start with it."""
+    requests_per_minute: (
+        Annotated[int, Field(ge=WAF_MINIMUM_RATE_LIMIT, le=WAF_MAXIMUM_RATE_LIMIT)] | None
+    ) = None
+    """Most requests per minute per key, enforced at the load balancer by an AWS WAF rate-based rule
+    (answers 429 beyond it) before any GPU sees the request; null: no limit. Needs `cluster.mode:
+    eks` and ingress class `alb` (the stack creates the web ACL)."""
+    max_concurrent_requests: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Requests in flight at once over all pods that the tenant is expected to stay under: the
+    `TenantOverConcurrencyLimit` alert fires above it (no upstream component on the request path
+    limits concurrency per key; docs/security.md, "Tenants"); null: no alert."""
+
+    @model_validator(mode="after")
+    def _has_a_key(self) -> TenantConfig:
+        if not self.api_key_secrets:
+            raise ConfigProblem(
+                "a tenant needs at least one key: add api_key_secrets: [{name: vllm-platform/<stack>/"
+                f"tenants/{self.name}/api-key}}] (a secret-store reference, never the key itself)",
+                at=("api_key_secrets",),
+                value=[],
+            )
+        refs = [(ref.name, ref.key) for ref in self.api_key_secrets]
+        for index, ref in enumerate(refs):
+            if ref in refs[:index]:
+                raise ConfigProblem(
+                    f"the same key twice (also api_key_secrets[{refs.index(ref)}]); list each key once",
+                    at=("api_key_secrets", index),
+                )
+        return self
+
+    @property
+    def prefix(self) -> str:
+        return self.key_prefix or f"tk-{self.name}_"
+
+
+def _did_you_mean(value: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(value, known, n=1)
+    return f"did you mean '{close[0]}'? " if close else ""
+
+
+def tenant_problems(config: PlatformConfig) -> list[ConfigProblem]:
+    """What makes a `tenants` section unusable; run by PlatformConfig's validator (before the stack
+    defaults fill `api_key_secret`, so an explicit one is still visible)."""
+    if not config.tenants:
+        return []
+    problems: list[ConfigProblem] = []
+    for index, model in enumerate(config.models):
+        if model.api_key_secret is not None:
+            problems.append(
+                ConfigProblem(
+                    "with tenants the per-model key is not used (each pod accepts the keys of the tenants "
+                    "allowed on it); remove api_key_secret, or remove tenants to keep one key per model",
+                    at=("models", index, "api_key_secret"),
+                )
+            )
+    served = [name for model in config.models for name in config.served_names(model)]
+    seen: dict[str, int] = {}
+    for index, tenant in enumerate(config.tenants):
+        if tenant.name in seen:
+            problems.append(
+                ConfigProblem(
+                    f"duplicate tenant name (also tenants[{seen[tenant.name]}]); tenant names must be unique",
+                    at=("tenants", index, "name"),
+                )
+            )
+        seen.setdefault(tenant.name, index)
+        for position, name in enumerate(tenant.models):
+            if name not in served:
+                problems.append(
+                    ConfigProblem(
+                        f"no model or adapter is served under this name: {_did_you_mean(name, served)}the "
+                        f"served names are {', '.join(served)} (a model's served_model_name, else its name)",
+                        at=("tenants", index, "models", position),
+                    )
+                )
+            elif name in tenant.models[:position]:
+                problems.append(
+                    ConfigProblem(
+                        "listed twice; list each served name once", at=("tenants", index, "models", position)
+                    )
+                )
+        for other_index, other in enumerate(config.tenants[:index]):
+            if tenant.prefix.startswith(other.prefix) or other.prefix.startswith(tenant.prefix):
+                problems.append(
+                    ConfigProblem(
+                        f"key prefix '{tenant.prefix}' overlaps tenant '{other.name}''s '{other.prefix}' "
+                        f"(tenants[{other_index}]): one tenant's keys would be counted against the other's "
+                        "rate limit; give each tenant a key_prefix that does not start another's",
+                        at=("tenants", index, "key_prefix"),
+                        value=tenant.prefix,
+                    )
+                )
+        if tenant.requests_per_minute is not None:
+            ingress = config.ingress
+            if config.cluster.mode != "eks" or not ingress.enabled or ingress.class_name != "alb":
+                problems.append(
+                    ConfigProblem(
+                        "a rate limit is enforced by an AWS WAF web ACL the stack creates on the ALB, which "
+                        "needs cluster.mode 'eks' and ingress.enabled with class_name 'alb'; remove "
+                        "requests_per_minute (and limit the rate at your own gateway) or use an ALB ingress",
+                        at=("tenants", index, "requests_per_minute"),
+                        value=tenant.requests_per_minute,
+                    )
+                )
+            elif ingress.wafv2_acl_arn is not None:
+                problems.append(
+                    ConfigProblem(
+                        "an ALB takes one web ACL, and ingress.wafv2_acl_arn names your own: either remove "
+                        "wafv2_acl_arn (the stack's ACL then holds the tenants' rate rules) or remove "
+                        "requests_per_minute and put a rate-based rule per tenant in your ACL "
+                        '(docs/security.md, "Tenants")',
+                        at=("tenants", index, "requests_per_minute"),
+                        value=tenant.requests_per_minute,
+                    )
+                )
+    return problems
+
+
+def tenant_warnings(config: PlatformConfig) -> list[Problem]:
+    """Valid but probably unintended: a served name no tenant may call answers every key with 401/403."""
+    if not config.tenants:
+        return []
+    allowed = {name for tenant in config.tenants for name in tenant.models}
+    return [
+        Problem(
+            ("models", index),
+            name,
+            f"no tenant may call '{name}': with tenants, a served name no tenant lists is unreachable; "
+            "add it to a tenant's models or remove the model",
+        )
+        for index, model in enumerate(config.models)
+        for name in config.served_names(model)
+        if name not in allowed
+    ]
+
+
+def tenants_on(config: PlatformConfig, model: ModelConfig) -> list[TenantConfig]:
+    """The tenants allowed on at least one of `model`'s served names: whose keys its pods accept."""
+    served = set(config.served_names(model))
+    return [tenant for tenant in config.tenants if served & set(tenant.models)]
+
+
+def model_key_secrets(config: PlatformConfig, model: ModelConfig) -> list[SecretRefConfig]:
+    """Every key `model`'s pods read from the secret store: its tenants' keys, or its own."""
+    if config.tenants:
+        return [ref for tenant in tenants_on(config, model) for ref in tenant.api_key_secrets]
+    return [model.api_key_secret] if model.api_key_secret is not None else []

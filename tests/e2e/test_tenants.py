@@ -1,0 +1,332 @@
+"""Tenants (issue 26) on the real vLLM 0.32.0 CPU server and through the pinned vllm-router.
+
+One server runs as a prod pod with tenants runs: the middleware and its arguments as the prod stack
+renders them (`--middleware`, `--enable-force-include-usage`), the module from the rendered
+ConfigMap, the rendered environment naming the tenants file and the key folder (here local folders
+for the ConfigMap's and the CSI driver's mounts), and no VLLM_API_KEY. The server serves two names,
+ALPHA and BETA, as a pod with a LoRA adapter does (issue 25; vLLM serves one process under several
+`--served-model-name`s); tenant `search` may call ALPHA only, tenant `research` BETA only. Their keys
+are files in the key folder, named and prefixed as the rendered SecretProviderClass and tenants file
+name them; the test rewrites a file as the driver does on rotation.
+
+    front router ──► ALPHA's router ──┐
+                 └─► BETA's router ───┴─► the tenant server (ALPHA, BETA)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from components import secrets as pod_secrets
+from components import server_auth
+from infra import tenant_metrics
+from router.registrar import ModelsServer, RouterClient, Worker, reconcile
+from tests.e2e.conftest import REPO_ROOT, SERVED_MODEL_NAME, server_arguments
+from tests.e2e.test_router import loopback_arguments, rendered_registrar_workers, rendered_router_containers
+from tests.support.vllm_router import (
+    RouterVenvMissingError,
+    RunningRouter,
+    require_router_python,
+    start_router,
+    stop_router,
+)
+from tests.support.vllm_server import (
+    RunningVllmServer,
+    VllmServerError,
+    start_vllm_server,
+    stop_vllm_server,
+    wait_until_healthy,
+)
+
+pytestmark = pytest.mark.e2e
+
+ALPHA, BETA = SERVED_MODEL_NAME, "tiny-beta"
+STACK, POD_MODEL = "prod", "llama-3-1-8b"
+"""The rendered pod whose middleware, arguments and environment the server runs with."""
+TIMEOUT_SECONDS = 120
+RELOAD_WAIT_SECONDS = 30
+"""Upper bound of the wait for a rewritten key file to take effect (the middleware re-reads every
+RELOAD_SECONDS; the bound is for a busy 2-core machine, not a measurement)."""
+
+
+@dataclass
+class TenantPod:
+    server: RunningVllmServer
+    keys_dir: Path
+    keys: dict[str, str]
+    """Tenant -> its key."""
+
+    def auth(self, tenant: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[tenant]}"}
+
+
+def _rendered_pod() -> tuple[dict, dict]:
+    """The prod model's rendered vLLM container and its auth ConfigMap."""
+    from tests.conftest import rendered
+
+    render = rendered(STACK)
+    namespace = f"vllm-{POD_MODEL}"
+    workloads = [
+        *render.find("Deployment", namespace=namespace),
+        *render.find("Rollout", namespace=namespace),
+    ]
+    [workload] = [w for w in workloads if w["metadata"]["name"] == "vllm"]
+    [server] = [c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+    [config_map] = render.find("ConfigMap", name=server_auth.CONFIG_MAP_NAME, namespace=namespace)
+    return server, config_map
+
+
+@pytest.fixture(scope="module")
+def tenant_pod(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantPod]:
+    container, config_map = _rendered_pod()
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "VLLM_API_KEY" not in env
+    mount = tmp_path_factory.mktemp("auth-configmap-mount")
+    keys_dir = tmp_path_factory.mktemp("tenant-keys-csi-mount")
+    (mount / server_auth.MODULE_FILE.name).write_text(config_map["data"][server_auth.MODULE_FILE.name])
+    rendered = json.loads(config_map["data"][server_auth.TENANTS_FILE])
+    prefixes = {name: tenant["key_prefix"] for name, tenant in rendered["tenants"].items()}
+    assert set(prefixes) == {"search", "research"}
+    # The rendered file for this pod, with BETA added as this pod's second served name.
+    document = {
+        "served_names": [ALPHA, BETA],
+        "tenants": {
+            "search": {"models": [ALPHA], "key_prefix": prefixes["search"]},
+            "research": {"models": [BETA], "key_prefix": prefixes["research"]},
+        },
+    }
+    (mount / server_auth.TENANTS_FILE).write_text(json.dumps(document))
+    keys = {tenant: f"{prefix}{secrets.token_urlsafe(24)}" for tenant, prefix in prefixes.items()}
+    for tenant, key in keys.items():
+        (keys_dir / pod_secrets.tenant_key_file_name(tenant, 0)).write_text(key + "\n")
+
+    # The rendered arguments' tenant part, on the CPU-adjusted dev arguments (prod's engine flags
+    # are for H200s), with the two served names.
+    args = server_arguments(tiny_model_dir)
+    tenant_args = server_auth.server_arguments(tenants=True)
+    assert container["args"][container["args"].index("--middleware") :][: len(tenant_args)] == tenant_args
+    args = [a for a in args if a not in tenant_args] + tenant_args
+    position = args.index("--served-model-name")
+    args[position + 1 : position + 2] = [ALPHA, BETA]
+    server = start_vllm_server(
+        args,
+        env={
+            "PYTHONPATH": os.pathsep.join([str(mount), str(REPO_ROOT)]),
+            "VLLM_PLATFORM_TENANTS": str(mount / Path(env["VLLM_PLATFORM_TENANTS"]).name),
+            "VLLM_PLATFORM_TENANT_MOUNT": str(keys_dir),
+        },
+        log_path=tmp_path_factory.mktemp("vllm-tenants") / "vllm-serve.log",
+    )
+    try:
+        wait_until_healthy(server, timeout_seconds=300)
+    except VllmServerError as error:
+        stop_vllm_server(server)
+        pytest.fail(str(error), pytrace=False)
+    yield TenantPod(server, keys_dir, keys)
+    stop_vllm_server(server)
+
+
+def _complete(base_url: str, model: str, headers: dict[str, str], **extra: object) -> httpx.Response:
+    return httpx.post(
+        f"{base_url}/v1/completions",
+        headers=headers,
+        json={"model": model, "prompt": "hello", "max_tokens": 3, **extra},
+        timeout=TIMEOUT_SECONDS,
+    )
+
+
+def test_a_tenants_key_works_on_its_model_and_gets_403_on_the_other_tenants(tenant_pod: TenantPod) -> None:
+    url = tenant_pod.server.base_url
+    for tenant, own, other in (("search", ALPHA, BETA), ("research", BETA, ALPHA)):
+        answer = _complete(url, own, tenant_pod.auth(tenant))
+        # (vLLM answers with its first served name for either alias; an adapter would be named.)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"], answer.text
+        refused = _complete(url, other, tenant_pod.auth(tenant))
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["code"] == "model_not_allowed"
+    # A name no model here serves: vLLM's own answer.
+    missing = _complete(url, "no-such-model", tenant_pod.auth("search"))
+    assert missing.status_code == 404, missing.text
+
+
+def test_a_wrong_key_gets_401_on_every_route(tenant_pod: TenantPod) -> None:
+    url = tenant_pod.server.base_url
+    document = httpx.get(f"{url}/openapi.json", headers=tenant_pod.auth("search"), timeout=30)
+    assert document.status_code == 200
+    routes = sorted(
+        (method.upper(), re.sub(r"\{[^}]+\}", "x", path))
+        for path, operations in document.json()["paths"].items()
+        for method in operations
+        if method in {"get", "post", "put", "patch", "delete"}
+    )
+    assert len(routes) > 20 and ("POST", "/invocations") in routes
+    answered = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for method, path in routes:
+            if (method, path) in {("GET", "/health"), ("GET", "/metrics")}:
+                continue
+            for headers in (
+                {},
+                {"Authorization": "Bearer not-a-key"},
+                {"Authorization": f"Bearer {tenant_pod.keys['search']}x"},
+                {"Authorization": f"Basic {tenant_pod.keys['search']}"},
+            ):
+                body = {"model": ALPHA, "prompt": "hi", "max_tokens": 1} if method != "GET" else None
+                response = client.request(method, path, headers=headers, json=body)
+                if response.status_code != 401:
+                    answered.append(f"{method} {path}: {response.status_code}")
+    assert answered == []
+
+
+def test_the_models_list_holds_exactly_the_tenants_names(tenant_pod: TenantPod) -> None:
+    url = tenant_pod.server.base_url
+    for tenant, names in (("search", [ALPHA]), ("research", [BETA])):
+        listed = httpx.get(f"{url}/v1/models", headers=tenant_pod.auth(tenant), timeout=30)
+        assert listed.status_code == 200
+        assert [entry["id"] for entry in listed.json()["data"]] == names
+    assert (
+        httpx.get(f"{url}/v1/models/{BETA}", headers=tenant_pod.auth("search"), timeout=30).status_code == 404
+    )
+
+
+def test_a_stream_passes_through_and_every_tenants_usage_is_a_series(tenant_pod: TenantPod) -> None:
+    url = tenant_pod.server.base_url
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/completions",
+        headers=tenant_pod.auth("research"),
+        timeout=TIMEOUT_SECONDS,
+        json={"model": BETA, "prompt": "count", "max_tokens": 4, "stream": True},
+    ) as response:
+        assert response.status_code == 200
+        events = [line for line in response.iter_lines() if line]
+    assert events[-1] == "data: [DONE]"
+    last = json.loads(events[-2].removeprefix("data: "))  # --enable-force-include-usage
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] >= 1
+    assert _complete(url, ALPHA, tenant_pod.auth("search")).status_code == 200
+
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    # prometheus_client also writes each counter's `_created` timestamp; the catalogue has the values.
+    samples = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("vllm_platform_tenant_") and not re.match(r"\w+_created[{ ]", line)
+    ]
+    families = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in samples}
+    assert families == set(tenant_metrics.SERIES_LABELS), families
+    for line in samples:
+        name = re.split(r"[{ ]", line, maxsplit=1)[0]
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        assert tuple(sorted(labels)) == tuple(sorted(tenant_metrics.SERIES_LABELS[name])), line
+        assert all(key not in line for key in tenant_pod.keys.values())
+    assert any(
+        line.startswith(tenant_metrics.TENANT_TOKENS)
+        and 'tenant="research"' in line
+        and 'kind="completion"' in line
+        and float(line.rsplit(" ", 1)[1]) >= 1
+        for line in samples
+    ), samples
+    assert any(
+        line.startswith(tenant_metrics.TENANT_REQUESTS) and 'tenant="search"' in line and 'code="200"' in line
+        for line in samples
+    ), samples
+
+
+@pytest.fixture(scope="module")
+def routed(
+    tenant_pod: TenantPod, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RunningRouter, str]]:
+    """The front router (models routed by name) and the registrar's /v1/models server, over a router
+    per served name, all as the dev stack renders them (tests/e2e/test_router.py)."""
+    try:
+        require_router_python()
+    except RouterVenvMissingError as error:
+        pytest.fail(str(error), pytrace=False)
+    rendered_args = rendered_router_containers()
+    (model_container,) = [name for name in rendered_args if name.startswith("route-")]
+    logs = tmp_path_factory.mktemp("tenant-routers")
+    started: list[RunningRouter] = []
+    models = None
+    try:
+        for name in ("alpha", "beta"):
+            started.append(
+                start_router(
+                    loopback_arguments(rendered_args[model_container], [tenant_pod.server.base_url]),
+                    log_path=logs / f"{name}.log",
+                )
+            )
+        started.append(start_router(loopback_arguments(rendered_args["router"]), log_path=logs / "front.log"))
+        alpha, beta, front = started
+        (policy,) = {w["policy"] for w in rendered_registrar_workers()}
+        workers = {
+            alpha.base_url: Worker(alpha.base_url, ALPHA, policy),
+            beta.base_url: Worker(beta.base_url, BETA, policy),
+        }
+        reconcile(RouterClient(front.base_url), workers)
+        models = ModelsServer(("127.0.0.1", 0), list(workers.values()))
+        threading.Thread(target=models.serve_forever, name="models", daemon=True).start()
+        yield front, f"http://127.0.0.1:{models.server_port}"
+    finally:
+        if models is not None:
+            models.shutdown()
+            models.server_close()
+        for running in started:
+            stop_router(running)
+
+
+def test_one_key_reaches_its_models_through_the_router_and_lists_only_them(
+    tenant_pod: TenantPod, routed: tuple[RunningRouter, str]
+) -> None:
+    front, models_url = routed
+    ok = _complete(front.base_url, ALPHA, tenant_pod.auth("search"))
+    assert ok.status_code == 200, ok.text
+    assert _complete(front.base_url, BETA, tenant_pod.auth("search")).status_code == 403
+    assert _complete(front.base_url, BETA, tenant_pod.auth("research")).status_code == 200
+    assert _complete(front.base_url, ALPHA, {"Authorization": "Bearer not-a-key"}).status_code == 401
+    for tenant, names in (("search", [ALPHA]), ("research", [BETA])):
+        listed = httpx.get(f"{models_url}/v1/models", headers=tenant_pod.auth(tenant), timeout=30)
+        assert listed.status_code == 200, listed.text
+        assert sorted(entry["id"] for entry in listed.json()["data"]) == names
+    assert (
+        httpx.get(f"{models_url}/v1/models", headers={"Authorization": "Bearer nope"}, timeout=30).status_code
+        == 401
+    )
+
+
+def test_a_revoked_key_stops_working_without_a_restart(
+    tenant_pod: TenantPod, routed: tuple[RunningRouter, str]
+) -> None:
+    """The store entry rewritten (here: the mounted file, as the CSI driver rewrites it on its next
+    rotation poll): the old key is refused, the new one works, the same process serves both."""
+    front, _ = routed
+    url = tenant_pod.server.base_url
+    old = tenant_pod.auth("search")
+    assert _complete(url, ALPHA, old).status_code == 200
+    pid = tenant_pod.server.process.pid
+    new_key = (
+        f"{tenant_pod.keys['search'][: tenant_pod.keys['search'].index('_') + 1]}{secrets.token_urlsafe(24)}"
+    )
+    path = tenant_pod.keys_dir / pod_secrets.tenant_key_file_name("search", 0)
+    path.with_suffix(".tmp").write_text(new_key + "\n")
+    os.replace(path.with_suffix(".tmp"), path)
+    deadline = time.monotonic() + RELOAD_WAIT_SECONDS
+    while _complete(url, ALPHA, old).status_code != 401:
+        assert time.monotonic() < deadline, "the revoked key still works"
+        time.sleep(0.5)
+    tenant_pod.keys["search"] = new_key
+    assert _complete(url, ALPHA, tenant_pod.auth("search")).status_code == 200
+    assert _complete(front.base_url, ALPHA, old).status_code == 401
+    assert _complete(front.base_url, ALPHA, tenant_pod.auth("search")).status_code == 200
+    assert tenant_pod.server.process.poll() is None and tenant_pod.server.process.pid == pid

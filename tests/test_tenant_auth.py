@@ -1,0 +1,450 @@
+"""The API-key middleware with tenants (issue 26), driven as an ASGI server drives it, over key files
+in a folder as the Secrets Store CSI driver mounts them; and its usage counters in prometheus_client,
+in one process and in the multiprocess mode vLLM uses with --api-server-count > 1.
+tests/e2e/test_tenants.py runs the same module inside the real vLLM 0.32.0 server and vllm-router."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from components import server_auth
+from infra import tenant_metrics
+
+ALPHA, BETA = "tiny-alpha", "tiny-beta"
+KEY_A, KEY_B = "sk-team-a_0123456789abcdef", "sk-team-b_fedcba9876543210"
+SPEC = {
+    "served_names": [ALPHA, BETA],
+    "tenants": {
+        "team-a": {"models": [ALPHA], "key_prefix": "sk-team-a_"},
+        "team-b": {"models": [BETA], "key_prefix": "sk-team-b_"},
+    },
+}
+
+
+@dataclass
+class Pod:
+    """The pod's two mounts (tenants file, key folder) and the middleware module loaded over them."""
+
+    folder: Path
+    module: ModuleType
+    now: list[float] = field(default_factory=lambda: [0.0])
+    app: list[Any] = field(default_factory=lambda: [None])
+    """The app behind the middleware for the current request (one middleware for the pod's life)."""
+    middleware: Any = None
+    registry: Any = None
+
+    def __post_init__(self) -> None:
+        async def current_app(scope: Any, receive: Any, send: Any) -> None:
+            await self.app[0](scope, receive, send)
+
+        self.middleware = self.module.ApiKeyMiddleware(current_app)
+        self.middleware.tenant_keys.clock = lambda: self.now[0]
+        self.middleware.tenant_keys._read_at = self.now[0]  # read at start, on the test's clock
+
+    @property
+    def keys(self) -> Path:
+        return self.folder / "keys"
+
+    def write_key(self, file_name: str, key: str) -> None:
+        # As the driver updates a mount: a new file renamed over the old one.
+        (self.keys / f".{file_name}.tmp").write_text(key + "\n")
+        os.replace(self.keys / f".{file_name}.tmp", self.keys / file_name)
+
+    def later(self, seconds: float) -> None:
+        self.now[0] += seconds
+
+
+def _load(monkeypatch: pytest.MonkeyPatch, folder: Path) -> ModuleType:
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    monkeypatch.setenv("VLLM_PLATFORM_TENANTS", str(folder / "tenants.json"))
+    monkeypatch.setenv("VLLM_PLATFORM_TENANT_MOUNT", str(folder / "keys"))
+    spec = importlib.util.spec_from_file_location("vllm_platform_auth_tenants", server_auth.MODULE_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pod]:
+    (tmp_path / "tenants.json").write_text(json.dumps(SPEC))
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "team-a.key0").write_text(KEY_A + "\n")
+    (tmp_path / "keys" / "team-b.key0").write_text(KEY_B)
+    # The AWS provider's JSON copy of a store entry sits beside the key files: never a key.
+    (tmp_path / "keys" / "entry-0.json").write_text(json.dumps({"value": "sk-team-a_from-json"}))
+    module = _load(monkeypatch, tmp_path)
+    # Fresh counters per test, read from this registry.
+    import prometheus_client
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    monkeypatch.setattr(module, "_METRICS", None)
+
+    for kind in ("Counter", "Gauge"):
+        original = getattr(prometheus_client, kind)
+        monkeypatch.setattr(
+            prometheus_client,
+            kind,
+            lambda *a, _original=original, **k: _original(*a, registry=registry, **k),
+        )
+    yield Pod(tmp_path, module, registry=registry)
+
+
+@dataclass
+class Answer:
+    status: int | None
+    body: bytes
+    reached: bool
+    app_body: bytes | None
+    """What the app read from `receive`: the request body as vLLM would see it."""
+
+
+def _call(
+    pod: Pod,
+    method: str,
+    path: str,
+    key: str | None,
+    body: bytes = b"",
+    app_answer: tuple[int, bytes, bytes] = (200, b"application/json", b'{"ok": true}'),
+    chunks: int = 1,
+) -> Answer:
+    """One request through the middleware (body sent in `chunks` parts) to an app that reads the whole
+    body and answers `app_answer` (status, content type, body)."""
+    headers = [(b"authorization", f"Bearer {key}".encode())] if key is not None else []
+    scope = {"type": "http", "method": method, "path": path, "root_path": "", "headers": headers}
+    size = max(1, -(-len(body) // chunks))
+    parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+    incoming = [
+        {"type": "http.request", "body": part, "more_body": i < len(parts) - 1}
+        for i, part in enumerate(parts)
+    ]
+    state: dict[str, Any] = {"reached": False, "app_body": None}
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        state["reached"] = True
+        received = b""
+        while True:
+            message = await receive()
+            received += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        state["app_body"] = received
+        status, content_type, answer = app_answer
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", content_type)]}
+        )
+        for line in answer.splitlines(keepends=True) if content_type == b"text/event-stream" else [answer]:
+            await send({"type": "http.response.body", "body": line, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    pod.app[0] = app
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(pod.middleware(scope, receive, send))
+    finally:
+        loop.close()
+    status = next((m["status"] for m in sent if m["type"] == "http.response.start"), None)
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return Answer(status, body, state["reached"], state["app_body"])
+
+
+def _completion(model: str | None, **extra: Any) -> bytes:
+    payload = {"prompt": "hi", "max_tokens": 2, **extra}
+    if model is not None:
+        payload["model"] = model
+    return json.dumps(payload).encode()
+
+
+def test_a_tenant_reaches_its_model_and_vllm_reads_the_body_unchanged(pod: Pod) -> None:
+    body = _completion(ALPHA, prompt="x" * 5000)
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, body, chunks=7)
+    assert answer.status == 200 and answer.reached
+    assert answer.app_body == body
+
+
+def test_a_tenant_naming_another_tenants_model_gets_403_in_openais_shape(pod: Pod) -> None:
+    answer = _call(pod, "POST", "/v1/chat/completions", KEY_A, _completion(BETA))
+    assert answer.status == 403 and not answer.reached
+    error = json.loads(answer.body)["error"]
+    assert error["code"] == "model_not_allowed" and BETA in error["message"]
+    assert _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA)).status == 200
+    assert _call(pod, "POST", "/v1/completions", KEY_B, _completion(ALPHA)).status == 403
+
+
+def test_a_request_without_a_model_means_vllms_default_the_first_served_name(pod: Pod) -> None:
+    assert _call(pod, "POST", "/tokenize", KEY_A, _completion(None)).reached
+    assert _call(pod, "POST", "/tokenize", KEY_B, _completion(None)).status == 403
+
+
+def test_a_body_that_names_no_model_in_json_needs_every_name_of_the_pod(pod: Pod) -> None:
+    multipart = b'--x\r\nContent-Disposition: form-data; name="model"\r\n\r\ntiny-beta\r\n--x--\r\n'
+    assert _call(pod, "POST", "/v1/audio/transcriptions", KEY_A, multipart).status == 403
+
+
+def test_a_name_this_pod_does_not_serve_goes_on_to_vllm(pod: Pod) -> None:
+    # vLLM answers its own 404 for it (the e2e test sees that answer).
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, _completion("no-such-model"))
+    assert answer.reached
+
+
+@pytest.mark.parametrize(
+    "key",
+    [None, "wrong", KEY_A + "x", "sk-team-a_from-json", "sk-team-a_"],
+)
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/v1/completions"), ("GET", "/v1/models"), ("POST", "/invocations"), ("GET", "/openapi.json")],
+)
+def test_an_unknown_key_gets_401_on_every_route(pod: Pod, key: str | None, method: str, path: str) -> None:
+    answer = _call(pod, method, path, key, _completion(ALPHA) if method == "POST" else b"")
+    assert answer.status == 401 and not answer.reached
+    assert json.loads(answer.body)["error"]["code"] == "invalid_api_key"
+
+
+def test_health_and_metrics_stay_open(pod: Pod) -> None:
+    assert _call(pod, "GET", "/health", None).reached
+    assert _call(pod, "GET", "/metrics", None).reached
+    assert not _call(pod, "POST", "/health", None).reached
+
+
+def test_a_revoked_key_stops_working_without_a_restart(pod: Pod) -> None:
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).status == 200
+    pod.write_key("team-a.key0", "sk-team-a_the-replacement-0000")  # the store entry rewritten
+    # Within the reload interval the last reading answers (the files are not read per request) ...
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).status == 200
+    # ... after it, the same middleware (no restart) has read the new key.
+    pod.later(pod.module.RELOAD_SECONDS)
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).status == 401
+    assert (
+        _call(pod, "POST", "/v1/completions", "sk-team-a_the-replacement-0000", _completion(ALPHA)).status
+        == 200
+    )
+    (pod.keys / "team-a.key0").write_text("")  # an emptied entry: no key of team-a at all
+    pod.later(pod.module.RELOAD_SECONDS)
+    assert (
+        _call(pod, "POST", "/v1/completions", "sk-team-a_the-replacement-0000", _completion(ALPHA)).status
+        == 401
+    )
+
+
+def test_a_second_key_works_beside_the_first_while_a_key_rotates(pod: Pod) -> None:
+    pod.write_key("team-a.key1", "sk-team-a_next-key-1111")
+    pod.later(pod.module.RELOAD_SECONDS)
+    for key in (KEY_A, "sk-team-a_next-key-1111"):
+        assert _call(pod, "POST", "/v1/completions", key, _completion(ALPHA)).status == 200
+
+
+def test_a_key_without_the_tenants_prefix_is_refused(pod: Pod) -> None:
+    """The WAF's rate rule matches the prefix: a key without it would escape the tenant's limit."""
+    pod.write_key("team-a.key1", "no-prefix-key-2222")
+    pod.later(pod.module.RELOAD_SECONDS)
+    assert _call(pod, "POST", "/v1/completions", "no-prefix-key-2222", _completion(ALPHA)).status == 401
+
+
+def test_the_models_list_holds_only_the_tenants_names(pod: Pod) -> None:
+    listing = {
+        "object": "list",
+        "data": [{"id": ALPHA, "object": "model"}, {"id": BETA, "object": "model"}],
+    }
+    answer = _call(
+        pod, "GET", "/v1/models", KEY_B, app_answer=(200, b"application/json", json.dumps(listing).encode())
+    )
+    assert answer.status == 200
+    assert [entry["id"] for entry in json.loads(answer.body)["data"]] == [BETA]
+    assert _call(pod, "GET", f"/v1/models/{ALPHA}", KEY_B).status == 404
+    assert _call(pod, "GET", f"/v1/models/{BETA}", KEY_B).reached
+
+
+def test_a_tenant_not_allowed_on_every_name_gets_no_websocket(pod: Pod) -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("reached vLLM")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "websocket",
+        "path": "/v1/realtime",
+        "headers": [(b"authorization", f"Bearer {KEY_A}".encode())],
+    }
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(pod.module.ApiKeyMiddleware(app)(scope, None, send))
+    finally:
+        loop.close()
+    assert sent == [{"type": "websocket.close", "code": 1008}]
+
+
+def _samples(pod: Pod, family: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for metric in pod.registry.collect()
+        for sample in metric.samples
+        if sample.name == family
+    }
+
+
+def test_usage_is_counted_per_tenant_from_a_stream_and_a_json_answer(pod: Pod) -> None:
+    stream = (
+        b'data: {"choices":[{"text":"a"}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    answer = _call(
+        pod,
+        "POST",
+        "/v1/completions",
+        KEY_A,
+        _completion(ALPHA, stream=True),
+        app_answer=(200, b"text/event-stream", stream),
+    )
+    assert answer.body == stream  # passed through byte for byte
+    single = json.dumps({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}).encode()
+    _call(
+        pod,
+        "POST",
+        "/v1/completions",
+        KEY_A,
+        _completion(ALPHA),
+        app_answer=(200, b"application/json", single),
+    )
+    _call(
+        pod, "POST", "/v1/completions", KEY_B, _completion(BETA), app_answer=(400, b"application/json", b"{}")
+    )
+    requests = _samples(pod, tenant_metrics.TENANT_REQUESTS)
+    assert requests == {
+        (("code", "200"), ("model", ALPHA), ("tenant", "team-a")): 2.0,
+        (("code", "400"), ("model", BETA), ("tenant", "team-b")): 1.0,
+    }
+    tokens = _samples(pod, tenant_metrics.TENANT_TOKENS)
+    assert tokens[(("kind", "prompt"), ("model", ALPHA), ("tenant", "team-a"))] == 12.0
+    assert tokens[(("kind", "completion"), ("model", ALPHA), ("tenant", "team-a"))] == 5.0
+    assert _samples(pod, tenant_metrics.TENANT_REQUESTS_IN_FLIGHT) == {
+        (("tenant", "team-a"),): 0.0,
+        (("tenant", "team-b"),): 0.0,
+    }
+    # The names and labels are the catalogue's (infra/tenant_metrics.py); never a key.
+    for family, labels in tenant_metrics.SERIES_LABELS.items():
+        for sample_labels in _samples(pod, family):
+            assert tuple(name for name, _ in sample_labels) == tuple(sorted(labels))
+    assert not any(KEY_A in str(s) or KEY_B in str(s) for s in pod.registry.collect())
+
+
+def test_a_name_the_pod_does_not_serve_is_counted_as_other_not_as_the_clients_text(pod: Pod) -> None:
+    _call(
+        pod,
+        "POST",
+        "/v1/completions",
+        KEY_A,
+        _completion("made-up-name-12345"),
+        app_answer=(404, b"application/json", b"{}"),
+    )
+    assert list(_samples(pod, tenant_metrics.TENANT_REQUESTS)) == [
+        (("code", "404"), ("model", "other"), ("tenant", "team-a"))
+    ]
+
+
+def test_no_key_in_the_folder_stops_the_server_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tenants.json").write_text(json.dumps(SPEC))
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "team-a.key0").write_text("")
+    with pytest.raises(RuntimeError, match="refuses to start a server without an API key"):
+        _load(monkeypatch, tmp_path)
+
+
+MULTIPROCESS_WORKER = textwrap.dedent(
+    """
+    import asyncio, importlib.util, json, sys
+    spec = importlib.util.spec_from_file_location("vllm_platform_auth", sys.argv[1])
+    module = importlib.util.module_from_spec(spec); sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body",
+                    "body": json.dumps({"usage": {"prompt_tokens": 4, "completion_tokens": 1}}).encode()})
+
+    async def one():
+        body = json.dumps({"model": "tiny-alpha", "prompt": "hi"}).encode()
+        scope = {"type": "http", "method": "POST", "path": "/v1/completions", "root_path": "",
+                 "headers": [(b"authorization", b"Bearer " + sys.argv[2].encode())]}
+        sent = []
+        async def receive():
+            return {"type": "http.request", "body": body}
+        async def send(message):
+            sent.append(message)
+        await module.ApiKeyMiddleware(app)(scope, receive, send)
+        assert sent[0]["status"] == 200, sent
+
+    for _ in range(int(sys.argv[3])):
+        asyncio.run(one())
+    """
+)
+
+
+def test_counters_add_up_over_api_server_processes_in_multiprocess_mode(tmp_path: Path) -> None:
+    """vLLM with --api-server-count > 1 sets PROMETHEUS_MULTIPROC_DIR before its API server processes
+    start and serves /metrics through prometheus_client's MultiProcessCollector: each process's
+    counts land in that folder and the collector sums them."""
+    (tmp_path / "tenants.json").write_text(json.dumps(SPEC))
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "team-a.key0").write_text(KEY_A)
+    multiproc = tmp_path / "prometheus"
+    multiproc.mkdir()
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+        "VLLM_PLATFORM_TENANTS": str(tmp_path / "tenants.json"),
+        "VLLM_PLATFORM_TENANT_MOUNT": str(tmp_path / "keys"),
+    }
+    env.pop("VLLM_API_KEY", None)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", MULTIPROCESS_WORKER, str(server_auth.MODULE_FILE), KEY_A, str(n)], env=env
+        )
+        for n in (2, 3)
+    ]
+    assert [worker.wait(timeout=120) for worker in workers] == [0, 0]
+    code = (
+        "import json, sys\n"
+        "from prometheus_client import CollectorRegistry, multiprocess\n"
+        "registry = CollectorRegistry(); multiprocess.MultiProcessCollector(registry)\n"
+        "print(json.dumps({s.name + str(sorted(s.labels.items())): s.value "
+        "for m in registry.collect() for s in m.samples}))\n"
+    )
+    collected = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert collected.returncode == 0, collected.stderr
+    values = json.loads(collected.stdout)
+    requests = [v for k, v in values.items() if k.startswith(tenant_metrics.TENANT_REQUESTS + "[")]
+    prompt = [v for k, v in values.items() if k.startswith(tenant_metrics.TENANT_TOKENS) and "'prompt'" in k]
+    assert requests == [5.0] and prompt == [20.0]

@@ -32,7 +32,14 @@ from components.helm.cache import (
     cached_chart_path,
     chart_cache_dir,
 )
-from components.helm.lock import LOCK_PATH, LockedChart, canonical_digests, load_lock, write_canonical
+from components.helm.lock import (
+    LOCK_PATH,
+    LockedChart,
+    digest_mismatches,
+    load_lock,
+    tree_digest,
+    write_canonical,
+)
 
 
 class PullError(RuntimeError):
@@ -181,13 +188,10 @@ def pull_chart(entry: LockedChart, cache: Path, *, from_git: Path | None = None)
             canonical = write_canonical(source, scratch / "canonical")
         except helm_python.HelmError as error:
             raise PullError(f"chart {entry.label}: Helm cannot load it: {_first_line(error)}") from None
-        for locked, actual in canonical_digests(canonical, entry):
-            if actual != locked.digest:
-                label = entry.label if locked is entry else f"{entry.label} / {locked.label}"
-                raise PullError(
-                    f"chart {label}: digest mismatch: expected {locked.digest}, got {actual} "
-                    "(the cache is unchanged)"
-                )
+        for label, expected, actual in digest_mismatches(canonical, entry)[:1]:
+            raise PullError(
+                f"chart {label}: digest mismatch: expected {expected}, got {actual} (the cache is unchanged)"
+            )
         target = cached_chart_path(entry, cache)
         if target.parent.exists():
             shutil.rmtree(target.parent)
@@ -261,8 +265,6 @@ def command_digest(path: str) -> int:
     try:
         with tempfile.TemporaryDirectory() as scratch:
             canonical = write_canonical(source, Path(scratch))
-            from components.helm.lock import tree_digest
-
             print(f"{canonical.name}: {tree_digest(canonical)}")
             subcharts = canonical / "charts"
             for sub in sorted(subcharts.iterdir()) if subcharts.is_dir() else []:

@@ -3,9 +3,10 @@
 `vllm-platform charts pull` (infra/charts.py) writes each locked chart, as Helm loads it
 (components/helm/lock.py `write_canonical`), to `<cache>/<name>-<version>/<name>/`. The cache is
 outside the repository: `$VLLM_PLATFORM_CHART_CACHE`, else `$XDG_CACHE_HOME/vllm-platform/charts`,
-else `~/.cache/vllm-platform/charts`. Nothing reads a chart from it without `verified_chart_dir`,
-which recomputes the chart's and each subchart's digest and compares them with the lock, so a
-tampered, partial or stale entry is refused with the chart, both digests and the pull command.
+else `~/.cache/vllm-platform/charts`. Nothing reads a chart from it without `cache_problems` (for
+all charts, `check_cache`), which recomputes the chart's and each subchart's digest and compares
+them with the lock, so a tampered, partial or stale entry is refused (ChartCacheError) with the
+chart, both digests and the pull command.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.helm.lock import LockedChart, canonical_digests, load_lock
+from components.helm.lock import LockedChart, digest_mismatches, load_lock
 
 CACHE_ENV = "VLLM_PLATFORM_CHART_CACHE"
 PULL_COMMAND = "vllm-platform charts pull"
@@ -77,21 +78,10 @@ def cache_problems(entry: LockedChart, cache: Path | None = None) -> list[CacheP
     path = cached_chart_path(entry, cache)
     if not (path / "Chart.yaml").is_file():
         return [CacheProblem(chart=entry.label, path=path)]
-    problems = []
-    for locked, actual in canonical_digests(path, entry):
-        if actual != locked.digest:
-            label = entry.label if locked is entry else f"{entry.label} / {locked.label}"
-            problems.append(CacheProblem(chart=label, path=path, expected=locked.digest, actual=actual))
-    return problems
-
-
-def verified_chart_dir(name: str, cache: Path | None = None) -> Path:
-    """The cached directory of the locked chart `name`, after checking it against the lock."""
-    entry = load_lock()[name]
-    problems = cache_problems(entry, cache)
-    if problems:
-        raise ChartCacheError(problems)
-    return cached_chart_path(entry, cache)
+    return [
+        CacheProblem(chart=label, path=path, expected=expected, actual=actual)
+        for label, expected, actual in digest_mismatches(path, entry)
+    ]
 
 
 def lock_entry_for_path(chart_path: str | Path) -> LockedChart:

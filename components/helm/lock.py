@@ -163,6 +163,16 @@ def canonical_digests(chart_dir: Path, entry: LockedChart) -> Iterator[tuple[Loc
         yield dependency, tree_digest(sub) if sub.is_dir() else "(missing)"
 
 
+def digest_mismatches(chart_dir: Path, entry: LockedChart) -> list[tuple[str, str, str]]:
+    """(chart label, locked digest, actual digest) for the chart and each locked subchart of a
+    canonical chart directory whose digest differs from the lock ([] when all match)."""
+    return [
+        (entry.label if locked is entry else f"{entry.label} / {locked.label}", locked.digest, actual)
+        for locked, actual in canonical_digests(chart_dir, entry)
+        if actual != locked.digest
+    ]
+
+
 DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 
 

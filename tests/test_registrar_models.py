@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from router.registrar import ModelsServer, Worker, list_models
+from router.registrar import Worker, list_models
+from tests.support.vllm_router import models_server
 from tests.support.vllm_server import REPO_ROOT, free_port
 
 REGISTRAR = REPO_ROOT / "router" / "registrar.py"
@@ -164,13 +165,8 @@ def test_a_hanging_model_router_costs_the_timeout_once(model_routers: ModelRoute
 
 @pytest.fixture
 def models_url(model_routers: ModelRouters) -> Iterator[str]:
-    server = ModelsServer(("127.0.0.1", 0), workers_of(model_routers))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    with models_server(workers_of(model_routers)) as url:
+        yield url
 
 
 def test_only_the_clients_authorization_header_reaches_a_model_router(

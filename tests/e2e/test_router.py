@@ -33,12 +33,13 @@ import pytest
 
 from infra.smoke import run_smoke
 from infra.versions import VLLM_ROUTER_VERSION
-from router.registrar import ModelsServer, RouterClient, Worker, reconcile
+from router.registrar import RouterClient, Worker, reconcile
 from tests.e2e.conftest import API_KEY, SERVED_MODEL_NAME, pod_auth_environment, server_arguments
 from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningRouter,
     installed_router_version,
+    models_server,
     parse_router_arguments,
     require_router_python,
     start_router,
@@ -252,15 +253,8 @@ def test_the_fronts_own_models_list_is_not_openais_nor_keyed(router: RunningRout
 @pytest.fixture(scope="module")
 def models_endpoint(pod: RouterPod) -> Iterator[str]:
     """The registrar's models server (router/registrar.py), in a thread, over the real model routers."""
-    server = ModelsServer(("127.0.0.1", 0), pod.workers)
-    thread = threading.Thread(target=server.serve_forever, name="models", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
+    with models_server(pod.workers) as url:
+        yield url
 
 
 def test_the_unified_models_list_is_openais_and_lists_every_model_for_the_key(models_endpoint: str) -> None:

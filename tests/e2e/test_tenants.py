@@ -19,7 +19,6 @@ import json
 import os
 import re
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,12 +30,13 @@ import pytest
 from components import secrets as pod_secrets
 from components import server_auth
 from infra import tenant_metrics
-from router.registrar import ModelsServer, RouterClient, Worker, reconcile
+from router.registrar import RouterClient, Worker, reconcile
 from tests.e2e.conftest import REPO_ROOT, SERVED_MODEL_NAME, server_arguments
 from tests.e2e.test_router import loopback_arguments, rendered_registrar_workers, rendered_router_containers
 from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningRouter,
+    models_server,
     require_router_python,
     start_router,
     stop_router,
@@ -258,7 +258,6 @@ def routed(
     (model_container,) = [name for name in rendered_args if name.startswith("route-")]
     logs = tmp_path_factory.mktemp("tenant-routers")
     started: list[RunningRouter] = []
-    models = None
     try:
         for name in ("alpha", "beta"):
             started.append(
@@ -275,13 +274,9 @@ def routed(
             beta.base_url: Worker(beta.base_url, BETA, policy),
         }
         reconcile(RouterClient(front.base_url), workers)
-        models = ModelsServer(("127.0.0.1", 0), list(workers.values()))
-        threading.Thread(target=models.serve_forever, name="models", daemon=True).start()
-        yield front, f"http://127.0.0.1:{models.server_port}"
+        with models_server(workers.values()) as models_url:
+            yield front, models_url
     finally:
-        if models is not None:
-            models.shutdown()
-            models.server_close()
         for running in started:
             stop_router(running)
 

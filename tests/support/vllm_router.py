@@ -10,13 +10,15 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from router.registrar import ModelsServer, Worker
 from tests.support.vllm_server import REPO_ROOT, free_port
 
 SETUP_COMMAND = "scripts/setup-vllm-router.sh"
@@ -150,3 +152,18 @@ def stop_router(router: RunningRouter, timeout_seconds: float = 20) -> None:
             process.wait(timeout=10)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def models_server(workers: Sequence[Worker]) -> Iterator[str]:
+    """The registrar's `/v1/models` server (router/registrar.py, what the Ingress sends `/v1/models`
+    to) over `workers`, in a thread on loopback; yields its base URL and stops it on the way out."""
+    server = ModelsServer(("127.0.0.1", 0), list(workers))
+    thread = threading.Thread(target=server.serve_forever, name="models", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)

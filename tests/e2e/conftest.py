@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -87,11 +87,13 @@ def _option_value(args: list[str], option: str) -> str:
     return args[args.index(option) + 1]
 
 
-def server_arguments(model_dir: Path) -> list[str]:
-    """The rendered arguments with only what a CPU run of a tiny model needs changed: the weights
-    (the tiny model, dummy weights), the context length (the tiny model's), and no --host/--port
-    (the helper picks a free port on loopback). Everything else is exactly what the pod runs."""
-    rendered_args = rendered_server_arguments()
+def cpu_arguments(
+    rendered_args: Sequence[str], model_dir: Path, rewrite: Callable[[str], str] = lambda token: token
+) -> list[str]:
+    """Rendered `vllm serve` arguments with only what a CPU run of a tiny model needs changed: the
+    weights (the tiny model, dummy weights), the context length (the tiny model's), no --host/--port
+    (the helper picks a free port on loopback), and each other token through `rewrite` (a path on the
+    pod's volume to its place here). Everything else is exactly what the pod runs."""
     args = [str(model_dir)]
     index = 1
     while index < len(rendered_args):
@@ -103,9 +105,14 @@ def server_arguments(model_dir: Path) -> list[str]:
             args += [token, CPU_MAX_MODEL_LEN]
             index += 2
             continue
-        args.append(token)
+        args.append(rewrite(token))
         index += 1
     return [*args, "--load-format", "dummy"]
+
+
+def server_arguments(model_dir: Path) -> list[str]:
+    """The rendered arguments of the dev stack's model, for a CPU run of the tiny model (cpu_arguments)."""
+    return cpu_arguments(rendered_server_arguments(), model_dir)
 
 
 SERVED_MODEL_NAME = _option_value(rendered_server_arguments(), "--served-model-name")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,14 +30,15 @@ from infra.capacity.architecture import ModelShape
 from infra.capacity.lora import lora_gpu_bytes
 from infra.stack_checks import load_stack
 from infra.vllm_metrics import LORA_REQUESTS_INFO
-from router.registrar import ModelsServer, RouterClient, Worker, desired_workers, reconcile
+from router.registrar import RouterClient, Worker, desired_workers, reconcile
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
-from tests.e2e.conftest import API_KEY, CPU_MAX_MODEL_LEN, pod_auth_environment
+from tests.e2e.conftest import API_KEY, cpu_arguments, pod_auth_environment
 from tests.e2e.test_router import loopback_arguments
 from tests.support.tiny_model import TINY_LLAMA_CONFIG
 from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningRouter,
+    models_server,
     require_router_python,
     start_router,
     stop_router,
@@ -79,26 +79,18 @@ def rendered_lora_server_container() -> dict:
     return container
 
 
-def cpu_arguments(rendered_args: list[str], model_dir: Path, adapter_root: Path) -> list[str]:
-    """The rendered arguments with the tiny model, its context length, the adapters under
-    `adapter_root` instead of the pod's volume, and no --host/--port."""
-    args, index = [str(model_dir)], 1
-    while index < len(rendered_args):
-        token = rendered_args[index]
-        if token in ("--host", "--port"):
-            index += 2
-            continue
-        if token == "--max-model-len":
-            args += [token, CPU_MAX_MODEL_LEN]
-            index += 2
-            continue
+def lora_cpu_arguments(rendered_args: list[str], model_dir: Path, adapter_root: Path) -> list[str]:
+    """cpu_arguments, with the adapters of --lora-modules under `adapter_root` instead of the pod's
+    volume."""
+
+    def adapter_here(token: str) -> str:
         if "=" in token and f"/{LORA_ADAPTERS_DIR}/" in token:  # a `name=path` of --lora-modules
             name, path = token.split("=", 1)
             below = path.split(f"/{LORA_ADAPTERS_DIR}/", 1)[1]
-            token = f"{name}={adapter_root}/{LORA_ADAPTERS_DIR}/{below}"
-        args.append(token)
-        index += 1
-    return [*args, "--load-format", "dummy"]
+            return f"{name}={adapter_root}/{LORA_ADAPTERS_DIR}/{below}"
+        return token
+
+    return cpu_arguments(rendered_args, model_dir, adapter_here)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +118,7 @@ def adapter_root(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def lora_server(
     tiny_model_dir: Path, adapter_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningVllmServer]:
-    args = cpu_arguments(list(rendered_lora_server_container()["args"]), tiny_model_dir, adapter_root)
+    args = lora_cpu_arguments(list(rendered_lora_server_container()["args"]), tiny_model_dir, adapter_root)
     env = with_amx_permission(
         {"VLLM_API_KEY": API_KEY, **pod_auth_environment(tmp_path_factory.mktemp("pod-auth-mount-lora"))}
     )
@@ -309,15 +301,8 @@ def test_an_unknown_adapter_gets_openais_404_through_the_router(router_pod: Lora
 
 @pytest.fixture(scope="module")
 def models_endpoint(router_pod: LoraRouterPod) -> Iterator[str]:
-    server = ModelsServer(("127.0.0.1", 0), [router_pod.worker])
-    thread = threading.Thread(target=server.serve_forever, name="models", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
+    with models_server([router_pod.worker]) as url:
+        yield url
 
 
 def test_the_unified_models_list_shows_the_adapters_with_their_parent_for_the_key(

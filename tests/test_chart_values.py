@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from components.helm.cache import lock_entry_for_path
+from components.helm.lock import LockedChart
 from infra.render import RenderResult
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import chart_data, data_values, data_values_schema
@@ -69,10 +70,9 @@ def _with_known_keys(values: dict[str, Any], known: dict[str, Any]) -> dict[str,
     return merged
 
 
-def chart_defaults(chart: str, version: str) -> dict[str, Any]:
+def chart_defaults(entry: LockedChart) -> dict[str, Any]:
     """The keys the chart knows: its default values and values schema, each subchart's under its
     name (and alias) as Helm merges them, and the keys its dependencies' conditions read."""
-    entry = lock_entry_for_path(f"/{chart}-{version}/{chart}")
     defaults = _with_known_keys(copy.deepcopy(data_values(entry)), _schema_keys(data_values_schema(entry)))
     meta = yaml.safe_load((chart_data(entry) / "Chart.yaml").read_text())
     for dependency in meta.get("dependencies") or ():
@@ -122,7 +122,7 @@ def test_every_value_we_set_is_a_key_the_pinned_chart_has(stack: str) -> None:
     problems = []
     for release in _render(stack).helm_releases:
         entry = lock_entry_for_path(release["chart"])
-        defaults = chart_defaults(entry.name, entry.version)
+        defaults = chart_defaults(entry)
         problems += [
             f"{release['name']} ({entry.label}): {key}" for key in unknown_keys(release["values"], defaults)
         ]
@@ -156,4 +156,4 @@ def test_the_key_check_catches_a_misspelt_key() -> None:
     (release,) = [r for r in _render("prod").helm_releases if r["name"] == "dcgm-exporter"]
     entry = lock_entry_for_path(release["chart"])
     broken = {**release["values"], "servicMonitor": {"enabled": True}}
-    assert unknown_keys(broken, chart_defaults(entry.name, entry.version)) == ["servicMonitor"]
+    assert unknown_keys(broken, chart_defaults(entry)) == ["servicMonitor"]

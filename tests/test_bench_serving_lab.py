@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench.serving import report
 from components import server_auth
+from infra.config.loader import load_stack_config
 from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
 from infra.vllm_flags import check_server_arguments, read_server_flags
 from tests.conftest import model_workloads, rendered
@@ -26,6 +28,15 @@ LAB_FLAGS = read_server_flags(SERVING / "data" / f"vllm-{LAB_GPU_VLLM_VERSION}-s
 TENANT_USAGE_SWITCH = server_auth.FORCE_INCLUDE_USAGE
 TENANT_ENVIRONMENT = {"VLLM_PLATFORM_TENANTS", "VLLM_PLATFORM_TENANT_MOUNT"}
 LAB_ONLY = {"--load-format"}  # the lab's random weights; a pod loads its checkpoint
+
+
+def _auth_module(monkeypatch: pytest.MonkeyPatch):
+    spec = importlib.util.spec_from_file_location("vllm_platform_auth_lab", server_auth.MODULE_FILE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def _lab_module():
@@ -144,7 +155,45 @@ def test_lab_profile_configurations_are_the_stack_arguments_plus_one_change() ->
     stack = PLAN["configs"]["stack"]["args"]
     assert PLAN["configs"]["profile"]["args"] == stack
     assert PLAN["configs"]["profile-fp8w"]["args"] == [*stack, "--quantization", "fp8"]
-    assert PLAN["configs"]["profile-auth"]["args"] == [*stack, *server_auth.server_arguments()]
+    # The prod pod's middleware in tenant mode, with the tenants' usage switch (issues 15, 26).
+    assert PLAN["configs"]["profile-auth"]["args"] == [*stack, *server_auth.server_arguments(tenants=True)]
+    assert PLAN["configs"]["profile-auth"]["tenants"] is True
+
+
+def test_lab_lora_configuration_is_the_stack_plus_what_the_stack_renders_for_16_adapters() -> None:
+    # Issue 25, item 7: 0, 1, 4 and 16 rank-16 adapters in use, on the profile's server.
+    config = PLAN["configs"]["profile-lora"]
+    stack = PLAN["configs"]["stack"]["args"]
+    assert config["args"][: len(stack)] == stack
+    lora = config["args"][len(stack) :]
+    modules = [f"a{i:02d}={PLAN['lora_dir']}/adapter-{i:02d}" for i in range(16)]
+    # components/vllm_arguments.py lora_arguments: the same flags, in the same order, `name=path`.
+    expected = ["--enable-lora", "--max-loras", "16", "--max-lora-rank", "16", "--max-cpu-loras", "16"]
+    assert lora == [*expected, "--lora-modules", *modules]
+    assert config["lora_in_use"] == [0, 1, 4, 16]
+    assert _lab_module().lora_names(config["args"]) == [f"a{i:02d}" for i in range(16)]
+
+
+def test_lab_tenants_are_what_prod_renders_for_its_8b_model_and_the_middleware_accepts_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_stack_config("prod")
+    model = next(m for m in config.models if PLAN["served_model_name"] in config.served_names(m))
+    assert PLAN["stack_tenants"] == server_auth.tenants_document(config, model), (
+        "bench/serving/lab_plan.json stack_tenants differs from the prod render's tenants file: copy it"
+    )
+    lab = _lab_module()
+    env, key = lab.tenant_files(PLAN, tmp_path)
+    # The real middleware module reads the lab's files as it reads the ConfigMap and the CSI mount.
+    for name, value in env.items():  # tenant mode (no VLLM_API_KEY): the import checks the keys
+        monkeypatch.setenv(name, value)
+    auth = _auth_module(monkeypatch)
+    tenants = auth.read_tenant_set(
+        Path(env["VLLM_PLATFORM_TENANTS"]), Path(env["VLLM_PLATFORM_TENANT_MOUNT"])
+    )
+    tenant = tenants.tenant_for(key.encode())
+    assert tenant is not None and PLAN["served_model_name"] in tenants.allowed[tenant]
+    assert len(tenants.key_digests) == len(PLAN["stack_tenants"]["tenants"])
 
 
 def test_lab_server_environment_is_the_prod_render_mapped_onto_lab_paths(tmp_path: Path) -> None:
@@ -203,6 +252,35 @@ def test_a_run_with_a_failed_request_is_discarded_and_run_again_with_a_new_seed(
     assert seeds == [1000, 1001] and run["ok"] and run["seed"] == 1001
     assert (tmp_path / "discarded" / "profile-s1-c16-seed1000.json").exists()
     assert json.loads((tmp_path / "profile-s1-c16.json").read_text())["failed"] == 0
+
+
+def test_lora_runs_name_their_adapters_and_files_by_how_many_are_in_use(tmp_path: Path) -> None:
+    lab = _lab_module()
+    session = lab.Session(tmp_path, PLAN, deadline=9e12, seed_base=5000)
+    asked = []
+
+    def bench(args):
+        result = {"completed": args.num_prompts, "failed": 0, "output_throughput": 1.0}
+        (tmp_path / args.result_filename).write_text(json.dumps(result))
+        return result
+
+    def args_for(plan, label, level, out, load, seed, prompts, api_key, adapters=None):
+        asked.append(adapters)
+        name = lab.result_name(label, level, adapters)
+        return argparse.Namespace(seed=seed, num_prompts=prompts, result_filename=name)
+
+    names = lab.lora_names(PLAN["configs"]["profile-lora"]["args"])
+    runs = [
+        lab.measure_level(session, bench, "profile-lora-s1", 256, api_key=False, args_for=args_for,
+                          adapters=names[:count])
+        for count in PLAN["configs"]["profile-lora"]["lora_in_use"]
+    ]  # fmt: skip
+    assert asked == [[], ["a00"], ["a00", "a01", "a02", "a03"], names]
+    assert [run["file"] for run in runs] == [f"profile-lora-s1-c256-a{n}.json" for n in (0, 1, 4, 16)]
+    assert [run["adapters"] for run in runs] == [0, 1, 4, 16]
+    assert [run["seed"] for run in runs] == [5000, 5001, 5002, 5003]  # fresh prompts every run
+    plain = lab.measure_level(session, bench, "profile-s1", 256, api_key=False, args_for=args_for)
+    assert plain["file"] == "profile-s1-c256.json" and "adapters" not in plain
 
 
 def test_report_plot_is_a_png(tmp_path: Path) -> None:

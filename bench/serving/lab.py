@@ -246,6 +246,40 @@ def server_environment(
     return env
 
 
+def tenant_files(plan: dict[str, Any], pod_dir: Path) -> tuple[dict[str, str], str]:
+    """The prod pod's tenant mode in the lab: the tenants file the 8B model's ConfigMap renders
+    (`stack_tenants`) and one key file per tenant (`<tenant>.key0`, the tenant's prefix first), as
+    the Secrets Store CSI driver mounts them. Returns the middleware's environment and the key the
+    client sends: the first tenant allowed on the served name."""
+    document = plan["stack_tenants"]
+    auth, keys = pod_dir / "auth", pod_dir / "tenant-keys"
+    auth.mkdir(parents=True, exist_ok=True)
+    keys.mkdir(parents=True, exist_ok=True)
+    (auth / "tenants.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    client_key = ""
+    for tenant, entry in sorted(document["tenants"].items()):
+        key = f"{entry['key_prefix']}{LAB_API_KEY}-{tenant}"
+        (keys / f"{tenant}.key0").write_text(key + "\n")
+        if not client_key and plan["served_model_name"] in entry["models"]:
+            client_key = key
+    if not client_key:
+        raise ValueError(f"stack_tenants allows no tenant on {plan['served_model_name']}")
+    env = {"VLLM_PLATFORM_TENANTS": str(auth / "tenants.json"), "VLLM_PLATFORM_TENANT_MOUNT": str(keys)}
+    return env, client_key
+
+
+def lora_names(args: list[str]) -> list[str]:
+    """The adapter names a configuration registers (`--lora-modules name=path ...`), in order."""
+    if "--lora-modules" not in args:
+        return []
+    names = []
+    for token in args[args.index("--lora-modules") + 1 :]:
+        if token.startswith("--"):
+            break
+        names.append(token.split("=", 1)[0])
+    return names
+
+
 def server_argv(plan: dict[str, Any], job: dict[str, Any], args: list[str], port: int) -> list[str]:
     load = job.get("load", "dummy")
     model_dir = plan["model_dir"] if load == "dummy" else plan["real_model_dir"]
@@ -323,10 +357,19 @@ class Server:
         self.handle.close()
 
 
+def result_name(label: str, concurrency: int, adapters: list[str] | None = None) -> str:
+    """`<label>-c<C>.json`, or `<label>-c<C>-a<N>.json` for a run with N LoRA adapters in use."""
+    suffix = "" if adapters is None else f"-a{len(adapters)}"
+    return f"{label}-c{concurrency}{suffix}.json"
+
+
 def bench_args(
     plan: dict[str, Any], label: str, concurrency: int, out: Path, load: dict[str, Any], seed: int,
-    prompts: int, api_key: bool,
+    prompts: int, api_key: bool | str, adapters: list[str] | None = None,
 ) -> argparse.Namespace:  # fmt: skip
+    """vLLM's client arguments for one run. `api_key`: False, True (the lab's VLLM_API_KEY) or the key
+    to send (a tenant's); `adapters`: the LoRA adapter names the requests go to in turn (round-robin),
+    [] for a LoRA server's base model, None for a server without LoRA."""
     from vllm.benchmarks.serve import add_cli_args
 
     try:
@@ -344,13 +387,18 @@ def bench_args(
         "--temperature", str(workload["temperature"]),
         "--max-concurrency", str(concurrency), "--num-prompts", str(prompts), "--seed", str(seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-        "--save-result", "--result-dir", str(out), "--result-filename", f"{label}-c{concurrency}.json",
+        "--save-result", "--result-dir", str(out),
+        "--result-filename", result_name(label, concurrency, adapters),
         "--metadata", f"lab_config={label.rsplit('-s', 1)[0]}", f"lab_seed={seed}",
         f"load1_before={load['loadavg'][0]:.2f}",
+        *([] if adapters is None else [f"lab_adapters={len(adapters)}"]),
     ]  # fmt: skip
+    if adapters:  # each request names the next adapter; vLLM routes it to the base plus that adapter
+        argv += ["--lora-modules", *adapters, "--lora-assignment", "round-robin"]
     if api_key:  # vLLM's client sends OPENAI_API_KEY as a bearer token on every request
-        os.environ["OPENAI_API_KEY"] = LAB_API_KEY
-        argv += ["--header", f"Authorization=Bearer {LAB_API_KEY}"]
+        key = LAB_API_KEY if api_key is True else str(api_key)
+        os.environ["OPENAI_API_KEY"] = key
+        argv += ["--header", f"Authorization=Bearer {key}"]
     else:
         os.environ.pop("OPENAI_API_KEY", None)
     return parser.parse_args(argv)
@@ -392,25 +440,31 @@ def measure_level(
     bench: BenchFn,
     label: str,
     level: int,
-    api_key: bool,
+    api_key: bool | str,
     args_for: Callable[..., argparse.Namespace] | None = None,
+    adapters: list[str] | None = None,
 ) -> dict[str, Any]:
-    """One client run at `level` (fresh seed); a run with a failed request is discarded and re-run."""
+    """One client run at `level` (fresh seed); a run with a failed request is discarded and re-run.
+    `adapters`: a LoRA server's run with these adapters in use ([]: its base model only)."""
     out, plan = session.out, session.plan
+    what = "" if adapters is None else f" a={len(adapters)}"
     for attempt in range(MAX_RERUNS + 1):
         seed = session.next_seed()
         prompts = prompts_for(plan, level)
         with HostSampler() as sampler:
             make = args_for or bench_args
-            result = bench(make(plan, label, level, out, sampler.before, seed, prompts, api_key))
+            extra = {} if adapters is None else {"adapters": adapters}
+            result = bench(make(plan, label, level, out, sampler.before, seed, prompts, api_key, **extra))
         host = sampler.summary()
-        file = out / f"{label}-c{level}.json"
+        file = out / result_name(label, level, adapters)
         ok = result.get("failed", 1) == 0 and result.get("completed") == prompts
         run = {"label": label, "level": level, "seed": seed, "prompts": prompts, "attempt": attempt,
                "ok": ok, "host": host, "file": file.name}  # fmt: skip
+        if adapters is not None:
+            run["adapters"] = len(adapters)
         session.data["runs"].append(run)
         say(
-            f"{label} c={level} seed={seed}: {result.get('output_throughput', 0):.0f} output tok/s, "
+            f"{label} c={level}{what} seed={seed}: {result.get('output_throughput', 0):.0f} output tok/s, "
             "TTFT mean "
             f"{result.get('mean_ttft_ms', 0):.0f} p99 {result.get('p99_ttft_ms', 0):.0f} ms, TPOT mean "
             f"{result.get('mean_tpot_ms', 0):.1f} ms, {result.get('completed')}/{prompts} done, "
@@ -421,10 +475,11 @@ def measure_level(
             return run
         discarded = out / "discarded"
         discarded.mkdir(exist_ok=True)
+        kept = f"{file.stem}-seed{seed}.json"
         if file.exists():
-            file.rename(discarded / f"{label}-c{level}-seed{seed}.json")
-        run["file"] = f"discarded/{label}-c{level}-seed{seed}.json"
-        say(f"{label} c={level}: {result.get('failed')} failed requests, run discarded")
+            file.rename(discarded / kept)
+        run["file"] = f"discarded/{kept}"
+        say(f"{label} c={level}{what}: {result.get('failed')} failed requests, run discarded")
         session.save()
     return run
 
@@ -482,7 +537,7 @@ def start_record(
 def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> None:
     plan, out = session.plan, session.out
     config = plan["configs"][job["config"]]
-    api_key = bool(config.get("api_key"))
+    api_key: bool | str = bool(config.get("api_key"))
     record = session.data["jobs"].setdefault(job["id"], {})
     cache = prepare_cache(session, job)
     real = Path(plan["real_model_dir"]) / "model.safetensors.index.json"
@@ -502,9 +557,14 @@ def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> Non
     pod = LAB / "pod"
     shutil.rmtree(pod, ignore_errors=True)
     env = server_environment(
-        plan, pod_dir=pod, cache_dir=cache, bytecode=job.get("bytecode", "none"), api_key=api_key
+        plan, pod_dir=pod, cache_dir=cache, bytecode=job.get("bytecode", "none"), api_key=api_key is True
     )
-    argv = server_argv(plan, job, config_args(session, job["config"]), plan["port"])
+    if config.get("tenants"):  # the prod pod's tenant mode: tenants file, key files, a tenant's key
+        tenant_env, api_key = tenant_files(plan, pod)
+        env.update(tenant_env)
+    args = config_args(session, job["config"])
+    argv = server_argv(plan, job, args, plan["port"])
+    adapters = lora_names(args)
     what = f"{job.get('case')}, cache {job['cache']}, bytecode {job.get('bytecode', 'none')}"
     say(f"{job['id']} {label}: starting ({what}, load {job.get('load', 'dummy')})")
     was_empty = not any(cache.iterdir())
@@ -519,18 +579,23 @@ def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> Non
         say(f"{job['id']} {label}: healthy after {record['start_to_health_s']} s")
         session.save()
         record["levels"] = {}
+        # A LoRA configuration runs each level once per entry of `lora_in_use`: the first N adapters.
+        in_use: list[int | None] = list(config.get("lora_in_use", [None]))
         for level in job.get("levels", []):
-            if session.left() < plan["estimates_s"]["level"][str(level)]:
-                say(f"{label} c={level}: skipped, {session.left():.0f} s left")
-                continue
-            run = measure_level(session, bench, label, level, api_key)
-            record["levels"][str(level)] = {
-                "file": run["file"],
-                "seed": run["seed"],
-                "ok": run["ok"],
-                "host": run["host"],
-            }
-            session.save()
+            for count in in_use:
+                key = str(level) if count is None else f"{level}-a{count}"
+                if session.left() < plan["estimates_s"]["level"][str(level)]:
+                    say(f"{label} c={level} ({key}): skipped, {session.left():.0f} s left")
+                    continue
+                names = None if count is None else adapters[:count]
+                run = measure_level(session, bench, label, level, api_key, adapters=names)
+                record["levels"][key] = {
+                    "file": run["file"],
+                    "seed": run["seed"],
+                    "ok": run["ok"],
+                    "host": run["host"],
+                }
+                session.save()
     except Exception as error:  # recorded; the session goes on with the next job
         record["error"] = str(error)
         say(f"{job['id']} {label}: FAILED {error}")

@@ -3,7 +3,8 @@
 #
 #   bash .gpu/lab/lab.sh stage NN            # carry .gpu/pNN: one bundle part into /tmp/parts; with 00
 #                                            # also the host facts, the model folder and, in the
-#                                            # background, the real-size random checkpoint (mkckpt.py)
+#                                            # background, the plan's LoRA adapters and (if a job
+#                                            # loads real weights) the real-size checkpoint (mkckpt.py)
 #   bash .gpu/lab/lab.sh go BUDGET_S WAIT_S   # (carry the last part + .gpu/bin) install vLLM 0.26.0,
 #                                            # start lab.py's whole session in the background with a
 #                                            # deadline BUDGET_S from now, then follow it for WAIT_S
@@ -60,11 +61,30 @@ case "$step" in
     if [ "$1" = 00 ]; then
       host_facts
       cp .gpu/bin/mkmodel.py /tmp/mkmodel.py
-      # The model folder (config + tokenizer), then the 16 GB checkpoint, while the other parts arrive.
+      # While the other parts arrive: the model folder (config + tokenizer); the LoRA adapters the
+      # plan's configurations name (random rank-R tensors of the model's shape, bench/lora); the 16 GB
+      # checkpoint only if a job loads real weights.
+      read -r lora_count lora_rank needs_ckpt < <(python3 - "$here/lab_plan.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+count = rank = 0
+for config in plan["configs"].values():
+    args = config.get("args") or []
+    if "--lora-modules" in args:
+        names = [a for a in args[args.index("--lora-modules") + 1:] if "=" in a and not a.startswith("--")]
+        count = max(count, len(names))
+        rank = max(rank, int(args[args.index("--max-lora-rank") + 1]))
+real = any(job.get("load", "dummy") != "dummy" for job in plan["session"])
+print(count, rank, int(real))
+PY
+)
       setsid nohup bash -c "python3 /tmp/mkmodel.py /tmp/m/llama8b > $results/mkmodel.log 2>&1 && \
-        python3 $here/mkckpt.py /tmp/m/llama8b /tmp/m/llama8b-real > $results/mkckpt.log 2>&1; \
-        echo \$? > $results/mkckpt.exit" > /dev/null 2>&1 < /dev/null &
-      say "model folder and checkpoint writer started"
+        if [ $lora_count -gt 0 ]; then python3 $LAB_REPO/bench/lora/make_adapters.py /tmp/lora \
+          --config-json /tmp/m/llama8b/config.json --rank $lora_rank --count $lora_count \
+          > $results/mkadapters.log 2>&1; fi && \
+        if [ $needs_ckpt = 1 ]; then python3 $here/mkckpt.py /tmp/m/llama8b /tmp/m/llama8b-real \
+          > $results/mkckpt.log 2>&1; fi; echo \$? > $results/mkckpt.exit" > /dev/null 2>&1 < /dev/null &
+      say "model folder, $lora_count LoRA adapters (rank $lora_rank), real checkpoint: $needs_ckpt"
     fi
     cat "$results/mkckpt.log" 2>/dev/null; cat "$results/host.txt" 2>/dev/null | head -3
     exit 0 ;;
@@ -76,7 +96,7 @@ case "$step" in
       touch /tmp/site/.installed
     fi
     for _ in $(seq 1 120); do [ -f "$results/mkckpt.exit" ] && break; sleep 2; done
-    say "checkpoint: $(cat "$results/mkckpt.log" 2>/dev/null | tail -1) exit $(cat "$results/mkckpt.exit" 2>/dev/null)"
+    say "model, adapters, checkpoint: $(tail -qn1 "$results"/mk*.log 2>/dev/null | tr '\n' ' ') exit $(cat "$results/mkckpt.exit" 2>/dev/null)"
     deadline=$(( $(date +%s) + budget ))
     cp "$here/lab_plan.json" "$results/lab_plan.json"
     setsid nohup bash -c "PYTHONPATH=/tmp/site python3 $here/lab.py --out $results --deadline $deadline \

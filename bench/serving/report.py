@@ -121,8 +121,12 @@ def configs_in_order(results: dict[str, Any]) -> list[str]:
     return [name for name in ORDER if name in results] + sorted(set(results) - set(ORDER))
 
 
+def value_list(runs: list[dict[str, Any]], key: str) -> list[float]:
+    return [run[key] for run in runs]
+
+
 def throughputs(runs: list[dict[str, Any]]) -> list[float]:
-    return [run["output_throughput"] for run in runs]
+    return value_list(runs, "output_throughput")
 
 
 def session_medians(sessions: list[Session], name: str, level: int) -> dict[str, tuple[float, int]]:
@@ -157,7 +161,7 @@ def summary(raws: Path | list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
         for level, runs in by_level.items():
             entry: dict[str, Any] = {}
             for key in METRICS:
-                values = [run[key] for run in runs]
+                values = value_list(runs, key)
                 entry[key] = {
                     "median": round(median(values), 1),
                     "min": round(min(values), 1),
@@ -248,10 +252,6 @@ def level_table(sessions: list[Session], level: int) -> list[str]:
     return lines
 
 
-def value_list(runs: list[dict[str, Any]], key: str) -> list[float]:
-    return [run[key] for run in runs]
-
-
 def configuration_rows(sessions: list[Session], names: list[str]) -> list[str]:
     """Each configuration's arguments; one row per distinct set where sessions ran it differently."""
     rows = []
@@ -289,6 +289,13 @@ def render(raws: Path | list[Path]) -> str:
     sessions = load_sessions(raws)
     results = pooled(sessions)
     names = configs_in_order(results)
+    discarded = sum(
+        not run.get("ok", True)
+        for session in sessions
+        for run in session.data.get("runs", [])
+        if "adapters" not in run  # LoRA runs: bench/lora's
+    )
+    discarded_text = f"{discarded} discarded" if discarded else "none failed"
     folders = " and ".join(f"`{shown(session.raw)}`" for session in sessions)
     lines = [
         "# Serving benchmark results",
@@ -301,9 +308,9 @@ def render(raws: Path | list[Path]) -> str:
         "holds nothing a run can reuse). Every configuration at 256 ran on fresh servers (one server per",
         "row of `session.json`, started with the environment the prod stack renders); the lower levels",
         "ran on the servers listed under Every run, after their 256 run. One server at a time, nothing",
-        "else on the host; a run with a failed request was discarded and re-run. The tables pool every",
-        'fresh server of a configuration across the sessions; "per session" and "same session" show',
-        "whether the sessions agree.",
+        f"else on the host; a run with a failed request was discarded and re-run ({discarded_text}). The",
+        'tables pool every fresh server of a configuration across the sessions; "per session" and',
+        '"same session" show whether the sessions agree.',
         "",
         "## 256 concurrent: median (range) over fresh servers",
         "",

@@ -280,7 +280,7 @@ def session_args(session: Session) -> dict[str, str]:
     plan_file = session.raw / "lab_plan.json"
     configs = json.loads(plan_file.read_text())["configs"] if plan_file.exists() else {}
     args.update(
-        {name: " ".join(config["args"]) for name, config in configs.items() if config["args"] is not None}
+        {name: " ".join(config["args"]) for name, config in configs.items() if config.get("args") is not None}
     )
     return args
 
@@ -377,7 +377,7 @@ def render(raws: Path | list[Path]) -> str:
             job = next((j for j in jobs.values() if j.get("label") == run["label"]), {})
             file = session.raw / run["file"]
             result = json.loads(file.read_text()) if file.exists() else {}
-            host_run = run["host"]
+            host_run = run.get("host", {})
             lines.append(
                 f"| {session.name} | {run['label']} | {job.get('case', '-')} | {job.get('load', '-')} | "
                 f"{run['level']} | {run['seed']} | "

@@ -1,10 +1,15 @@
-"""The serving report from one lab session's raw files (vLLM's own `vllm bench serve` results).
+"""The serving report from the lab sessions' raw files (vLLM's own `vllm bench serve` results).
 
-    .venv/bin/python -m bench.serving.report bench/serving/raw/2026-12-01-b  # RESULTS.md, throughput.png
+    .venv/bin/python -m bench.serving.report bench/serving/raw/2026-12-01-b bench/serving/raw/2026-12-02
+    .venv/bin/python -m bench.serving.report   # every session of raw/ with fresh seeds
 
-Reads `<config>-s<k>-c<C>.json` (the client's --save-result files; k = the configuration's k-th fresh
-server of the session) and session.json (lab.py: jobs, seeds, host load); writes bench/serving/RESULTS.md
-(median and range over the fresh servers of each configuration) and bench/serving/throughput.png.
+Reads each folder's `<config>-s<k>-c<C>.json` (the client's --save-result files; k = the configuration's
+k-th fresh server of that session) and session.json (lab.py: jobs, seeds, host load); writes
+bench/serving/RESULTS.md and bench/serving/throughput.png. Every fresh server of a configuration counts,
+whichever session it ran in (issue 27's bar is three fresh servers per configuration at 256): the tables
+pool them (median and range over all), and show each session's median beside the pooled one, with the
+ratio to that session's own defaults, so a reader sees whether pooling across hosts is fair.
+LoRA runs (`...-c256-a<N>.json`, N adapters in use) are bench/lora/report.py's, not this report's.
 tests/test_bench_serving_lab.py keeps the committed report equal to what this makes from the committed
 raw files.
 """
@@ -15,27 +20,78 @@ import json
 import re
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent.parent
 LEVELS = (1, 16, 64, 256)
+# `\.json$` right after the level: a LoRA run's `-a<N>` suffix does not match, so `profile-lora` is
+# never a serving configuration here.
 NAME = re.compile(r"^(?P<config>.+)-s(?P<server>\d+)-c(?P<level>\d+)\.json$")
 ORDER = ("defaults", "profile", "profile-fp8w", "profile-auth")
+METRICS = ("output_throughput", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms")
+
+Results = dict[str, dict[int, list[dict[str, Any]]]]
+"""config -> level -> the client's results, one per fresh server."""
 
 
-def load(raw: Path) -> tuple[dict[str, dict[int, list[dict[str, Any]]]], dict[str, Any]]:
-    """config -> level -> the client's results, one per fresh server (server order)."""
-    results: dict[str, dict[int, list[dict[str, Any]]]] = {}
+@dataclass(frozen=True)
+class Session:
+    """One raw folder: its name (the date), its client results and session.json."""
+
+    raw: Path
+    results: Results
+    data: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.raw.name
+
+
+def load(raw: Path) -> tuple[Results, dict[str, Any]]:
+    """config -> level -> the client's results, one per fresh server (server order); and session.json."""
+    results: Results = {}
     for path in sorted(raw.glob("*-s*-c*.json"), key=lambda p: _sort_key(p.name)):
         match = NAME.match(path.name)
         if not match:
             continue
         result = json.loads(path.read_text())
         result["_server"] = int(match["server"])
+        result["_session"] = raw.name
         results.setdefault(match["config"], {}).setdefault(int(match["level"]), []).append(result)
     session = json.loads((raw / "session.json").read_text())
     return results, session
+
+
+def load_sessions(raws: Path | list[Path]) -> list[Session]:
+    """Each folder's results, in the order given (a single folder is a list of one)."""
+    folders = [raws] if isinstance(raws, Path) else list(raws)
+    if not folders:
+        raise ValueError("no raw folder given")
+    return [Session(raw, *load(raw)) for raw in folders]
+
+
+def pooled(sessions: list[Session]) -> Results:
+    """config -> level -> every fresh server's result across the sessions (session order)."""
+    out: Results = {}
+    for session in sessions:
+        for name, by_level in session.results.items():
+            for level, runs in by_level.items():
+                out.setdefault(name, {}).setdefault(level, []).extend(runs)
+    return out
+
+
+def fresh_seed_sessions(root: Path) -> list[Path]:
+    """The folders of `root` whose session.json has a `seed_base`: lab.py gives every run its own seed
+    from it. The 2026-12-01 ablation session has none (its 64/16/1 runs reused seed 0, issue 27)."""
+    found = []
+    for folder in sorted(path for path in root.iterdir() if path.is_dir()):
+        session = folder / "session.json"
+        if session.exists() and "seed_base" in json.loads(session.read_text()):
+            found.append(folder)
+    return found
 
 
 def _sort_key(name: str) -> tuple[str, int, int]:
@@ -57,19 +113,55 @@ def gain(value: float, reference: float) -> str:
     return f"{100 * (value / reference - 1):+.1f} %"
 
 
+def percent_or_dash(values: list[float]) -> str:
+    return f"{median(values):.1f} %" if values else "-"
+
+
 def configs_in_order(results: dict[str, Any]) -> list[str]:
     return [name for name in ORDER if name in results] + sorted(set(results) - set(ORDER))
 
 
-def summary(raw: Path) -> dict[str, dict[str, dict[str, Any]]]:
-    """config -> level -> median and range of output tok/s, p99 TTFT and mean TPOT over fresh servers."""
-    results, _ = load(raw)
+def value_list(runs: list[dict[str, Any]], key: str) -> list[float]:
+    return [run[key] for run in runs]
+
+
+def throughputs(runs: list[dict[str, Any]]) -> list[float]:
+    return value_list(runs, "output_throughput")
+
+
+def session_medians(sessions: list[Session], name: str, level: int) -> dict[str, tuple[float, int]]:
+    """session -> (median output tok/s, servers) of `name` at `level`, for the sessions that ran it."""
+    out = {}
+    for session in sessions:
+        runs = session.results.get(name, {}).get(level)
+        if runs:
+            out[session.name] = (median(throughputs(runs)), len(runs))
+    return out
+
+
+def same_session_ratios(sessions: list[Session], name: str, level: int) -> dict[str, float]:
+    """session -> that session's median of `name` / that session's defaults median, where it has both."""
+    ratios = {}
+    for session in sessions:
+        runs = session.results.get(name, {}).get(level)
+        defaults = session.results.get("defaults", {}).get(level)
+        if runs and defaults:
+            ratios[session.name] = median(throughputs(runs)) / median(throughputs(defaults))
+    return ratios
+
+
+def summary(raws: Path | list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """config -> level -> median and range of output tok/s, p99 TTFT, mean TTFT and mean TPOT over every
+    fresh server of the sessions; each session's median and server count; the ratio to the defaults
+    (pooled medians) and each session's ratio to its own defaults."""
+    sessions = load_sessions(raws)
+    results = pooled(sessions)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for name, by_level in results.items():
         for level, runs in by_level.items():
-            entry = {}
-            for key in ("output_throughput", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms"):
-                values = [run[key] for run in runs]
+            entry: dict[str, Any] = {}
+            for key in METRICS:
+                values = value_list(runs, key)
                 entry[key] = {
                     "median": round(median(values), 1),
                     "min": round(min(values), 1),
@@ -77,130 +169,241 @@ def summary(raw: Path) -> dict[str, dict[str, dict[str, Any]]]:
                     "values": [round(v, 1) for v in values],
                 }
             entry["servers"] = len(runs)
+            entry["sessions"] = {
+                session: {"output_throughput_median": round(value, 1), "servers": count}
+                for session, (value, count) in session_medians(sessions, name, level).items()
+            }
+            defaults = results.get("defaults", {}).get(level)
+            entry["vs_defaults"] = (
+                round(median(throughputs(runs)) / median(throughputs(defaults)), 4) if defaults else None
+            )
+            entry["vs_defaults_same_session"] = {
+                session: round(ratio, 4)
+                for session, ratio in same_session_ratios(sessions, name, level).items()
+            }
             out.setdefault(name, {})[str(level)] = entry
     return out
 
 
-def render(raw: Path) -> str:
-    results, session = load(raw)
-    host = session["host"]
-    jobs = session["jobs"]
-    plan_configs = (
-        json.loads((raw / "lab_plan.json").read_text())["configs"] if (raw / "lab_plan.json").exists() else {}
+def shown(path: Path) -> str:
+    """A folder as the report names it: relative to the repository where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def host_line(session: Session) -> str:
+    host = session.data.get("host", {})
+    gpu = host.get("gpu", "unknown GPU").split(",")[0]
+    return (
+        f"{session.name}: one {gpu} ({host.get('cpus', '?')} CPUs), vLLM {host.get('vllm', '?')}, "
+        f"Python {host.get('python', '?')}"
     )
-    args = {
-        job["config"]: " ".join(job["argv"][job["argv"].index("16384") + 1 :])
-        for job in jobs.values()
-        if "argv" in job
-    }
-    defaults = results["defaults"]
-    reference = median([run["output_throughput"] for run in defaults[256]])
-    reference_p99 = median([run["p99_ttft_ms"] for run in defaults[256]])
+
+
+def host_load(sessions: list[Session], name: str, level: int) -> str:
+    """Median host CPU busy / GPU util over the runs of `name` at `level` (session.json's samples)."""
+    cpu, gpu = [], []
+    for session in sessions:
+        by_file = {run.get("file"): run for run in session.data.get("runs", []) if run.get("ok")}
+        for result in session.results.get(name, {}).get(level, []):
+            host = by_file.get(f"{name}-s{result['_server']}-c{level}.json", {}).get("host", {})
+            if host.get("mean_cpu_busy_pct") is not None:
+                cpu.append(host["mean_cpu_busy_pct"])
+            if host.get("mean_gpu_util_pct") is not None:
+                gpu.append(host["mean_gpu_util_pct"])
+    return f"{percent_or_dash(cpu)} / {percent_or_dash(gpu)}"
+
+
+def level_table(sessions: list[Session], level: int) -> list[str]:
+    """Median (range) over every fresh server that ran `level`, pooled across sessions, with each
+    session's median and its ratio to that session's own defaults."""
+    results = pooled(sessions)
+    defaults = results.get("defaults", {}).get(level)
+    reference = median(throughputs(defaults)) if defaults else None
+    lines = [
+        "| configuration | output tok/s | per session (servers) | vs defaults (pooled medians) "
+        "| vs defaults, same session | p99 TTFT ms | mean TTFT ms | mean TPOT ms "
+        "| host CPU busy / GPU util |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]  # fmt: skip
+    for name in configs_in_order(results):
+        runs = results[name].get(level)
+        if not runs:
+            continue
+        value = median(throughputs(runs))
+        per_session = "; ".join(
+            f"{session}: {median_value:,.0f} ({count})"
+            for session, (median_value, count) in session_medians(sessions, name, level).items()
+        )
+        if name == "defaults":
+            versus, same = "(reference)", "(reference)"
+        else:
+            versus = f"{gain(value, reference)} ({value / reference:.2f}x)" if reference else "-"
+            ratios = same_session_ratios(sessions, name, level)
+            same = "; ".join(f"{session}: {gain(ratio, 1)}" for session, ratio in ratios.items()) or "-"
+        tpot_fmt = ".1f" if level > 1 else ".2f"
+        lines.append(
+            f"| {name} | {spread(throughputs(runs))} | {per_session} | {versus} | {same} | "
+            f"{spread(value_list(runs, 'p99_ttft_ms'))} | {spread(value_list(runs, 'mean_ttft_ms'))} | "
+            f"{spread(value_list(runs, 'mean_tpot_ms'), tpot_fmt)} | {host_load(sessions, name, level)} |"
+        )
+    return lines
+
+
+def configuration_rows(sessions: list[Session], names: list[str]) -> list[str]:
+    """Each configuration's arguments; one row per distinct set where sessions ran it differently."""
+    rows = []
+    for name in names:
+        by_args: dict[str, list[str]] = {}
+        for session in sessions:
+            if name not in session.results:
+                continue
+            args = session_args(session).get(name)
+            text = "(not recorded)" if args is None else args or "(vLLM's defaults)"
+            by_args.setdefault(text, []).append(session.name)
+        for text, names_of_sessions in by_args.items():
+            where = f" ({', '.join(names_of_sessions)})" if len(by_args) > 1 else ""
+            rows.append(f"| {name}{where} | `{text}` |")
+    return rows
+
+
+def session_args(session: Session) -> dict[str, str]:
+    """config -> its arguments after `--max-model-len 16384`: the session's lab_plan.json where it lists
+    them, else the server command line session.json recorded (`tuned` is derived during the session)."""
+    args = {}
+    for job in session.data.get("jobs", {}).values():
+        argv = job.get("argv", [])
+        if "config" in job and "--max-model-len" in argv:
+            args[job["config"]] = " ".join(argv[argv.index("--max-model-len") + 2 :])
+    plan_file = session.raw / "lab_plan.json"
+    configs = json.loads(plan_file.read_text())["configs"] if plan_file.exists() else {}
+    args.update(
+        {name: " ".join(config["args"]) for name, config in configs.items() if config.get("args") is not None}
+    )
+    return args
+
+
+def render(raws: Path | list[Path]) -> str:
+    sessions = load_sessions(raws)
+    results = pooled(sessions)
+    names = configs_in_order(results)
+    discarded = sum(
+        not run.get("ok", True)
+        for session in sessions
+        for run in session.data.get("runs", [])
+        if "adapters" not in run  # LoRA runs: bench/lora's
+    )
+    discarded_text = f"{discarded} discarded" if discarded else "none failed"
+    folders = " and ".join(f"`{shown(session.raw)}`" for session in sessions)
     lines = [
         "# Serving benchmark results",
         "",
-        f"Generated by `bench/serving/report.py` from `{raw.relative_to(HERE.parent.parent)}` (do not edit).",
-        f"One {host['gpu'].split(',')[0]} ({host['cpus']} CPUs), vLLM {host['vllm']}, "
-        f"Python {host['python']};",
+        f"Generated by `bench/serving/report.py` from {folders} (do not edit).",
+        *(f"{host_line(session)};" for session in sessions),
         "Llama-3.1-8B shape, 512 random prompt tokens, 256 output tokens forced (`--ignore-eos`), greedy.",
         "Client: vLLM's own `vllm bench serve` (random dataset, `--max-concurrency C`, 4 x C prompts, at",
         "least 8), **every run with its own `--seed`** (no prompt is served twice, so vLLM's prefix cache",
         "holds nothing a run can reuse). Every configuration at 256 ran on fresh servers (one server per",
-        "row of `session.json`, started with the environment the prod stack renders); 64, 16 and 1 ran on",
-        "each configuration's first server after its 256 run. One server at a time, nothing else on the",
-        "host; a run with a failed request would have been discarded and re-run (none failed).",
+        "row of `session.json`, started with the environment the prod stack renders); the lower levels",
+        "ran on the servers listed under Every run, after their 256 run. One server at a time, nothing",
+        f"else on the host; a run with a failed request was discarded and re-run ({discarded_text}). The",
+        'tables pool every fresh server of a configuration across the sessions; "per session" and',
+        '"same session" show whether the sessions agree.',
         "",
         "## 256 concurrent: median (range) over fresh servers",
         "",
-        "| configuration | output tok/s | vs defaults (median) | p99 TTFT ms | mean TTFT ms | mean TPOT ms "
-        "| host CPU busy / GPU util |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]  # fmt: skip
-    runs_by_label = {(run["label"], run["level"]): run for run in session["runs"] if run["ok"]}
-    for name in configs_in_order(results):
-        runs = results[name].get(256)
-        if not runs:
-            continue
-        throughput = [run["output_throughput"] for run in runs]
-        hosts = [runs_by_label.get((f"{name}-s{run['_server']}", 256), {}).get("host", {}) for run in runs]
-        cpu = [h["mean_cpu_busy_pct"] for h in hosts if h.get("mean_cpu_busy_pct") is not None]
-        gpu = [h["mean_gpu_util_pct"] for h in hosts if h.get("mean_gpu_util_pct") is not None]
-        lines.append(
-            f"| {name} | {spread(throughput)} | {gain(median(throughput), reference)} "
-            f"({median(throughput) / reference:.2f}x) | {spread([run['p99_ttft_ms'] for run in runs])} | "
-            f"{spread([run['mean_ttft_ms'] for run in runs])} | "
-            f"{spread([run['mean_tpot_ms'] for run in runs], '.1f')} | "
-            f"{median(cpu) if cpu else '-':.1f} % / {median(gpu) if gpu else '-':.1f} % |"
-        )
-    lines += [
-        "",
-        f"Defaults' median at 256: {reference:,.0f} output tok/s, p99 TTFT {reference_p99:,.0f} ms.",
-        "",
-        "## 64, 16 and 1 concurrent (fresh prompts, each configuration's first server)",
-        "",
-        "| C | configuration | output tok/s | vs defaults | p99 TTFT ms | mean TTFT ms | mean TPOT ms |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        *level_table(sessions, 256),
     ]
-    for level in (64, 16, 1):
-        base = defaults.get(level)
-        for name in configs_in_order(results):
+    defaults = results.get("defaults", {}).get(256)
+    if defaults:
+        lines += [
+            "",
+            f"Defaults' median at 256: {median(throughputs(defaults)):,.0f} output tok/s, "
+            f"p99 TTFT {median(value_list(defaults, 'p99_ttft_ms')):,.0f} ms.",
+        ]
+    middle = [level for level in (64, 16) if any(level in results[name] for name in names)]
+    if middle:
+        lines += [
+            "",
+            f"## {' and '.join(str(level) for level in middle)} concurrent (fresh prompts; median over the "
+            "servers that ran them)",
+            "",
+            "| C | configuration | output tok/s | vs defaults | p99 TTFT ms | mean TTFT ms | mean TPOT ms |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+    for level in middle:
+        base = results.get("defaults", {}).get(level)
+        for name in names:
             runs = results[name].get(level)
             if not runs:
                 continue
-            value = median([run["output_throughput"] for run in runs])
-            versus = gain(value, median([run["output_throughput"] for run in base])) if base else "-"
+            value = median(throughputs(runs))
+            versus = gain(value, median(throughputs(base))) if base else "-"
             lines.append(
                 f"| {level} | {name} | {value:,.0f} | {versus} | "
-                f"{median([run['p99_ttft_ms'] for run in runs]):,.0f} | "
-                f"{median([run['mean_ttft_ms'] for run in runs]):,.0f} | "
-                f"{median([run['mean_tpot_ms'] for run in runs]):.2f} |"
+                f"{median(value_list(runs, 'p99_ttft_ms')):,.0f} | "
+                f"{median(value_list(runs, 'mean_ttft_ms')):,.0f} | "
+                f"{median(value_list(runs, 'mean_tpot_ms')):.2f} |"
             )
+    if any(1 in results[name] for name in names):
+        lines += [
+            "",
+            "## 1 concurrent: median (range) over every server that ran it",
+            "",
+            *level_table(sessions, 1),
+        ]
     lines += [
         "",
         "## Configurations",
         "",
         "| configuration | arguments after `--max-model-len 16384` |",
         "| --- | --- |",
-    ]
-    for name in configs_in_order(results):
-        text = " ".join(plan_configs[name]["args"]) if name in plan_configs else args.get(name, "")
-        text = text or "(vLLM's defaults)"
-        lines.append(f"| {name} | `{text}` |")
-    lines += [
+        *configuration_rows(sessions, names),
         "",
         "## Every run",
         "",
-        "| server | case | load | C | seed | output tok/s | p99 TTFT ms | CPU busy / GPU util |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "LoRA runs (`adapters` in session.json) are in [bench/lora/RESULTS.md](../lora/RESULTS.md).",
+        "",
+        "| session | server | case | load | C | seed | output tok/s | p99 TTFT ms | CPU busy / GPU util |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for run in session["runs"]:
-        job = next((j for j in jobs.values() if j.get("label") == run["label"]), {})
-        result = json.loads((raw / run["file"]).read_text()) if (raw / run["file"]).exists() else {}
-        host_run = run["host"]
-        lines.append(
-            f"| {run['label']} | {job.get('case', '-')} | {job.get('load', '-')} | {run['level']} | "
-            f"{run['seed']} | "
-            f"{result.get('output_throughput', 0):,.0f} | {result.get('p99_ttft_ms', 0):,.0f} | "
-            f"{host_run.get('mean_cpu_busy_pct')} % / {host_run.get('mean_gpu_util_pct')} % |"
-        )
-    skipped = [f"{name} ({job['skipped']})" for name, job in jobs.items() if "skipped" in job]
-    if skipped:
-        lines += ["", "Not run in this session (device time): " + "; ".join(skipped) + "."]
+    for session in sessions:
+        jobs = session.data.get("jobs", {})
+        for run in session.data.get("runs", []):
+            if "adapters" in run:
+                continue
+            job = next((j for j in jobs.values() if j.get("label") == run["label"]), {})
+            file = session.raw / run["file"]
+            result = json.loads(file.read_text()) if file.exists() else {}
+            host_run = run.get("host", {})
+            lines.append(
+                f"| {session.name} | {run['label']} | {job.get('case', '-')} | {job.get('load', '-')} | "
+                f"{run['level']} | {run['seed']} | "
+                f"{result.get('output_throughput', 0):,.0f} | {result.get('p99_ttft_ms', 0):,.0f} | "
+                f"{host_run.get('mean_cpu_busy_pct')} % / {host_run.get('mean_gpu_util_pct')} % |"
+            )
+    for session in sessions:
+        jobs = session.data.get("jobs", {})
+        skipped = [f"{name} ({job['skipped']})" for name, job in jobs.items() if "skipped" in job]
+        if skipped:
+            lines += ["", f"Not run in {session.name} (device time): " + "; ".join(skipped) + "."]
     return "\n".join(lines) + "\n"
 
 
-def plot(raw: Path, target: Path) -> None:
+def plot(raws: Path | list[Path], target: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    results, _ = load(raw)
+    results = pooled(load_sessions(raws))
     figure, axis = plt.subplots(figsize=(6, 4), dpi=100)
     for name in configs_in_order(results):
         levels = sorted(results[name])
         if len(levels) > 1:
-            values = [median([run["output_throughput"] for run in results[name][c]]) for c in levels]
+            values = [median(throughputs(results[name][c])) for c in levels]
             axis.plot(levels, values, marker="o", label=f"vLLM {name}")
     axis.set_xscale("log", base=2)
     axis.set_xlabel("concurrent requests")
@@ -214,10 +417,10 @@ def plot(raw: Path, target: Path) -> None:
 
 
 def main() -> int:
-    raw = Path(sys.argv[1]) if len(sys.argv) > 1 else max((HERE / "raw").iterdir())
-    (HERE / "RESULTS.md").write_text(render(raw.resolve()))
-    plot(raw, HERE / "throughput.png")
-    print(f"wrote {HERE / 'RESULTS.md'} and {HERE / 'throughput.png'}")
+    raws = [Path(arg).resolve() for arg in sys.argv[1:]] or fresh_seed_sessions(HERE / "raw")
+    (HERE / "RESULTS.md").write_text(render(raws))
+    plot(raws, HERE / "throughput.png")
+    print(f"wrote {HERE / 'RESULTS.md'} and {HERE / 'throughput.png'} from {', '.join(r.name for r in raws)}")
     return 0
 
 

@@ -164,3 +164,21 @@ def test_planner_slots_follow_the_lora_servers_recorded_arguments(tmp_path: Path
     memory = report.summary(raw, logs)["memory"]
     assert memory["planner_settings"] == {"max_loras": 4, "max_lora_rank": 16, "tensor_parallel_size": 1}
     assert memory["planner_gib"] == pytest.approx(PLANNER_GIB / 4)
+
+
+def test_committed_lora_results_are_what_the_gpu_sessions_raw_files_make() -> None:
+    # Issue 25, item 7: the table committed is the one the committed client files and logs give, and
+    # the planner's LoRA slots are within 5 % of what the GPU's vLLM set aside.
+    repo = Path(__file__).resolve().parents[1]
+    raw, logs = (
+        repo / "bench" / "serving" / "raw" / "2026-12-02",
+        repo / "bench" / "startup" / "raw" / "2026-12-02",
+    )
+    assert (repo / "bench" / "lora" / "RESULTS.md").read_text() == report.render(raw, logs), (
+        "bench/lora/RESULTS.md is stale: run `.venv/bin/python -m bench.lora.report "
+        "bench/serving/raw/2026-12-02 bench/startup/raw/2026-12-02`"
+    )
+    found = report.summary(raw, logs)
+    extra = found["memory"]["lora_minus_base"]["weights_gib"]
+    assert abs(extra / found["memory"]["planner_gib"] - 1) < 0.05
+    assert found["memory"]["lora_minus_base"]["available_kv_cache_gib"] < 0

@@ -72,12 +72,12 @@ def _without(args: list[str], flags_with_values: set[str]) -> list[str]:
 def test_lab_stack_configuration_is_what_prod_renders_for_its_8b_model() -> None:
     rendered_args = _prod_8b_args()[1:]  # after the model path
     # --middleware: the API-key middleware the pod loads from a ConfigMap (components/server_auth.py,
-    # issue 15, merged after the 2026-12-01 session): not in the lab's servers; its cost is unmeasured.
+    # issue 15): not in `stack`/`profile`; `profile-auth` adds it as prod runs it (tested below).
     lab_side = ("--served-model-name", "--host", "--port", "--max-model-len", "--middleware")
     # --enable-scale-out (a switch): the render endpoints the router's cache_aware policy needs; vLLM
     # 0.26.0 has no such flag and always serves them (docs/routing.md), so the lab runs without it.
     # --enable-force-include-usage (a switch): the tenants' usage accounting beside the middleware
-    # (issue 26, merged after the lab session); like the middleware, its cost is not measured yet.
+    # (issue 26); `profile-auth` carries it with the middleware (2026-12-02: no measurable cost).
     switches = {"--enable-scale-out", TENANT_USAGE_SWITCH}
     without_switches = [arg for arg in rendered_args if arg not in switches]
     assert _without(without_switches, set(lab_side)) == PLAN["configs"]["stack"]["args"], (
@@ -158,6 +158,31 @@ def test_the_report_has_three_fresh_servers_of_each_main_configuration_at_256() 
     for name in ("defaults", "profile", "profile-fp8w"):
         assert summary[name]["256"]["servers"] >= 3, name
     assert summary["profile-auth"]["256"]["servers"] >= 2
+
+
+def _row(text: str, first_cell: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"| {first_cell} |"))
+
+
+def test_published_256_figures_are_the_pooled_medians_of_the_committed_sessions() -> None:
+    # Issue 27: every claim follows the medians. The README's and docs/benchmark.md's 256 rows carry
+    # the report's pooled medians and ranges; a new session that moves them fails here until they follow.
+    summary = report.summary(SESSIONS)
+    repo = SERVING.parents[1]
+
+    def cell(name: str) -> str:
+        entry = summary[name]["256"]["output_throughput"]
+        return f"{entry['median']:,.0f} ({entry['min']:,.0f}–{entry['max']:,.0f}"
+
+    defaults = summary["defaults"]["256"]["output_throughput"]["median"]
+    profile = summary["profile"]["256"]["output_throughput"]["median"]
+    fp8 = summary["profile-fp8w"]["256"]["output_throughput"]["median"]
+    for doc in (repo / "README.md", repo / "docs" / "benchmark.md"):
+        row = _row(doc.read_text(), "256").replace("**", "")  # bold figures read the same
+        for name in ("defaults", "profile", "profile-fp8w"):
+            assert cell(name) in row, (doc.name, name, cell(name))
+        assert f"+{100 * (profile / defaults - 1):.1f} %" in row, doc.name
+        assert f"{fp8 / defaults:.2f}×" in row, doc.name
 
 
 def test_lab_profile_configurations_are_the_stack_arguments_plus_one_change() -> None:

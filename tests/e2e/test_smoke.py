@@ -29,8 +29,11 @@ def test_smoke_streams_a_completion_and_measures_it(vllm_server: RunningVllmServ
 
 
 def test_smoke_accepts_a_base_url_that_ends_in_v1(vllm_server: RunningVllmServer) -> None:
-    result = run_smoke(f"{vllm_server.base_url}/v1/", SERVED_MODEL_NAME, API_KEY, max_tokens=2)
-    assert result.completion_tokens == 2
+    # 16 tokens, not 2: the tiny model's random weights sample freely, and two tokens that both decode
+    # to no text (a partial UTF-8 byte, a special token) made the smoke client say "without a single
+    # token" once in CI; what this test checks is the URL, not the model's text.
+    result = run_smoke(f"{vllm_server.base_url}/v1/", SERVED_MODEL_NAME, API_KEY, max_tokens=16)
+    assert 1 <= result.completion_tokens <= 16
 
 
 def test_smoke_without_a_key_fails_with_401_and_says_how_to_give_one(vllm_server: RunningVllmServer) -> None:

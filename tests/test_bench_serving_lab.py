@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from infra.config.loader import load_stack_config
 from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
 from infra.vllm_flags import check_server_arguments, read_server_flags
 from tests.conftest import model_workloads, rendered
+from tests.support.auth_module import load_auth_module
 
 SERVING = Path(__file__).resolve().parents[1] / "bench" / "serving"
 PLAN = json.loads((SERVING / "lab_plan.json").read_text())
@@ -30,15 +30,6 @@ LAB_FLAGS = read_server_flags(SERVING / "data" / f"vllm-{LAB_GPU_VLLM_VERSION}-s
 TENANT_USAGE_SWITCH = server_auth.FORCE_INCLUDE_USAGE
 TENANT_ENVIRONMENT = {"VLLM_PLATFORM_TENANTS", "VLLM_PLATFORM_TENANT_MOUNT"}
 LAB_ONLY = {"--load-format"}  # the lab's random weights; a pod loads its checkpoint
-
-
-def _auth_module(monkeypatch: pytest.MonkeyPatch):
-    spec = importlib.util.spec_from_file_location("vllm_platform_auth_lab", server_auth.MODULE_FILE)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _lab_module():
@@ -221,7 +212,7 @@ def test_lab_tenants_are_what_prod_renders_for_its_8b_model_and_the_middleware_a
     # The real middleware module reads the lab's files as it reads the ConfigMap and the CSI mount.
     for name, value in env.items():  # tenant mode (no VLLM_API_KEY): the import checks the keys
         monkeypatch.setenv(name, value)
-    auth = _auth_module(monkeypatch)
+    auth = load_auth_module(monkeypatch, "vllm_platform_auth_lab")
     tenants = auth.read_tenant_set(
         Path(env["VLLM_PLATFORM_TENANTS"]), Path(env["VLLM_PLATFORM_TENANT_MOUNT"])
     )

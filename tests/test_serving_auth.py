@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.util
-import sys
 from types import ModuleType
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from components import server_auth
 from components.vllm_arguments import reserved_flag_problems
 from infra.render import RenderResult
+from tests.support.auth_module import load_auth_module
 from tests.test_serving_render import config_of, container, pod_spec
 
 KEY = "test-key-0123456789"
@@ -59,12 +58,7 @@ def test_a_middleware_in_extra_args_is_refused() -> None:
 
 def _load_module(monkeypatch: pytest.MonkeyPatch, key: str) -> ModuleType:
     monkeypatch.setenv("VLLM_API_KEY", key)
-    spec = importlib.util.spec_from_file_location("vllm_platform_auth_under_test", server_auth.MODULE_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_auth_module(monkeypatch, "vllm_platform_auth_under_test")
 
 
 @pytest.mark.parametrize("key", ["", "   ", "\n"])

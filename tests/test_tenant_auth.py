@@ -6,7 +6,6 @@ tests/e2e/test_tenants.py runs the same module inside the real vLLM 0.32.0 serve
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 
 from components import server_auth
 from infra import tenant_metrics
+from tests.support.auth_module import load_auth_module
 
 ALPHA, BETA = "tiny-alpha", "tiny-beta"
 KEY_A, KEY_B = "sk-team-a_0123456789abcdef", "sk-team-b_fedcba9876543210"
@@ -71,12 +71,7 @@ def _load(monkeypatch: pytest.MonkeyPatch, folder: Path) -> ModuleType:
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     monkeypatch.setenv("VLLM_PLATFORM_TENANTS", str(folder / "tenants.json"))
     monkeypatch.setenv("VLLM_PLATFORM_TENANT_MOUNT", str(folder / "keys"))
-    spec = importlib.util.spec_from_file_location("vllm_platform_auth_tenants", server_auth.MODULE_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_auth_module(monkeypatch, "vllm_platform_auth_tenants")
 
 
 @pytest.fixture

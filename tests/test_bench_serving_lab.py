@@ -279,6 +279,17 @@ def test_a_run_with_a_failed_request_is_discarded_and_run_again_with_a_new_seed(
     assert json.loads((tmp_path / "profile-s1-c16.json").read_text())["failed"] == 0
 
 
+def test_host_preparation_follows_the_plans_adapters_and_weight_loads() -> None:
+    # lab.sh's stage 00 makes what this says: 16 rank-16 adapters for profile-lora; the real-size
+    # checkpoint only because the next session's d2 job loads it (`load: default`).
+    lab = _lab_module()
+    assert lab.host_preparation(PLAN) == (16, 16, True)
+    dummy_only = {**PLAN, "session": [{**job, "load": "dummy"} for job in PLAN["session"]]}
+    no_lora = {**dummy_only, "configs": {k: v for k, v in PLAN["configs"].items() if k != "profile-lora"}}
+    assert lab.host_preparation(dummy_only) == (16, 16, False)
+    assert lab.host_preparation(no_lora) == (0, 0, False)
+
+
 def test_lora_runs_name_their_adapters_and_files_by_how_many_are_in_use(tmp_path: Path) -> None:
     lab = _lab_module()
     session = lab.Session(tmp_path, PLAN, deadline=9e12, seed_base=5000)

@@ -1,6 +1,7 @@
 """Serving and start-up measurements on the lab GPU host, one vLLM server at a time.
 
     PYTHONPATH=/tmp/site python3 bench/serving/lab.py --out DIR --deadline EPOCH_S [--jobs s01,s02,...]
+    python3 bench/serving/lab.py --print-preparation   # adapters, rank, real weights: what lab.sh makes
 
 Runs the session of lab_plan.json ("session": jobs in priority order). A job starts one `vllm serve`
 (the plan's base arguments, the configuration's, the job's weight loader) with the environment the
@@ -357,6 +358,20 @@ class Server:
         self.handle.close()
 
 
+def host_preparation(plan: dict[str, Any]) -> tuple[int, int, bool]:
+    """What lab.sh prepares on the host before the session (stage 00): how many LoRA adapters the
+    plan's configurations name and their largest `--max-lora-rank` (bench/lora/make_adapters.py), and
+    whether a job loads real weights (the 16 GB checkpoint, mkckpt.py)."""
+    count = rank = 0
+    for config in plan["configs"].values():
+        args = config.get("args") or []
+        if lora_names(args):
+            count = max(count, len(lora_names(args)))
+            rank = max(rank, int(args[args.index("--max-lora-rank") + 1]))
+    real = any(job.get("load", "dummy") != "dummy" for job in plan["session"])
+    return count, rank, real
+
+
 def result_name(label: str, concurrency: int, adapters: list[str] | None = None) -> str:
     """`<label>-c<C>.json`, or `<label>-c<C>-a<N>.json` for a run with N LoRA adapters in use."""
     suffix = "" if adapters is None else f"-a{len(adapters)}"
@@ -698,17 +713,26 @@ def run_imports_job(session: Session, job: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument(
-        "--deadline", type=float, required=True, help="epoch seconds: start nothing that would end later"
-    )
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--deadline", type=float, help="epoch seconds: start nothing that would end later")
     parser.add_argument(
         "--jobs", default="", help="comma-separated job ids (default: the plan's whole session)"
     )
     parser.add_argument("--seed-base", type=int, default=int(time.time()) % 1_000_000 * 1000)
     parser.add_argument("--plan", type=Path, default=PLAN)
+    parser.add_argument(
+        "--print-preparation",
+        action="store_true",
+        help="print host_preparation's adapter count, rank and real-weights flag (0/1), then exit",
+    )
     options = parser.parse_args(argv)
     plan = json.loads(options.plan.read_text())
+    if options.print_preparation:
+        count, rank, real = host_preparation(plan)
+        print(count, rank, int(real))
+        return 0
+    if options.out is None or options.deadline is None:
+        parser.error("--out and --deadline are required to run a session")
     out: Path = options.out
     out.mkdir(parents=True, exist_ok=True)
     session = Session(out, plan, options.deadline, options.seed_base)

@@ -64,20 +64,8 @@ case "$step" in
       # While the other parts arrive: the model folder (config + tokenizer); the LoRA adapters the
       # plan's configurations name (random rank-R tensors of the model's shape, bench/lora); the 16 GB
       # checkpoint only if a job loads real weights.
-      read -r lora_count lora_rank needs_ckpt < <(python3 - "$here/lab_plan.json" <<'PY'
-import json, sys
-plan = json.load(open(sys.argv[1]))
-count = rank = 0
-for config in plan["configs"].values():
-    args = config.get("args") or []
-    if "--lora-modules" in args:
-        names = [a for a in args[args.index("--lora-modules") + 1:] if "=" in a and not a.startswith("--")]
-        count = max(count, len(names))
-        rank = max(rank, int(args[args.index("--max-lora-rank") + 1]))
-real = any(job.get("load", "dummy") != "dummy" for job in plan["session"])
-print(count, rank, int(real))
-PY
-)
+      read -r lora_count lora_rank needs_ckpt < <(python3 "$here/lab.py" --print-preparation \
+        --plan "$here/lab_plan.json")
       setsid nohup bash -c "python3 /tmp/mkmodel.py /tmp/m/llama8b > $results/mkmodel.log 2>&1 && \
         if [ $lora_count -gt 0 ]; then python3 $LAB_REPO/bench/lora/make_adapters.py /tmp/lora \
           --config-json /tmp/m/llama8b/config.json --rank $lora_rank --count $lora_count \

@@ -27,6 +27,11 @@ def adapter_files(rank: int, seed: int = 1) -> dict[str, bytes]:
     }
 
 
+def support_bot(bucket: str) -> list[str]:
+    """The preloader's `--adapter` for the support-bot adapter (S3, revision v3, declared rank 16)."""
+    return ["--adapter", "support-bot", f"s3://{bucket}/adapters/support", "v3", "16"]
+
+
 def test_adapters_land_beside_the_model_on_both_volumes_with_markers(s3_client, bucket, roots, aws_env):
     shared, local = roots
     upload_revision(s3_client, bucket, "models/llama/rev1", checkpoint_files())
@@ -39,11 +44,7 @@ def test_adapters_land_beside_the_model_on_both_volumes_with_markers(s3_client, 
             shared,
             "--local-root",
             str(local),
-            "--adapter",
-            "support-bot",
-            f"s3://{bucket}/adapters/support",
-            "v3",
-            "16",
+            *support_bot(bucket),
             "--adapter",
             "sql",
             f"s3://{bucket}/adapters/sql",
@@ -79,11 +80,7 @@ def test_a_second_pod_reuses_the_adapters_without_the_source(s3_client, bucket, 
         shared,
         "--local-root",
         str(local),
-        "--adapter",
-        "support-bot",
-        f"s3://{bucket}/adapters/support",
-        "v3",
-        "16",
+        *support_bot(bucket),
     )
     assert run_cli(args, aws_env).returncode == 0
     adapter = local / ".lora-adapters" / "llama" / "support-bot" / "v3"
@@ -105,11 +102,7 @@ def test_an_adapter_whose_rank_differs_from_the_declared_one_fails_the_pod(s3_cl
         preload_args(
             f"s3://{bucket}/models/llama",
             shared,
-            "--adapter",
-            "support-bot",
-            f"s3://{bucket}/adapters/support",
-            "v3",
-            "16",
+            *support_bot(bucket),
         ),
         aws_env,
     )
@@ -126,11 +119,7 @@ def test_a_missing_adapter_fails_with_not_found_and_leaves_no_marker(s3_client, 
         preload_args(
             f"s3://{bucket}/models/llama",
             shared,
-            "--adapter",
-            "support-bot",
-            f"s3://{bucket}/adapters/support",
-            "v3",
-            "16",
+            *support_bot(bucket),
         ),
         aws_env,
     )

@@ -71,13 +71,7 @@ def base_runs(raw: Path) -> list[dict[str, Any]]:
 def stats(runs: list[dict[str, Any]]) -> dict[str, Any]:
     entry: dict[str, Any] = {"servers": len(runs)}
     for key in ("output_throughput", "p99_ttft_ms", "mean_tpot_ms"):
-        values = [run[key] for run in runs]
-        entry[key] = {
-            "median": round(serving.median(values), 1),
-            "min": round(min(values), 1),
-            "max": round(max(values), 1),
-            "values": [round(value, 1) for value in values],
-        }
+        entry[key] = serving.distribution(serving.value_list(runs, key))
     return entry
 
 

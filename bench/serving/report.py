@@ -125,6 +125,16 @@ def value_list(runs: list[dict[str, Any]], key: str) -> list[float]:
     return [run[key] for run in runs]
 
 
+def distribution(values: list[float]) -> dict[str, Any]:
+    """Median, min, max and every value (rounded to 0.1), as the summaries record a metric."""
+    return {
+        "median": round(median(values), 1),
+        "min": round(min(values), 1),
+        "max": round(max(values), 1),
+        "values": [round(value, 1) for value in values],
+    }
+
+
 def throughputs(runs: list[dict[str, Any]]) -> list[float]:
     return value_list(runs, "output_throughput")
 
@@ -161,13 +171,7 @@ def summary(raws: Path | list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
         for level, runs in by_level.items():
             entry: dict[str, Any] = {}
             for key in METRICS:
-                values = value_list(runs, key)
-                entry[key] = {
-                    "median": round(median(values), 1),
-                    "min": round(min(values), 1),
-                    "max": round(max(values), 1),
-                    "values": [round(v, 1) for v in values],
-                }
+                entry[key] = distribution(value_list(runs, key))
             entry["servers"] = len(runs)
             entry["sessions"] = {
                 session: {"output_throughput_median": round(value, 1), "servers": count}

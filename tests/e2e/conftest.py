@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -61,6 +62,25 @@ def rendered_server_container(stack: str = RENDERED_STACK) -> dict:
             if container["name"] == "vllm":
                 return container
     raise AssertionError(f"no vLLM Deployment rendered for stack {stack}")
+
+
+@contextmanager
+def healthy_vllm_server(
+    args: Sequence[str], *, env: Mapping[str, str], log_path: Path, timeout_seconds: float = 300
+) -> Iterator[RunningVllmServer]:
+    """A started vLLM server, yielded once /health answers and stopped on exit, for a module's own
+    fixture; one that never gets healthy fails the test with vLLM's message (its log's tail), not a
+    fixture traceback."""
+    server = start_vllm_server(args, env=env, log_path=log_path)
+    try:
+        wait_until_healthy(server, timeout_seconds=timeout_seconds)
+    except VllmServerError as error:
+        stop_vllm_server(server)
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield server
+    finally:
+        stop_vllm_server(server)
 
 
 def pod_auth_environment(directory: Path, stack: str = RENDERED_STACK) -> dict[str, str]:

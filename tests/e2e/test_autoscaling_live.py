@@ -35,12 +35,7 @@ from infra.config.models import ModelConfig
 from tests.conftest import model_workloads, rendered
 from tests.support.hpa_formula import desired_replicas
 from tests.support.recorded_prometheus import RecordedPrometheus, running_prometheus
-from tests.support.vllm_server import (
-    RunningVllmServer,
-    start_vllm_server,
-    stop_vllm_server,
-    wait_until_healthy,
-)
+from tests.support.vllm_server import RunningVllmServer, running_vllm_server
 
 STACK = "prod"
 MODEL = "llama-3-1-8b"
@@ -109,7 +104,7 @@ def api_server_count(model: ModelConfig) -> int:
 def live_server(
     tiny_model_dir: Path, api_server_count: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningVllmServer]:
-    server = start_vllm_server(
+    with running_vllm_server(
         [
             str(tiny_model_dir),
             "--load-format",
@@ -124,12 +119,9 @@ def live_server(
             SERVED_NAME,
         ],
         log_path=tmp_path_factory.mktemp("vllm-live") / "vllm-serve.log",
-    )
-    try:
-        wait_until_healthy(server, STARTUP_TIMEOUT_SECONDS)
+        startup_timeout_seconds=STARTUP_TIMEOUT_SECONDS,
+    ) as server:
         yield server
-    finally:
-        stop_vllm_server(server)
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from infra.stack_checks import load_stack
 from infra.vllm_metrics import LORA_REQUESTS_INFO
 from router.registrar import RouterClient, Worker, desired_workers, reconcile
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
-from tests.e2e.conftest import API_KEY, cpu_arguments, pod_auth_environment
+from tests.e2e.conftest import API_KEY, cpu_arguments, healthy_vllm_server, pod_auth_environment
 from tests.e2e.test_router import loopback_arguments
 from tests.support.tiny_model import TINY_LLAMA_CONFIG
 from tests.support.vllm_router import (
@@ -46,11 +46,7 @@ from tests.support.vllm_router import (
 from tests.support.vllm_server import (
     REPO_ROOT,
     RunningVllmServer,
-    VllmServerError,
-    start_vllm_server,
-    stop_vllm_server,
     vllm_subprocess_env,
-    wait_until_healthy,
 )
 
 pytestmark = pytest.mark.e2e
@@ -122,16 +118,10 @@ def lora_server(
     env = with_amx_permission(
         {"VLLM_API_KEY": API_KEY, **pod_auth_environment(tmp_path_factory.mktemp("pod-auth-mount-lora"))}
     )
-    server = start_vllm_server(
+    with healthy_vllm_server(
         args, env=env, log_path=tmp_path_factory.mktemp("vllm-lora") / "vllm-serve.log"
-    )
-    try:
-        wait_until_healthy(server, timeout_seconds=300)
-    except VllmServerError as error:
-        stop_vllm_server(server)
-        pytest.fail(str(error), pytrace=False)
-    yield server
-    stop_vllm_server(server)
+    ) as server:
+        yield server
 
 
 def complete(

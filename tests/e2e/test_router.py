@@ -34,7 +34,13 @@ import pytest
 from infra.smoke import run_smoke
 from infra.versions import VLLM_ROUTER_VERSION
 from router.registrar import RouterClient, Worker, reconcile
-from tests.e2e.conftest import API_KEY, SERVED_MODEL_NAME, pod_auth_environment, server_arguments
+from tests.e2e.conftest import (
+    API_KEY,
+    SERVED_MODEL_NAME,
+    healthy_vllm_server,
+    pod_auth_environment,
+    server_arguments,
+)
 from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningRouter,
@@ -47,12 +53,9 @@ from tests.support.vllm_router import (
 )
 from tests.support.vllm_server import (
     RunningVllmServer,
-    VllmServerError,
     paused_engines,
     require_vllm_venv,
-    start_vllm_server,
     stop_vllm_server,
-    wait_until_healthy,
 )
 
 pytestmark = pytest.mark.e2e
@@ -157,14 +160,10 @@ def replica_b(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     args[position + 1 : position + 2] = [BETA, ALPHA]
     # As the pod runs it: the rendered API-key middleware on PYTHONPATH (tests/e2e/conftest.py).
     env = {"VLLM_API_KEY": API_KEY, **pod_auth_environment(tmp_path_factory.mktemp("pod-auth-mount-b"))}
-    server = start_vllm_server(args, env=env, log_path=tmp_path_factory.mktemp("vllm-b") / "vllm-serve.log")
-    try:
-        wait_until_healthy(server, timeout_seconds=300)
-    except VllmServerError as error:
-        stop_vllm_server(server)
-        pytest.fail(str(error), pytrace=False)
-    yield server
-    stop_vllm_server(server)
+    with healthy_vllm_server(
+        args, env=env, log_path=tmp_path_factory.mktemp("vllm-b") / "vllm-serve.log"
+    ) as server:
+        yield server
 
 
 @dataclass(frozen=True)

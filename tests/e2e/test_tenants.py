@@ -31,7 +31,7 @@ from components import secrets as pod_secrets
 from components import server_auth
 from infra import tenant_metrics
 from router.registrar import RouterClient, Worker, reconcile
-from tests.e2e.conftest import REPO_ROOT, SERVED_MODEL_NAME, server_arguments
+from tests.e2e.conftest import REPO_ROOT, SERVED_MODEL_NAME, healthy_vllm_server, server_arguments
 from tests.e2e.test_router import loopback_arguments, rendered_registrar_workers, rendered_router_containers
 from tests.support.vllm_router import (
     RouterVenvMissingError,
@@ -43,10 +43,6 @@ from tests.support.vllm_router import (
 )
 from tests.support.vllm_server import (
     RunningVllmServer,
-    VllmServerError,
-    start_vllm_server,
-    stop_vllm_server,
-    wait_until_healthy,
 )
 
 pytestmark = pytest.mark.e2e
@@ -119,7 +115,7 @@ def tenant_pod(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     args = [a for a in args if a not in tenant_args] + tenant_args
     position = args.index("--served-model-name")
     args[position + 1 : position + 2] = [ALPHA, BETA]
-    server = start_vllm_server(
+    with healthy_vllm_server(
         args,
         env={
             "PYTHONPATH": os.pathsep.join([str(mount), str(REPO_ROOT)]),
@@ -127,14 +123,8 @@ def tenant_pod(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
             "VLLM_PLATFORM_TENANT_MOUNT": str(keys_dir),
         },
         log_path=tmp_path_factory.mktemp("vllm-tenants") / "vllm-serve.log",
-    )
-    try:
-        wait_until_healthy(server, timeout_seconds=300)
-    except VllmServerError as error:
-        stop_vllm_server(server)
-        pytest.fail(str(error), pytrace=False)
-    yield TenantPod(server, keys_dir, keys)
-    stop_vllm_server(server)
+    ) as server:
+        yield TenantPod(server, keys_dir, keys)
 
 
 def _complete(base_url: str, model: str, headers: dict[str, str], **extra: object) -> httpx.Response:

@@ -63,9 +63,14 @@ def load_lora(raw: Path) -> dict[int, list[dict[str, Any]]]:
 
 
 def base_runs(raw: Path) -> list[dict[str, Any]]:
-    """The session's `profile` servers at 256: the base model without `--enable-lora`."""
-    results, _ = serving.load(raw)
-    return results.get(BASE_CONFIG, {}).get(LEVEL, [])
+    """The session's `profile` servers at 256 on the LoRA servers' weights (serving.WEIGHTS): the base
+    model without `--enable-lora`."""
+    results, session = serving.load(raw)
+    weights = {serving.weights_of(job.get("load")) for job in server_jobs(session, LORA_CONFIG)}
+    if len(weights) > 1:
+        raise ValueError(f"{raw}: the {LORA_CONFIG} servers ran different weights ({sorted(weights)})")
+    group = serving.group(BASE_CONFIG, weights.pop() if weights else "checkpoint")
+    return results.get(group, {}).get(LEVEL, [])
 
 
 def stats(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -31,10 +31,44 @@ LEVELS = (1, 16, 64, 256)
 # never a serving configuration here.
 NAME = re.compile(r"^(?P<config>.+)-s(?P<server>\d+)-c(?P<level>\d+)\.json$")
 ORDER = ("defaults", "profile", "profile-fp8w", "profile-auth")
+WEIGHTS = {
+    "checkpoint": "the real-size checkpoint (read by vLLM's default loader or fastsafetensors)",
+    "dummy": "dummy weights (`--load-format dummy`)",
+}
+"""The two random weight sets a lab server runs (session.json's job `load`). Both are uniform in
+[-1e-3, 1e-3] with the same shapes, so the GPU does the same work, but they are different draws, so the
+model emits different tokens; with one API-server process (vLLM's defaults) that moved the throughput
+at 256 by more than a quarter within one session (issue 27). A configuration's servers are therefore
+pooled per weight set, and compared with the defaults on the same weights."""
+DUMMY = " · dummy"
+"""The suffix of a group of servers that ran dummy weights ("defaults · dummy"); the checkpoint's
+groups carry the bare configuration name."""
 METRICS = ("output_throughput", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms")
 
 Results = dict[str, dict[int, list[dict[str, Any]]]]
-"""config -> level -> the client's results, one per fresh server."""
+"""group (configuration and weights, `group()`) -> level -> the client's results, one per fresh server."""
+
+
+def weights_of(load: str | None) -> str:
+    """A job's weight set: `dummy`, or `checkpoint` for the real-size checkpoint's loaders."""
+    return "dummy" if load == "dummy" else "checkpoint"
+
+
+def group(config: str, weights: str) -> str:
+    return config if weights == "checkpoint" else f"{config}{DUMMY}"
+
+
+def config_of(name: str) -> str:
+    return name.removesuffix(DUMMY)
+
+
+def weights_in(name: str) -> str:
+    return "dummy" if name.endswith(DUMMY) else "checkpoint"
+
+
+def reference(name: str) -> str:
+    """The group a group is compared with: vLLM's defaults on the same weights."""
+    return group("defaults", weights_in(name))
 
 
 @dataclass(frozen=True)
@@ -51,7 +85,9 @@ class Session:
 
 
 def load(raw: Path) -> tuple[Results, dict[str, Any]]:
-    """config -> level -> the client's results, one per fresh server (server order); and session.json."""
+    """group -> level -> the client's results, one per fresh server (server order); and session.json."""
+    session = json.loads((raw / "session.json").read_text())
+    loads = {job["label"]: job.get("load") for job in session.get("jobs", {}).values() if "label" in job}
     results: Results = {}
     for path in sorted(raw.glob("*-s*-c*.json"), key=lambda p: _sort_key(p.name)):
         match = NAME.match(path.name)
@@ -60,8 +96,9 @@ def load(raw: Path) -> tuple[Results, dict[str, Any]]:
         result = json.loads(path.read_text())
         result["_server"] = int(match["server"])
         result["_session"] = raw.name
-        results.setdefault(match["config"], {}).setdefault(int(match["level"]), []).append(result)
-    session = json.loads((raw / "session.json").read_text())
+        weights = weights_of(loads.get(f"{match['config']}-s{match['server']}"))
+        name = group(match["config"], weights)
+        results.setdefault(name, {}).setdefault(int(match["level"]), []).append(result)
     return results, session
 
 
@@ -118,7 +155,14 @@ def percent_or_dash(values: list[float]) -> str:
 
 
 def configs_in_order(results: dict[str, Any]) -> list[str]:
-    return [name for name in ORDER if name in results] + sorted(set(results) - set(ORDER))
+    """The groups: the checkpoint's first, then the dummy weights'; the main configurations first."""
+
+    def key(name: str) -> tuple[int, int, str]:
+        config = config_of(name)
+        rank = ORDER.index(config) if config in ORDER else len(ORDER)
+        return (list(WEIGHTS).index(weights_in(name)), rank, config)
+
+    return sorted(results, key=key)
 
 
 def value_list(runs: list[dict[str, Any]], key: str) -> list[float]:
@@ -150,20 +194,21 @@ def session_medians(sessions: list[Session], name: str, level: int) -> dict[str,
 
 
 def same_session_ratios(sessions: list[Session], name: str, level: int) -> dict[str, float]:
-    """session -> that session's median of `name` / that session's defaults median, where it has both."""
+    """session -> that session's median of `name` / that session's defaults median on the same weights,
+    where it has both."""
     ratios = {}
     for session in sessions:
         runs = session.results.get(name, {}).get(level)
-        defaults = session.results.get("defaults", {}).get(level)
+        defaults = session.results.get(reference(name), {}).get(level)
         if runs and defaults:
             ratios[session.name] = median(throughputs(runs)) / median(throughputs(defaults))
     return ratios
 
 
 def summary(raws: Path | list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
-    """config -> level -> median and range of output tok/s, p99 TTFT, mean TTFT and mean TPOT over every
-    fresh server of the sessions; each session's median and server count; the ratio to the defaults
-    (pooled medians) and each session's ratio to its own defaults."""
+    """group -> level -> median and range of output tok/s, p99 TTFT, mean TTFT and mean TPOT over every
+    fresh server of the sessions; each session's median and server count; the ratio to the defaults on
+    the same weights (pooled medians) and each session's ratio to its own defaults on those weights."""
     sessions = load_sessions(raws)
     results = pooled(sessions)
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -177,7 +222,7 @@ def summary(raws: Path | list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
                 session: {"output_throughput_median": round(value, 1), "servers": count}
                 for session, (value, count) in session_medians(sessions, name, level).items()
             }
-            defaults = results.get("defaults", {}).get(level)
+            defaults = results.get(reference(name), {}).get(level)
             entry["vs_defaults"] = (
                 round(median(throughputs(runs)) / median(throughputs(defaults)), 4) if defaults else None
             )
@@ -212,7 +257,8 @@ def host_load(sessions: list[Session], name: str, level: int) -> str:
     for session in sessions:
         by_file = {run.get("file"): run for run in session.data.get("runs", []) if run.get("ok")}
         for result in session.results.get(name, {}).get(level, []):
-            host = by_file.get(f"{name}-s{result['_server']}-c{level}.json", {}).get("host", {})
+            file = f"{config_of(name)}-s{result['_server']}-c{level}.json"
+            host = by_file.get(file, {}).get("host", {})
             if host.get("mean_cpu_busy_pct") is not None:
                 cpu.append(host["mean_cpu_busy_pct"])
             if host.get("mean_gpu_util_pct") is not None:
@@ -220,12 +266,12 @@ def host_load(sessions: list[Session], name: str, level: int) -> str:
     return f"{percent_or_dash(cpu)} / {percent_or_dash(gpu)}"
 
 
-def level_table(sessions: list[Session], level: int) -> list[str]:
-    """Median (range) over every fresh server that ran `level`, pooled across sessions, with each
-    session's median and its ratio to that session's own defaults."""
+def level_table(sessions: list[Session], level: int, weights: str) -> list[str]:
+    """Median (range) over every fresh server that ran `level` on `weights`, pooled across sessions,
+    with each session's median and its ratio to that session's own defaults on the same weights."""
     results = pooled(sessions)
-    defaults = results.get("defaults", {}).get(level)
-    reference = median(throughputs(defaults)) if defaults else None
+    defaults = results.get(group("defaults", weights), {}).get(level)
+    base = median(throughputs(defaults)) if defaults else None
     lines = [
         "| configuration | output tok/s | per session (servers) | vs defaults (pooled medians) "
         "| vs defaults, same session | p99 TTFT ms | mean TTFT ms | mean TPOT ms "
@@ -234,17 +280,17 @@ def level_table(sessions: list[Session], level: int) -> list[str]:
     ]  # fmt: skip
     for name in configs_in_order(results):
         runs = results[name].get(level)
-        if not runs:
+        if not runs or weights_in(name) != weights:
             continue
         value = median(throughputs(runs))
         per_session = "; ".join(
             f"{session}: {median_value:,.0f} ({count})"
             for session, (median_value, count) in session_medians(sessions, name, level).items()
         )
-        if name == "defaults":
+        if name == reference(name):
             versus, same = "(reference)", "(reference)"
         else:
-            versus = f"{gain(value, reference)} ({value / reference:.2f}x)" if reference else "-"
+            versus = f"{gain(value, base)} ({value / base:.2f}x)" if base else "-"
             ratios = same_session_ratios(sessions, name, level)
             same = "; ".join(f"{session}: {gain(ratio, 1)}" for session, ratio in ratios.items()) or "-"
         tpot_fmt = ".1f" if level > 1 else ".2f"
@@ -262,7 +308,7 @@ def configuration_rows(sessions: list[Session], names: list[str]) -> list[str]:
     for name in names:
         by_args: dict[str, list[str]] = {}
         for session in sessions:
-            if name not in session.results:
+            if not any(config_of(ran) == name for ran in session.results):
                 continue
             args = session_args(session).get(name)
             text = "(not recorded)" if args is None else args or "(vLLM's defaults)"
@@ -287,6 +333,22 @@ def session_args(session: Session) -> dict[str, str]:
         {name: " ".join(config["args"]) for name, config in configs.items() if config.get("args") is not None}
     )
     return args
+
+
+def weights_gap(sessions: list[Session]) -> str:
+    """Each session that ran the defaults on both weight sets: the dummy weights' median at 256 against
+    the checkpoint's."""
+    gaps = []
+    for session in sessions:
+        dummy = session.results.get(group("defaults", "dummy"), {}).get(256)
+        real = session.results.get("defaults", {}).get(256)
+        if dummy and real:
+            ratio = median(throughputs(dummy)) / median(throughputs(real))
+            gaps.append(
+                f"{session.name}: {median(throughputs(dummy)):,.0f} on the dummy weights against "
+                f"{median(throughputs(real)):,.0f} on the checkpoint, {gain(ratio, 1)}"
+            )
+    return "; ".join(gaps) or "no session ran both"
 
 
 def render(raws: Path | list[Path]) -> str:
@@ -316,17 +378,30 @@ def render(raws: Path | list[Path]) -> str:
         'tables pool every fresh server of a configuration across the sessions; "per session" and',
         '"same session" show whether the sessions agree.',
         "",
-        "## 256 concurrent: median (range) over fresh servers",
-        "",
-        *level_table(sessions, 256),
+        "**Weights.** A server ran one of two random weight sets of the same shapes (the job's `load`):",
+        "the GPU does the same work on both, but the model emits different tokens. vLLM's defaults, with",
+        "one API-server process, moved with the weights where one session ran both "
+        f"({weights_gap(sessions)}); see the GPU util column. So every table pools a configuration's",
+        "servers per weight set and compares them with the defaults on the same weights; groups on the",
+        f"dummy weights are named `<configuration>{DUMMY}`.",
     ]
-    defaults = results.get("defaults", {}).get(256)
-    if defaults:
+    for weights, label in WEIGHTS.items():
+        groups = [name for name in names if weights_in(name) == weights and 256 in results[name]]
+        if not groups:
+            continue
         lines += [
             "",
-            f"Defaults' median at 256: {median(throughputs(defaults)):,.0f} output tok/s, "
-            f"p99 TTFT {median(value_list(defaults, 'p99_ttft_ms')):,.0f} ms.",
+            f"## 256 concurrent on {label}: median (range) over fresh servers",
+            "",
+            *level_table(sessions, 256, weights),
         ]
+        defaults = results.get(group("defaults", weights), {}).get(256)
+        if defaults:
+            lines += [
+                "",
+                f"Defaults' median at 256 on these weights: {median(throughputs(defaults)):,.0f} output "
+                f"tok/s, p99 TTFT {median(value_list(defaults, 'p99_ttft_ms')):,.0f} ms.",
+            ]
     middle = [level for level in (64, 16) if any(level in results[name] for name in names)]
     if middle:
         lines += [
@@ -338,8 +413,8 @@ def render(raws: Path | list[Path]) -> str:
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
     for level in middle:
-        base = results.get("defaults", {}).get(level)
         for name in names:
+            base = results.get(reference(name), {}).get(level)
             runs = results[name].get(level)
             if not runs:
                 continue
@@ -351,12 +426,14 @@ def render(raws: Path | list[Path]) -> str:
                 f"{median(value_list(runs, 'mean_ttft_ms')):,.0f} | "
                 f"{median(value_list(runs, 'mean_tpot_ms')):.2f} |"
             )
-    if any(1 in results[name] for name in names):
+    for weights, label in WEIGHTS.items():
+        if not any(1 in results[name] for name in names if weights_in(name) == weights):
+            continue
         lines += [
             "",
-            "## 1 concurrent: median (range) over every server that ran it",
+            f"## 1 concurrent on {label}: median (range) over every server that ran it",
             "",
-            *level_table(sessions, 1),
+            *level_table(sessions, 1, weights),
         ]
     lines += [
         "",
@@ -364,7 +441,7 @@ def render(raws: Path | list[Path]) -> str:
         "",
         "| configuration | arguments after `--max-model-len 16384` |",
         "| --- | --- |",
-        *configuration_rows(sessions, names),
+        *configuration_rows(sessions, list(dict.fromkeys(config_of(name) for name in names))),
         "",
         "## Every run",
         "",
@@ -406,7 +483,7 @@ def plot(raws: Path | list[Path], target: Path) -> None:
     figure, axis = plt.subplots(figsize=(6, 4), dpi=100)
     for name in configs_in_order(results):
         levels = sorted(results[name])
-        if len(levels) > 1:
+        if len(levels) > 2:  # the curves: the groups run at 256, 64, 16 and 1
             values = [median(throughputs(results[name][c])) for c in levels]
             axis.plot(levels, values, marker="o", label=f"vLLM {name}")
     axis.set_xscale("log", base=2)

@@ -8,9 +8,9 @@ work (components/rollouts.py); this module is only the typed settings and their 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from infra.config.base import StrictModel
 
@@ -85,14 +85,23 @@ class CanaryAnalysisConfig(StrictModel):
 class CanaryConfig(StrictModel):
     """Traffic steps of a canary rollout; an analysis runs after each step."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_max_surge(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "max_surge" in data:
+            raise ValueError(
+                "max_surge is no longer a setting: it was never applied. The canary's pods follow its "
+                "traffic weight (ceil(weight x replicas), Argo Rollouts' dynamicStableScale) and the "
+                "stable side shrinks as it grows, so the model runs at most one extra pod, which the "
+                "namespace's GPU quota reserves (docs/rollouts.md); remove the key"
+            )
+        return data
+
     steps: Annotated[list[int], Field(min_length=1, max_length=10)] = [10, 50]
     """Canary traffic weights in percent, increasing, each below 100; after the last one the canary
     is promoted to 100 %. Default 10 % → analysis → 50 % → analysis → 100 %."""
     analysis: CanaryAnalysisConfig = CanaryAnalysisConfig()
     """What each analysis compares and for how long."""
-    max_surge: Annotated[int, Field(ge=1, le=100)] = 1
-    """Canary pods started on top of the stable ones (their GPUs are reserved in the namespace quota).
-    The canary never takes a stable pod's GPUs, so a failed canary leaves full capacity behind."""
     abort_scale_down_delay_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
     """After an abort, how long the failed canary pods stay (not serving) for `kubectl logs`."""
 

@@ -133,6 +133,20 @@ def gpu_name() -> str:
         return "unknown"
 
 
+def model_folder_facts(model_dir: Path) -> dict[str, int]:
+    """The model's output ids (config.json `vocab_size`) and how many of them the folder's tokenizer
+    knows (tokenizer.json's vocabulary and added tokens below `vocab_size`). A server whose random
+    weights emit ids its tokenizer lacks spends ~9x as long detokenising them (bench/serving/
+    detokenize.py), so session.json records it; bench/serving/mkmodel.py's folder knows every id."""
+    config, tokenizer = model_dir / "config.json", model_dir / "tokenizer.json"
+    if not (config.exists() and tokenizer.exists()):
+        return {}
+    vocab_size = json.loads(config.read_text())["vocab_size"]
+    data = json.loads(tokenizer.read_text())
+    ids = set(data["model"]["vocab"].values()) | {token["id"] for token in data.get("added_tokens", [])}
+    return {"model_vocab": vocab_size, "tokenizer_knows": len({i for i in ids if 0 <= i < vocab_size})}
+
+
 def gpu_processes() -> list[str]:
     try:
         result = subprocess.run(
@@ -739,6 +753,7 @@ def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
     session.data.setdefault(
         "host", {"cpus": os.cpu_count(), "gpu": gpu_name(), "python": sys.version.split()[0]}
     )
+    session.data.setdefault("model_folder", model_folder_facts(Path(plan["model_dir"])))
     if bench is None:
         from vllm import __version__ as vllm_version
         from vllm.benchmarks.serve import main as bench

@@ -60,13 +60,13 @@ case "$step" in
     mkdir -p /tmp/parts && cp .gpu/p"$1"/part* /tmp/parts/ && ls /tmp/parts | tr '\n' ' '
     if [ "$1" = 00 ]; then
       host_facts
-      cp .gpu/bin/mkmodel.py /tmp/mkmodel.py
-      # While the other parts arrive: the model folder (config + tokenizer); the LoRA adapters the
+      # While the other parts arrive: the model folder (config + a tokenizer that knows every id the
+      # model can emit, bench/serving/mkmodel.py, not the recipe's 16,000-entry one); the LoRA adapters the
       # plan's configurations name (random rank-R tensors of the model's shape, bench/lora); the 16 GB
       # checkpoint only if a job loads real weights.
       read -r lora_count lora_rank needs_ckpt < <(python3 "$here/lab.py" --print-preparation \
         --plan "$here/lab_plan.json")
-      setsid nohup bash -c "python3 /tmp/mkmodel.py /tmp/m/llama8b > $results/mkmodel.log 2>&1 && \
+      setsid nohup bash -c "python3 $LAB_REPO/bench/serving/mkmodel.py /tmp/m/llama8b > $results/mkmodel.log 2>&1 && \
         if [ $lora_count -gt 0 ]; then python3 $LAB_REPO/bench/lora/make_adapters.py /tmp/lora \
           --config-json /tmp/m/llama8b/config.json --rank $lora_rank --count $lora_count \
           > $results/mkadapters.log 2>&1; fi && \

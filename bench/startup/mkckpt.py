@@ -1,6 +1,6 @@
 """Writes a real-size Llama-3.1-8B checkpoint of random bf16 tensors (safetensors, 4 shards) on local disk.
 
-    python3 bench/startup/mkckpt.py MODEL_DIR OUT_DIR   # MODEL_DIR: config + tokenizer (.gpu/bin/mkmodel.py)
+    python3 bench/startup/mkckpt.py MODEL_DIR OUT_DIR   # MODEL_DIR: bench/serving/mkmodel.py's folder
 
 The weight-loading measurement (issue 24) needs real bytes on disk: `--load-format dummy` skips the
 read. Values are uniform in [-1e-3, 1e-3], as vLLM's dummy loader draws them, so activations stay finite

@@ -66,7 +66,8 @@ def base_runs(raw: Path) -> list[dict[str, Any]]:
     """The session's `profile` servers at 256 on the LoRA servers' weights (serving.WEIGHTS): the base
     model without `--enable-lora`."""
     results, session = serving.load(raw)
-    weights = {serving.weights_of(job.get("load")) for job in server_jobs(session, LORA_CONFIG)}
+    folder = session.get("model_folder")
+    weights = {serving.weights_of(job.get("load"), folder) for job in server_jobs(session, LORA_CONFIG)}
     if len(weights) > 1:
         raise ValueError(f"{raw}: the {LORA_CONFIG} servers ran different weights ({sorted(weights)})")
     group = serving.group(BASE_CONFIG, weights.pop() if weights else "checkpoint")

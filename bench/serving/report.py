@@ -34,36 +34,46 @@ ORDER = ("defaults", "profile", "profile-fp8w", "profile-auth")
 WEIGHTS = {
     "checkpoint": "the real-size checkpoint (read by vLLM's default loader or fastsafetensors)",
     "dummy": "dummy weights (`--load-format dummy`)",
+    "full-vocab": "a tokenizer that knows every id (bench/serving/mkmodel.py), either weights",
 }
-"""The two random weight sets a lab server runs (session.json's job `load`). Both are uniform in
-[-1e-3, 1e-3] with the same shapes, so the GPU does the same work, but they are different draws, so the
-model emits different tokens; with one API-server process (vLLM's defaults) that moved the throughput
-at 256 by more than a quarter within one session (issue 27). A configuration's servers are therefore
-pooled per weight set, and compared with the defaults on the same weights."""
-DUMMY = " · dummy"
-"""The suffix of a group of servers that ran dummy weights ("defaults · dummy"); the checkpoint's
-groups carry the bare configuration name."""
+"""What a lab server's tokens cost its API process. Until 2026-12-02-b the lab's model folder had a
+tokenizer of 16,000 entries for a model of 128,256 output ids, and its servers ran one of two random
+weight sets (session.json's job `load`), uniform in [-1e-3, 1e-3] with the same shapes: the same GPU
+work, but different draws, so the model emitted different ids. vLLM's output processor spends ~9x as
+long on an id its tokenizer does not know (bench/serving/detokenize.py), and with one API-server
+process (vLLM's defaults) the dummy weights served 28 % less than the checkpoint in one session (issue
+27). So those servers are pooled per weight set and compared with the defaults on the same weights.
+A session whose model folder's tokenizer knows every id (session.json `model_folder`, lab.py) is
+`full-vocab`, whichever weights it loads."""
+SUFFIXES = {"checkpoint": "", "dummy": " · dummy", "full-vocab": " · full vocab"}
+"""A group's name is its configuration's plus the suffix of its weights ("defaults · dummy")."""
+DUMMY = SUFFIXES["dummy"]
 METRICS = ("output_throughput", "p99_ttft_ms", "mean_ttft_ms", "mean_tpot_ms")
 
 Results = dict[str, dict[int, list[dict[str, Any]]]]
 """group (configuration and weights, `group()`) -> level -> the client's results, one per fresh server."""
 
 
-def weights_of(load: str | None) -> str:
-    """A job's weight set: `dummy`, or `checkpoint` for the real-size checkpoint's loaders."""
+def weights_of(load: str | None, model_folder: dict[str, int] | None = None) -> str:
+    """A server's weight set (WEIGHTS): `full-vocab` where its session's tokenizer knows every id of
+    the model, else `dummy`, or `checkpoint` for the real-size checkpoint's loaders."""
+    folder = model_folder or {}
+    if folder.get("model_vocab") and folder.get("tokenizer_knows") == folder["model_vocab"]:
+        return "full-vocab"
     return "dummy" if load == "dummy" else "checkpoint"
 
 
 def group(config: str, weights: str) -> str:
-    return config if weights == "checkpoint" else f"{config}{DUMMY}"
-
-
-def config_of(name: str) -> str:
-    return name.removesuffix(DUMMY)
+    return f"{config}{SUFFIXES[weights]}"
 
 
 def weights_in(name: str) -> str:
-    return "dummy" if name.endswith(DUMMY) else "checkpoint"
+    found = (weights for weights, suffix in SUFFIXES.items() if suffix and name.endswith(suffix))
+    return next(found, "checkpoint")
+
+
+def config_of(name: str) -> str:
+    return name.removesuffix(SUFFIXES[weights_in(name)])
 
 
 def reference(name: str) -> str:
@@ -96,7 +106,7 @@ def load(raw: Path) -> tuple[Results, dict[str, Any]]:
         result = json.loads(path.read_text())
         result["_server"] = int(match["server"])
         result["_session"] = raw.name
-        weights = weights_of(loads.get(f"{match['config']}-s{match['server']}"))
+        weights = weights_of(loads.get(f"{match['config']}-s{match['server']}"), session.get("model_folder"))
         name = group(match["config"], weights)
         results.setdefault(name, {}).setdefault(int(match["level"]), []).append(result)
     return results, session
@@ -379,11 +389,14 @@ def render(raws: Path | list[Path]) -> str:
         '"same session" show whether the sessions agree.',
         "",
         "**Weights.** A server ran one of two random weight sets of the same shapes (the job's `load`):",
-        "the GPU does the same work on both, but the model emits different tokens. vLLM's defaults, with",
-        "one API-server process, moved with the weights where one session ran both "
-        f"({weights_gap(sessions)}); see the GPU util column. So every table pools a configuration's",
-        "servers per weight set and compares them with the defaults on the same weights; groups on the",
-        f"dummy weights are named `<configuration>{DUMMY}`.",
+        "the GPU does the same work on both, but the model emits different token ids. Until 2026-12-02-b",
+        "the lab's tokenizer knew 16,000 of the model's 128,256 ids, and vLLM's output processor spends",
+        "about 9x as long on an id its tokenizer does not know ([detokenize.py](detokenize.py),",
+        "[cpu/](cpu/)). vLLM's defaults, with one API-server process, moved with the weights where one",
+        f"session ran both ({weights_gap(sessions)}); see the GPU util column. So every table pools a",
+        "configuration's servers per weight set and compares them with the defaults on the same weights;",
+        f"groups on the dummy weights are named `<configuration>{DUMMY}`, those of sessions whose",
+        f"tokenizer knows every id `<configuration>{SUFFIXES['full-vocab']}`.",
     ]
     for weights, label in WEIGHTS.items():
         groups = [name for name in names if weights_in(name) == weights and 256 in results[name]]

@@ -27,7 +27,7 @@ def write_session(
     session = LabSession(raw, seed_base=seed_base)
     for config, values in throughputs.items():
         for index, value in enumerate(values):
-            label = session.server(config)
+            label = session.server(config, load="default")  # the checkpoint: bare group names
             session.run(label, 256, value, value / 4, mean_tpot_ms=20.0 + index / 10)
             if one_concurrent:
                 session.run(label, 1, value / 50, 30.0 + index, mean_tpot_ms=5.0 + index / 10)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.serving import mkmodel
+from bench.serving import mkmodel, report
 
 SMALL = 16000
 """Entries of the GPU recipe's lab tokenizer (its mkmodel.py), which the 2026-12-01-b to 2026-12-02-b
@@ -79,11 +79,7 @@ def measure(streams: int, tokens: int, repeats: int, seed: int) -> dict[str, Any
         folders = {}
         for name, entries in (("full", None), ("small", SMALL)):
             folder = Path(scratch) / name
-            folder.mkdir()
-            tokenizer = mkmodel.build_tokenizer(vocab, files, entries=entries)
-            tokenizer.save(str(folder / "tokenizer.json"))
-            (folder / "tokenizer_config.json").write_text(json.dumps(mkmodel.TOKENIZER_CONFIG))
-            (folder / "config.json").write_text(json.dumps(mkmodel.LLAMA_3_1_8B))
+            tokenizer = mkmodel.write_model_folder(folder, vocab, entries=entries, files=files)
             folders[name] = (folder, tokenizer.get_vocab_size(), len(mkmodel.unknown_ids(tokenizer, vocab)))
         cases = {
             "16,000-entry tokenizer, ids it does not know (>= 16,000)": ("small", above),
@@ -107,13 +103,7 @@ def measure(streams: int, tokens: int, repeats: int, seed: int) -> dict[str, Any
             for name, (_, entries, unknown) in folders.items()
         },
         "median_ms_per_step": {
-            name: {
-                "median": round(statistics.median(values), 2),
-                "min": round(min(values), 2),
-                "max": round(max(values), 2),
-                "values": [round(value, 2) for value in values],
-            }
-            for name, values in per_case.items()
+            name: report.distribution(values, digits=2) for name, values in per_case.items()
         },
     }
 

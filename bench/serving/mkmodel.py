@@ -113,17 +113,29 @@ def unknown_ids(tokenizer, vocab_size: int) -> list[int]:
     return [index for index in range(vocab_size) if tokenizer.id_to_token(index) is None]
 
 
-def write_model_folder(out: Path, vocab_size: int = LLAMA_3_1_8B["vocab_size"]) -> dict[str, int]:
+def write_model_folder(
+    out: Path,
+    vocab_size: int = LLAMA_3_1_8B["vocab_size"],
+    entries: int | None = None,
+    files: list[str] | None = None,
+):  # -> tokenizers.Tokenizer
+    """config.json, tokenizer.json and tokenizer_config.json in `out`; the tokenizer built for them.
+    Without `entries` the tokenizer must know every id below `vocab_size`; with it, it is trained to
+    that many entries and the rest stay unknown (detokenize.py's small tokenizer). `files`: the
+    training text, `corpus()` when not given."""
     out.mkdir(parents=True, exist_ok=True)
     config = {**LLAMA_3_1_8B, "vocab_size": vocab_size}
-    tokenizer = build_tokenizer(vocab_size, corpus())
-    missing = unknown_ids(tokenizer, vocab_size)
-    if missing or tokenizer.get_vocab_size() != vocab_size:
-        raise ValueError(f"tokenizer has {tokenizer.get_vocab_size()} entries, {len(missing)} ids unknown")
+    tokenizer = build_tokenizer(vocab_size, corpus() if files is None else files, entries=entries)
+    if entries is None:
+        missing = unknown_ids(tokenizer, vocab_size)
+        if missing or tokenizer.get_vocab_size() != vocab_size:
+            raise ValueError(
+                f"tokenizer has {tokenizer.get_vocab_size()} entries, {len(missing)} ids unknown"
+            )
     (out / "config.json").write_text(json.dumps(config))
     tokenizer.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
-    return {"model_vocab": vocab_size, "tokenizer_entries": tokenizer.get_vocab_size()}
+    return tokenizer
 
 
 def main() -> int:
@@ -131,7 +143,8 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--vocab-size", type=int, default=LLAMA_3_1_8B["vocab_size"])
     options = parser.parse_args()
-    facts = write_model_folder(options.out, options.vocab_size)
+    tokenizer = write_model_folder(options.out, options.vocab_size)
+    facts = {"model_vocab": options.vocab_size, "tokenizer_entries": tokenizer.get_vocab_size()}
     print("model dir ready", options.out, json.dumps(facts))
     return 0
 

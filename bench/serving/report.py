@@ -179,13 +179,13 @@ def value_list(runs: list[dict[str, Any]], key: str) -> list[float]:
     return [run[key] for run in runs]
 
 
-def distribution(values: list[float]) -> dict[str, Any]:
-    """Median, min, max and every value (rounded to 0.1), as the summaries record a metric."""
+def distribution(values: list[float], digits: int = 1) -> dict[str, Any]:
+    """Median, min, max and every value (rounded to `digits` decimals), as the summaries record a metric."""
     return {
-        "median": round(median(values), 1),
-        "min": round(min(values), 1),
-        "max": round(max(values), 1),
-        "values": [round(value, 1) for value in values],
+        "median": round(median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "values": [round(value, digits) for value in values],
     }
 
 
@@ -353,10 +353,10 @@ def weights_gap(sessions: list[Session]) -> str:
         dummy = session.results.get(group("defaults", "dummy"), {}).get(256)
         real = session.results.get("defaults", {}).get(256)
         if dummy and real:
-            ratio = median(throughputs(dummy)) / median(throughputs(real))
+            slow, fast = median(throughputs(dummy)), median(throughputs(real))
             gaps.append(
-                f"{session.name}: {median(throughputs(dummy)):,.0f} on the dummy weights against "
-                f"{median(throughputs(real)):,.0f} on the checkpoint, {gain(ratio, 1)}"
+                f"{session.name}: {slow:,.0f} on the dummy weights against {fast:,.0f} on the "
+                f"checkpoint, {gain(slow / fast, 1)}"
             )
     return "; ".join(gaps) or "no session ran both"
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
@@ -22,6 +23,14 @@ class StrictModel(BaseModel):
     # Attribute docstrings become field descriptions: the README's config reference is generated
     # from them (infra/config/reference.py), so the documentation cannot drift from the schema.
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+def reject_retired_keys(data: Any, retired: Mapping[str, str]) -> None:
+    """For a `mode="before"` model validator: a key that was a setting once fails with
+    "<key> is no longer a setting: <why and what to do>", not as an unknown key."""
+    for key, why in retired.items():
+        if isinstance(data, dict) and key in data:
+            raise ValueError(f"{key} is no longer a setting: {why}")
 
 
 def dns_label(max_length: int):

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
-from infra.config.base import Cidr, Hostname, Labels, PinnedImage, StrictModel, dns_label
+from infra.config.base import Cidr, Hostname, Labels, PinnedImage, StrictModel, dns_label, reject_retired_keys
 from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
 from infra.config.models import ModelConfig, RoutingPolicy, SecretRefConfig
@@ -154,13 +154,12 @@ CHART_VERSION_KEYS = ("chart_version", "aws_provider_chart_version")
 
 def reject_chart_version(data: Any) -> None:
     """Charts are pinned and locked: a stack cannot install a version that is not in the lock."""
-    keys = [key for key in CHART_VERSION_KEYS if isinstance(data, dict) and key in data]
-    if keys:
-        raise ValueError(
-            f"{keys[0]} is no longer a setting: every chart is pinned in infra/versions.py and locked in "
-            "components/helm/charts.lock.yaml, so a stack cannot pick another version; remove the key, "
-            "or bump the pin and its lock entry (docs/charts.md, 'Bumping a chart')"
-        )
+    why = (
+        "every chart is pinned in infra/versions.py and locked in components/helm/charts.lock.yaml, so "
+        "a stack cannot pick another version; remove the key, or bump the pin and its lock entry "
+        "(docs/charts.md, 'Bumping a chart')"
+    )
+    reject_retired_keys(data, dict.fromkeys(CHART_VERSION_KEYS, why))
 
 
 def _check_prometheus_url(value: str) -> str:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from infra.config.base import StrictModel
+from infra.config.base import StrictModel, reject_retired_keys
 
 
 class ErrorRateCheckConfig(StrictModel):
@@ -88,13 +88,13 @@ class CanaryConfig(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _no_max_surge(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "max_surge" in data:
-            raise ValueError(
-                "max_surge is no longer a setting: it was never applied. The canary's pods follow its "
-                "traffic weight (ceil(weight x replicas), Argo Rollouts' dynamicStableScale) and the "
-                "stable side shrinks as it grows, so the model runs at most one extra pod, which the "
-                "namespace's GPU quota reserves (docs/rollouts.md); remove the key"
-            )
+        why = (
+            "it was never applied. The canary's pods follow its traffic weight (ceil(weight x "
+            "replicas), Argo Rollouts' dynamicStableScale) and the stable side shrinks as it grows, so "
+            "the model runs at most one extra pod, which the namespace's GPU quota reserves "
+            "(docs/rollouts.md); remove the key"
+        )
+        reject_retired_keys(data, {"max_surge": why})
         return data
 
     steps: Annotated[list[int], Field(min_length=1, max_length=10)] = [10, 50]

@@ -188,7 +188,7 @@ def test_servers_are_grouped_by_the_weights_they_ran() -> None:
     # 2026-12-02-b ran the defaults once on dummy weights (d1) and once on the real-size checkpoint (d2).
     raw = SERVING / "raw" / "2026-12-02-b"
     session = json.loads((raw / "session.json").read_text())
-    loads = {job["label"]: job["load"] for job in session["jobs"].values() if "label" in job}
+    loads = report.server_loads(session)
     assert loads["defaults-s1"] == "dummy" and loads["defaults-s2"] == "default"
     results, _ = report.load(raw)
     assert [run["_server"] for run in results["defaults · dummy"][256]] == [1]
@@ -205,7 +205,7 @@ def test_with_a_tokenizer_that_knows_every_id_the_weights_no_longer_matter() -> 
     raw = SERVING / "raw" / "2026-12-02-c"
     session = json.loads((raw / "session.json").read_text())
     assert session["model_folder"] == {"model_vocab": 128256, "tokenizer_knows": 128256}
-    loads = {job["label"]: job["load"] for job in session["jobs"].values() if "label" in job}
+    loads = report.server_loads(session)
     results, _ = report.load(raw)
     runs = {
         f"defaults-s{run['_server']}": run["output_throughput"] for run in results[f"defaults{FULL}"][256]

@@ -94,10 +94,15 @@ class Session:
         return self.raw.name
 
 
+def server_loads(session: dict[str, Any]) -> dict[str, str | None]:
+    """session.json's started servers (`<config>-s<N>`) -> the weights each loaded (the job's `load`)."""
+    return {job["label"]: job.get("load") for job in session.get("jobs", {}).values() if "label" in job}
+
+
 def load(raw: Path) -> tuple[Results, dict[str, Any]]:
     """group -> level -> the client's results, one per fresh server (server order); and session.json."""
     session = json.loads((raw / "session.json").read_text())
-    loads = {job["label"]: job.get("load") for job in session.get("jobs", {}).values() if "label" in job}
+    loads = server_loads(session)
     results: Results = {}
     for path in sorted(raw.glob("*-s*-c*.json"), key=lambda p: _sort_key(p.name)):
         match = NAME.match(path.name)

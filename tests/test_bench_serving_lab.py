@@ -223,6 +223,14 @@ def _row(text: str, first_cell: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(f"| {first_cell} |"))
 
 
+def _published(values: list[float]) -> str:
+    """How the docs write a group's output tok/s: "median (min–max" from the unrounded values, as the
+    report formats them, or "value (1" for one server."""
+    if len(values) == 1:
+        return f"{values[0]:,.0f} (1"
+    return f"{report.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f}"
+
+
 def test_published_256_and_1_figures_are_the_pooled_medians_of_the_committed_sessions() -> None:
     # Issue 27: every claim follows the medians. The README's and docs/benchmark.md's 256 and 1 rows
     # carry the report's pooled medians and ranges with the tokenizer that knows every id; docs keeps
@@ -232,10 +240,7 @@ def test_published_256_and_1_figures_are_the_pooled_medians_of_the_committed_ses
     repo = SERVING.parents[1]
 
     def cell(name: str, level: str) -> str:
-        values = report.throughputs(pooled[name][int(level)])
-        if len(values) == 1:
-            return f"{values[0]:,.0f} (1"
-        return f"{report.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f}"
+        return _published(report.throughputs(pooled[name][int(level)]))
 
     def median(name: str, level: str) -> float:
         return report.median(report.throughputs(pooled[name][int(level)]))
@@ -261,16 +266,16 @@ def test_published_256_and_1_figures_are_the_pooled_medians_of_the_committed_ses
 def test_published_leave_one_out_figures_are_the_committed_runs() -> None:
     # docs/benchmark.md's profile without the fp8 KV cache (profile-bf16kv), on the fixed tokenizer.
     summary = report.summary(SESSIONS)
+    pooled = report.pooled(report.load_sessions(SESSIONS))
     doc = (SERVING.parents[1] / "docs" / "benchmark.md").read_text()
     text = " ".join(doc.split())  # prose as one line
     row = _row(doc.replace("  | ", "| "), "profile-bf16kv")
-    for level in ("256", "1"):
-        entry = summary[f"profile-bf16kv{FULL}"][level]
-        tok = entry["output_throughput"]
-        assert (
-            f"{tok['median']:,.0f} ({tok['min']:,.0f}–{tok['max']:,.0f}, {entry['servers']} servers)" in row
+    for level in (256, 1):
+        values = report.throughputs(pooled[f"profile-bf16kv{FULL}"][level])
+        assert f"{_published(values)}, {len(values)} servers)" in row, level
+        versus = report.gain(
+            report.median(values), report.median(report.throughputs(pooled[f"profile{FULL}"][level]))
         )
-        versus = report.gain(tok["median"], summary[f"profile{FULL}"][level]["output_throughput"]["median"])
         assert versus.replace("-", "−") in row, level
     # tuned_rule's thresholds, applied to the profile against the profile without the fp8 KV cache,
     # keep it (docs/benchmark.md says so; applied to the levers alone on the defaults they dropped it).
@@ -293,8 +298,7 @@ def test_published_lever_figures_are_the_medians_of_the_committed_sessions() -> 
     for lever, flag in levers.items():
         row = _row(text.replace("  | `", "| `"), f"`{flag}`")
         entry = summary[f"{lever}{report.DUMMY}"]
-        tok = entry["256"]["output_throughput"]
-        assert f"{tok['median']:,.0f} ({tok['min']:,.0f}–{tok['max']:,.0f})" in row, lever
+        assert f"{_published(report.throughputs(pooled[f'{lever}{report.DUMMY}'][256]))})" in row, lever
         assert f"{100 * (entry['256']['vs_defaults'] - 1):+.1f} %".replace("-", "−") in row, lever
         single = report.median(report.throughputs(pooled[f"{lever}{report.DUMMY}"][1]))  # unrounded
         versus = report.gain(single, report.median(report.throughputs(pooled[f"defaults{report.DUMMY}"][1])))

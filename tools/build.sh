@@ -77,6 +77,11 @@ build() {
     echo "$((SECONDS - started))" >"$out/.build-seconds"
     touch "$out/.complete"
     echo "tools: built $name in $((SECONDS - started)) s" >&2
+    # Earlier builds of this wrapper (other keys) are not used any more.
+    local old
+    for old in "$cache/$name"-*; do
+      [[ "$old" != "$out" && "$(basename "$old")" =~ ^$name-[0-9a-f]{16}$ ]] && rm -rf "$old"
+    done
   fi
   local program
   for program in "$out"/bin/*; do ln -sfn "$program" "$cache/bin/$(basename "$program")"; done

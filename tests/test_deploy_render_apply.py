@@ -10,6 +10,7 @@ scheduler, against the GPU taints, labels and capacity the AWS layer gives the n
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter
 from typing import Any
 
@@ -64,6 +65,23 @@ def test_every_rendered_object_is_admitted_by_the_api_server(applied):
         resource: (count, live[resource]) for resource, count in rendered.items() if live[resource] < count
     }
     assert not missing, f"kinds with fewer live objects than rendered (rendered, live): {missing}"
+
+
+def test_our_pods_meet_pod_security_restricted_except_the_local_nvme_host_path(applied):
+    # Our model namespaces warn (and audit) at `restricted`; they enforce it, except where the GPU
+    # group's local NVMe copy needs a hostPath volume (components/model_service.py). The API server's
+    # PodSecurity admission prints a warning for every pod template that would violate `restricted`:
+    # the only one allowed is that hostPath volume.
+    _, _, results, _ = applied
+    warnings = [
+        line for result in results for line in result.stderr.splitlines() if "violate PodSecurity" in line
+    ]
+    unexpected = [
+        line
+        for line in warnings
+        if not re.search(r'restricted:v[\d.]+": hostPath volumes? \(volumes? "[\w-]+"\)$', line)
+    ]
+    assert not unexpected, "\n".join(unexpected)
 
 
 def test_every_pod_is_scheduled_and_running(applied):

@@ -10,6 +10,7 @@ read-only mount that PYTHONPATH names, and the key from `VLLM_API_KEY` (the CSI-
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from pathlib import Path
@@ -93,3 +94,37 @@ def environment(config: PlatformConfig | None = None) -> list[dict[str, str]]:
             {"name": "VLLM_PLATFORM_TENANT_MOUNT", "value": secrets.TENANT_KEYS_MOUNT_PATH},
         ]
     return env
+
+
+def _module_constant(name: str) -> Any:
+    """A literal constant of the middleware module, read from its source: importing the module runs
+    its start-up key check, which needs a pod's environment."""
+    for node in ast.parse(module_source()).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
+                value = node.value
+                if (
+                    isinstance(value, ast.Call)
+                    and isinstance(value.func, ast.Name)
+                    and value.func.id == "frozenset"
+                ):
+                    return frozenset(ast.literal_eval(value.args[0]))
+                return ast.literal_eval(value)
+    raise KeyError(f"{MODULE_FILE.name} defines no literal {name}")
+
+
+def inference_routes() -> dict[str, str]:
+    """Route -> where vLLM takes its served name from: the POST routes a model or tenant key reaches."""
+    return _module_constant("INFERENCE_ROUTES")
+
+
+def route_policy() -> dict[str, str]:
+    """Every route the middleware has decided on -> `open`, `inference`, `models`, `websocket`
+    (inference over a WebSocket) or `operator` (docs/security.md, "Routes")."""
+    policy = {path: "open" for path in _module_constant("OPEN_PATHS")}
+    policy[_module_constant("MODELS_PATH")] = "models"
+    policy |= {path: "inference" for path in inference_routes()}
+    policy |= {path: "websocket" for path in _module_constant("WEBSOCKET_ROUTES")}
+    policy |= {path: "operator" for path in _module_constant("OPERATOR_ROUTES")}
+    return policy

@@ -487,7 +487,9 @@ def test_invocations_are_judged_by_the_sagemaker_adapter_header_that_vllm_uses(p
     assert invoke(KEY_A, BETA.encode(), ALPHA).status == 403  # the body's own name does not count
     assert invoke(KEY_B, BETA.encode(), ALPHA).reached
     assert invoke(KEY_B, b"", BETA).status == 403  # an empty header: vLLM's default, ALPHA
-    assert invoke(KEY_A, None, ALPHA).reached
+    # No header: vLLM sets the body's model to None, its default (ALPHA), whatever the body named.
+    assert invoke(KEY_B, None, BETA).status == 403
+    assert invoke(KEY_A, None, BETA).reached
 
 
 def test_a_chat_content_part_named_like_another_tenants_adapter_is_refused(pod: Pod) -> None:

@@ -95,22 +95,34 @@ SAGEMAKER_ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"
 BODY = "body"
 """The JSON body's `model`; empty or absent: vLLM's default served name (`_is_model_supported`)."""
 SAGEMAKER = "sagemaker"
-"""The adapter header when present, else the body's `model` (as BODY)."""
+"""The adapter header, which vLLM writes over the body's `model` (absent: None, the default); and
+content-part types, as CHAT (vLLM passes a chat-shaped body to its chat handler)."""
 CHAT = "chat"
 """As BODY, and content-part types: vLLM applies an adapter named like one (before its first `_`)
 to a request for the base (`_get_active_default_mm_loras`, chat only)."""
 INFERENCE_ROUTES: dict[str, str] = {
     "/v1/completions": "body",
+    "/v1/completions/render": "body",
+    "/v1/completions/derender": "body",
     "/v1/chat/completions": "chat",
     "/v1/chat/completions/batch": "chat",
+    "/v1/chat/completions/render": "chat",
+    "/v1/chat/completions/derender": "chat",
     "/v1/responses": "chat",
+    "/v1/responses/render": "chat",
     "/v1/messages": "chat",
     "/v1/messages/count_tokens": "chat",
-    "/inference/v1/generate": "body",
+    "/v1/messages/render": "chat",
+    "/cohere/v2/chat": "chat",
+    "/cohere/v2/chat/render": "chat",
+    "/inference/v1/generate": "chat",
     "/invocations": "sagemaker",
+    "/v1/systemone": "body",
+    "/generative_scoring": "body",
     "/tokenize": "chat",
     "/detokenize": "body",
     "/v1/embeddings": "chat",
+    "/v2/embed": "chat",
     "/pooling": "chat",
     "/classify": "chat",
     "/score": "body",
@@ -127,23 +139,58 @@ WEBSOCKET_ROUTES = frozenset({"/v1/realtime"})
 key that may use every served name of the pod gets one."""
 OPERATOR_ROUTES = frozenset(
     {
+        # LoRA adapters at run time (vLLM's and SageMaker's routes), elastic EP, aborting any request.
         "/v1/load_lora_adapter",
         "/v1/unload_lora_adapter",
         "/adapters",
         "/adapters/{adapter_name}",
         "/scale_elastic_ep",
         "/is_scaling_elastic_ep",
+        "/abort_requests",
         "/inference/v1/abort_requests",
+        # Stored responses: another tenant's, by id.
+        "/v1/responses/{response_id}",
+        "/v1/responses/{response_id}/cancel",
+        # Operations, fault tolerance, profiling, the dev-mode and RL routes (weights, sleep, caches, RPC).
         "/ping",
         "/load",
         "/version",
         "/server_info",
+        "/ready",
+        "/readyz",
+        "/fault_tolerance/apply",
+        "/fault_tolerance/status",
+        "/start_profile",
+        "/stop_profile",
+        "/collective_rpc",
+        "/get_world_size",
+        "/is_paused",
+        "/pause",
+        "/resume",
+        "/is_sleeping",
+        "/sleep",
+        "/wake_up",
+        "/reset_prefix_cache",
+        "/reset_mm_cache",
+        "/reset_encoder_cache",
+        "/release_kv_cache_memory",
+        "/kv_event_sources",
+        "/tokenizer_info",
+        "/init_weight_transfer_engine",
+        "/shutdown_weight_transfer_engine",
+        "/start_weight_update",
+        "/start_draft_weight_update",
+        "/finish_weight_update",
+        "/update_weights",
+        "/update_weight_version",
+        "/weight_checker",
+        "/weight_info",
+        # FastAPI's documentation (and --enable-offline-docs' static files).
         "/openapi.json",
         "/docs",
         "/docs/oauth2-redirect",
         "/redoc",
-        "/v1/responses/{response_id}",
-        "/v1/responses/{response_id}/cancel",
+        "/static",
     }
 )
 """The pinned vLLM's other routes, classified as operator-only (the default for any path not in
@@ -504,18 +551,16 @@ def resolved_names(
     default = served_names[0] if served_names else ""
     model = payload.get("model")
     if kind == SAGEMAKER:
+        # The SageMaker wrapper sets the body's `model` to the header's value on every request: to
+        # None (vLLM's default) when the header is absent, whatever the body named.
         adapter = _header(scope, SAGEMAKER_ADAPTER_HEADER)
         if len(adapter) > 1:
             raise Refused(400, "Name the SageMaker adapter once.", "invalid_request")
-        if adapter:
-            try:
-                model = adapter[0].decode()
-            except UnicodeDecodeError:
-                raise Refused(400, "The SageMaker adapter header is not UTF-8.", "invalid_request") from None
+        model = adapter[0].decode("latin-1") if adapter else None  # as Starlette decodes headers
     if model is not None and not isinstance(model, str):
         raise Refused(400, "`model` must be a string.", "invalid_request")
     names = {model or default}
-    if kind == CHAT:
+    if kind in (CHAT, SAGEMAKER):  # /invocations hands a chat-shaped body to the chat handler
         names |= _content_part_types(payload) & set(served_names)
     return names
 

@@ -260,11 +260,11 @@ def _volumes(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]
         }})
     volumes.append(server_auth.volume())
     store = config.security.secret_store
-    if config.tenants:
-        # None when no tenant may call the model (a validate warning): its pods then answer 401.
-        if tenant_keys := secrets.tenant_key_files(config, model):
-            volumes.append(secrets.tenant_keys_volume(store, tenant_keys))
-    elif (api_key := secrets.api_key_volume(store)) is not None:
+    # The key folder: the tenants' keys and the operator key. None when neither exists (no operator key,
+    # and no tenant may call the model, a validate warning: its pods then answer 401).
+    if tenant_keys := secrets.tenant_key_files(config, model):
+        volumes.append(secrets.tenant_keys_volume(store, tenant_keys))
+    if not config.tenants and (api_key := secrets.api_key_volume(store)) is not None:
         volumes.append(api_key)
     volumes += [v for v in (secrets.hf_token_volume(store, model),) if v]
     return volumes
@@ -343,10 +343,9 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
     ]
     if local_nvme:
         mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT, "readOnly": True})
-    if config.tenants:
-        if secrets.tenant_key_files(config, model):
-            mounts.append(secrets.tenant_keys_volume_mount())
-    elif secrets.uses_csi(config.security.secret_store):
+    if secrets.tenant_key_files(config, model):
+        mounts.append(secrets.tenant_keys_volume_mount())
+    if not config.tenants and secrets.uses_csi(config.security.secret_store):
         mounts.append({"name": secrets.API_KEY_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH,
                        "readOnly": True})
     container: dict[str, Any] = {

@@ -172,6 +172,8 @@ def secret_reference_problems(config: PlatformConfig) -> list[Problem]:
         namespaces = ", ".join(m.namespace for m in config.models if tenant in tenants_on(config, m))
         for position, ref in enumerate(tenant.api_key_secrets):
             refs.append((("tenants", index, "api_key_secrets", position), ref, f"namespaces {namespaces}"))
+    every_namespace = "namespaces " + ", ".join(m.namespace for m in config.models)
+    refs.append((("security", "operator_key_secret"), config.security.operator_key_secret, every_namespace))
     for at, ref, where in refs:
         if ref is None:
             continue
@@ -249,15 +251,23 @@ def tenant_key_file_name(tenant: str, index: int) -> str:
     return f"{tenant}.key{index}"
 
 
+OPERATOR_KEY_FILE = "platform-operator.key"
+"""The operator key's file in the same folder (issue 34); never `<tenant>.key<n>`, so never a tenant's."""
+
+
 def tenant_key_files(config: PlatformConfig, model: ModelConfig) -> list[SecretFile]:
-    """The keys of every tenant allowed on one of `model`'s served names, as files of the mount."""
+    """The files of the pod's key folder: the keys of every tenant allowed on one of `model`'s served
+    names, and the operator key (`security.operator_key_secret`) where the stack has one."""
     from infra.config.tenants import tenants_on
 
-    return [
+    files = [
         SecretFile(ref, tenant_key_file_name(tenant.name, index))
         for tenant in tenants_on(config, model)
         for index, ref in enumerate(tenant.api_key_secrets)
     ]
+    if config.security.operator_key_secret is not None:
+        files.append(SecretFile(config.security.operator_key_secret, OPERATOR_KEY_FILE))
+    return files
 
 
 def tenant_keys_provider_class_spec(store: SecretStoreConfig, files: list[SecretFile],

@@ -96,6 +96,36 @@ def tenant_problems(config: PlatformConfig) -> list[ConfigProblem]:
                     at=("models", index, "api_key_secret"),
                 )
             )
+    for index, model in enumerate(config.models):
+        if model.lora is not None and model.lora.runtime_loading:
+            # Decision (issue 34): refused, not "operator only": tenants' names are the pinned list, and
+            # a loaded adapter would be a served name no tenant file lists and no review has seen.
+            problems.append(
+                ConfigProblem(
+                    "runtime LoRA loading beside tenants lets adapters appear, change weights in place "
+                    "(load_inplace) or vanish outside the reviewed tenants' names; list the adapters in "
+                    "lora.adapters and set runtime_loading: false, or remove tenants",
+                    at=("models", index, "lora", "runtime_loading"),
+                    value=True,
+                )
+            )
+    owners: dict[tuple[str, str], str] = {}
+    if config.security.operator_key_secret is not None:
+        operator = config.security.operator_key_secret
+        owners[(operator.name, operator.key)] = "security.operator_key_secret"
+    for index, tenant in enumerate(config.tenants):
+        for position, ref in enumerate(tenant.api_key_secrets):
+            owner = owners.get((ref.name, ref.key))
+            if owner is not None and owner != f"tenants[{index}]":
+                problems.append(
+                    ConfigProblem(
+                        f"the same secret is already {owner}'s key: whoever holds it would be both; give "
+                        "each tenant (and the operator) a secret of its own",
+                        at=("tenants", index, "api_key_secrets", position, "name"),
+                        value=ref.name,
+                    )
+                )
+            owners.setdefault((ref.name, ref.key), f"tenants[{index}]")
     served = [name for model in config.models for name in config.served_names(model)]
     seen: dict[str, int] = {}
     for index, tenant in enumerate(config.tenants):

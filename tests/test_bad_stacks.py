@@ -102,3 +102,20 @@ def test_validate_command_exits_2_with_the_message_on_stderr(name: str) -> None:
     for expected in bad.expected:
         assert expected in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+RENDER_CRASHERS = ("bottlerocket-gpu-group-with-local-nvme", "system-group-mixed-architectures")
+
+
+@pytest.mark.parametrize("name", RENDER_CRASHERS)
+def test_render_refuses_what_crashed_it_with_the_message_not_a_traceback(name: str, tmp_path: Path) -> None:
+    """Both went through `validate` and then crashed `render` in the AWS layer (issue 34)."""
+    bad = _read_bad_stack(BAD_STACKS_DIR / f"{name}.yaml")
+    completed = subprocess.run(
+        [str(CLI), "render", "bad", "--file", str(bad.path), "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert completed.returncode == EXIT_INVALID_CONFIG, completed.stdout + completed.stderr
+    assert "Traceback" not in completed.stderr
+    for expected in bad.expected:
+        assert expected in completed.stderr

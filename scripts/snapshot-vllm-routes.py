@@ -135,17 +135,19 @@ def from_real_app() -> tuple[str, dict[str, set[str]], list[str]]:
     """vLLM's own build_app with every optional router on (dev mode, runtime LoRA updating, fault
     tolerance, every task), then its route table; and the chat parser's own tables."""
     os.environ.update({"VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+    import sys
     from typing import get_args
 
     import vllm
     from fastapi.routing import APIRoute, APIWebSocketRoute
     from vllm.entrypoints.launchers.app import build_app
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.renderers.chat_utils import MM_PARSER_MAP, PART_TYPES_TO_SKIP_NONE_CONTENT
     from vllm.tasks import SupportedTask
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--enable-fault-tolerance"])
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.support.vllm_server import build_serve_parser  # `vllm serve`'s own parser
+
+    args = build_serve_parser().parse_args(["serve", "no-model-loaded", "--enable-fault-tolerance"])
     tasks: list[str] = []
     for member in get_args(SupportedTask):
         tasks += list(get_args(member)) or [member]

@@ -214,7 +214,9 @@ def tenants_on(config: PlatformConfig, model: ModelConfig) -> list[TenantConfig]
 
 
 def model_key_secrets(config: PlatformConfig, model: ModelConfig) -> list[SecretRefConfig]:
-    """Every key `model`'s pods read from the secret store: its tenants' keys, or its own."""
+    """Every key `model`'s pods read from the secret store: its tenants' keys, or its own; and the
+    operator key (`security.operator_key_secret`) where the stack has one."""
+    operator = [config.security.operator_key_secret] if config.security.operator_key_secret else []
     if config.tenants:
-        return [ref for tenant in tenants_on(config, model) for ref in tenant.api_key_secrets]
-    return [model.api_key_secret] if model.api_key_secret is not None else []
+        return [ref for tenant in tenants_on(config, model) for ref in tenant.api_key_secrets] + operator
+    return ([model.api_key_secret] if model.api_key_secret is not None else []) + operator

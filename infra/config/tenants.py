@@ -47,9 +47,10 @@ class TenantConfig(StrictModel):
     (answers 429 beyond it) before any GPU sees the request; null: no limit. Needs `cluster.mode:
     eks` and ingress class `alb` (the stack creates the web ACL)."""
     max_concurrent_requests: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    """Requests in flight at once over all pods that the tenant is expected to stay under: the
-    `TenantOverConcurrencyLimit` alert fires above it (no upstream component on the request path
-    limits concurrency per key; docs/security.md, "Tenants"); null: no alert."""
+    """Requests in flight at once over all pods of a model that the tenant may have: each vLLM
+    API-server process answers 429 (`Retry-After`) past the tenant's share, ceil(this / (the model's
+    fewest replicas x its API-server processes)), and the `TenantOverConcurrencyLimit` alert fires when
+    the summed in-flight gauge passes it (docs/security.md, "Tenants"); null: neither."""
 
     @model_validator(mode="after")
     def _has_a_key(self) -> TenantConfig:

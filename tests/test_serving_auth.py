@@ -172,3 +172,40 @@ def test_without_an_operator_key_no_key_reaches_the_operator_routes(monkeypatch:
         module, _http("/v1/load_lora_adapter", "POST", [(b"authorization", f"Bearer {KEY}".encode())])
     )
     assert not reached and sent[0]["status"] == 403
+
+
+def _post(module: ModuleType, path: str, body: bytes, key: str = KEY) -> tuple[int, bool]:
+    """POST `body` in one message through a fresh middleware; (status, reached vLLM)."""
+    reached, sent = [], []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(True)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json")]
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(module.ApiKeyMiddleware(app)(_http(path, "POST", headers), receive, send))
+    finally:
+        loop.close()
+    return sent[0]["status"], bool(reached)
+
+
+def test_with_one_key_too_deep_or_too_large_bodies_never_reach_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_PLATFORM_MAX_BODY_BYTES", "500000")
+    module = _load_module(monkeypatch, KEY)
+
+    def nested(depth: int) -> bytes:
+        return b'{"prompt": ' + b"[" * depth + b"]" * depth + b"}"
+
+    assert _post(module, "/v1/completions", nested(200_000)) == (400, False)  # 400 kB: RecursionError
+    assert _post(module, "/v1/completions", nested(65)) == (400, False)  # parses, deeper than 64
+    assert _post(module, "/v1/completions", nested(300_000)) == (413, False)  # 600 kB: past the limit
+    assert _post(module, "/v1/completions", b'{"prompt": "hi", "max_tokens": 1}') == (200, True)

@@ -353,8 +353,13 @@ def test_device_plugin_override_need_not_cover_groups_with_their_own_plugin(tmp_
         h200["ami_type"] = "BOTTLEROCKET_x86_64_NVIDIA"
         h200["local_nvme"] = {"enabled": False}  # local NVMe is AL2023 only (issue 34)
         h200["taints"] = [{"key": "dedicated", "value": "h200", "effect": "NoSchedule"}]
-        values["addons"] = {"keda": True, "argo_rollouts": True, "nvidia_device_plugin": {"tolerations": [
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+        values["addons"] = {
+            "keda": True,
+            "argo_rollouts": True,
+            "nvidia_device_plugin": {
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            },
+        }
 
     config = load_variant(tmp_path, bottlerocket_h200_with_own_taint, base="prod")
     assert device_plugin_groups(config.node_groups.gpu) == ["l40s"]

@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import subprocess
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ PROMPT = "def main():"
 TIMEOUT_SECONDS = 120
 SAGEMAKER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"
 BURST = 8
+LONG_TOKENS = 200
 
 
 @dataclass
@@ -276,13 +278,21 @@ def test_a_body_past_the_limit_gets_413(pod: IsolationPod) -> None:
     assert pod.post("/v1/completions", "alpha", completion(ALPHA_LORA)).status_code == 200
 
 
-def test_a_tenant_past_its_in_flight_share_gets_429_with_retry_after(pod: IsolationPod) -> None:
-    # Beta's share is one request in flight. A burst of BURST at once: the tiny model answers a
-    # request in milliseconds, so no fixed wait could hold one open; a burst always overlaps.
+def burst(pod: IsolationPod, who: str, model: str) -> list[httpx.Response]:
+    """BURST requests released together (a barrier), each long enough (LONG_TOKENS, ignore_eos) that
+    they overlap in the server whatever the thread scheduling."""
+    barrier = threading.Barrier(BURST)
+
+    def one(_: int) -> httpx.Response:
+        barrier.wait(timeout=30)
+        return pod.post("/v1/completions", who, completion(model, max_tokens=LONG_TOKENS, ignore_eos=True))
+
     with ThreadPoolExecutor(max_workers=BURST) as pool:
-        answers = list(
-            pool.map(lambda _: pod.post("/v1/completions", "beta", completion(BASE)), range(BURST))
-        )
+        return list(pool.map(one, range(BURST)))
+
+
+def test_a_tenant_past_its_in_flight_share_gets_429_with_retry_after(pod: IsolationPod) -> None:
+    answers = burst(pod, "beta", BASE)  # beta's share: one request in flight
     statuses = sorted(answer.status_code for answer in answers)
     assert set(statuses) == {200, 429}, statuses
     for answer in answers:
@@ -290,8 +300,4 @@ def test_a_tenant_past_its_in_flight_share_gets_429_with_retry_after(pod: Isolat
             refused(answer, 429, "rate_limit_exceeded")
             assert answer.headers["retry-after"] == "1"
     # Alpha has no limit: the same burst all passes.
-    with ThreadPoolExecutor(max_workers=BURST) as pool:
-        free = list(
-            pool.map(lambda _: pod.post("/v1/completions", "alpha", completion(ALPHA_LORA)), range(BURST))
-        )
-    assert [answer.status_code for answer in free] == [200] * BURST
+    assert [answer.status_code for answer in burst(pod, "alpha", ALPHA_LORA)] == [200] * BURST

@@ -2,7 +2,8 @@
 #   make dev    set up .venv, render the dev stack offline and print its capacity plan (without the
 #               pinned charts in the chart cache, it renders our objects and every release's values and
 #               lists the releases it could not expand)
-#   make test   set up everything the suite needs (venvs, promtool, vLLM CPU build, checkov) and run it
+#   make test   set up everything the suite needs (venvs, promtool, vLLM CPU build, checkov, the Go
+#               programs of the deploy tests via tools/build.sh) and run it
 #   make charts download and verify the pinned Helm charts into the chart cache (needs the network;
 #               `vllm-platform charts pull --from-git DIR` builds them from git mirrors instead)
 SHELL := /bin/bash
@@ -32,6 +33,8 @@ charts: setup
 
 setup-test: setup
 	bash scripts/setup-test-tools.sh
+	@# A program that cannot be built is named by build.sh; the deploy tests that need it say so.
+	bash tools/build.sh || echo "tools/build.sh: not every program was built (see above)"
 
 lint: setup
 	$(BIN)/ruff check .

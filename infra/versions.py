@@ -220,3 +220,90 @@ PAUSE_IMAGE = ImagePin(
     source="https://github.com/kubernetes/kubernetes/blob/master/build/pause/CHANGELOG.md (3.10, 2024)",
     pinned_on="2026-11-29",
 )
+
+
+# Go programs the cluster tests run (tests/cluster/README.md), built from the Go module proxy by
+# tools/build.sh out of the wrapper modules in tools/ (one go.mod/go.sum each; tools/README.md).
+# The go.mod files are what `go build` obeys; these pins say why each version, and
+# tests/test_tools_pins.py fails when the two disagree. Probed on 2026-12-03 with `go list -m -versions`
+# against the proxy this project's machines reach.
+@dataclass(frozen=True)
+class GoToolPin:
+    wrapper: str
+    """The folder under tools/ holding the wrapper module."""
+    module: str
+    version: str
+    programs: tuple[str, ...]
+    source: str
+    pinned_on: str
+
+
+GO_TOOLS = (
+    GoToolPin(
+        wrapper="kubernetes",
+        module="k8s.io/kubernetes",
+        version="v1.34.4",
+        programs=("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+        source="DEFAULT_KUBERNETES_VERSION's newest patch the proxy serves (v1.34.0, .2, .3, .4); its "
+        "staging modules are the published k8s.io/* v0.34.4 (replace block generated from upstream's "
+        "own go.mod); version stamped with -ldflags so charts' kubeVersion checks see v1.34.4",
+        pinned_on="2026-12-03",
+    ),
+    GoToolPin(
+        wrapper="etcd",
+        module="go.etcd.io/etcd/server/v3",
+        version="v3.6.4",
+        programs=("etcd",),
+        source="the etcd release Kubernetes 1.34 ships with (kubeadm's etcd 3.6.4-0); Debian's etcd "
+        "3.4 is older than the API server supports",
+        pinned_on="2026-12-03",
+    ),
+    GoToolPin(
+        wrapper="kwok",
+        module="sigs.k8s.io/kwok",
+        version="v0.8.0",
+        programs=("kwok",),
+        source="newest KWOK release the proxy serves; simulates the stack's nodes and its pods' "
+        "lifecycle with our own stages (tests/cluster/kwok-stages.yaml)",
+        pinned_on="2026-12-03",
+    ),
+    GoToolPin(
+        wrapper="argo-rollouts",
+        module="github.com/argoproj/argo-rollouts",
+        version="v1.9.0",
+        programs=("rollouts-controller",),
+        source="the controller ARGO_ROLLOUTS_CHART deploys (Argo Rollouts v1.9.0), run as a process "
+        "so canary Rollouts get real ReplicaSets and pods in the cluster tests; its go.mod's replace "
+        "lines (k8s.io/* v0.34.1) are repeated in ours",
+        pinned_on="2026-12-03",
+    ),
+    GoToolPin(
+        wrapper="pulumi",
+        module="github.com/pulumi/pulumi/pkg/v3",
+        version="v3.276.0",
+        programs=("pulumi",),
+        source="the Pulumi CLI (engine). The Python SDK's own release (3.272.0, pyproject) is not "
+        "served as pkg/v3 (the proxy serves v3.274.0 and later here); v3.276.0 is the newest that "
+        "`go get` and `go mod tidy` were seen to accept. A newer CLI runs older SDKs",
+        pinned_on="2026-12-03",
+    ),
+    GoToolPin(
+        wrapper="pulumi-kubernetes",
+        module="github.com/pulumi/pulumi-kubernetes/provider/v4",
+        version="v4.0.0-20260115033456-f47bc2d6f199",
+        programs=("pulumi-resource-kubernetes",),
+        source="the Kubernetes provider. The module has no tags of its own, and the proxy serves this "
+        "one pseudo-version only (a commit of 2026-01-15, after release v4.25.0), not the commit of "
+        "the Python SDK's 4.34.x: the engine is pointed at this build by path (tools/README.md says "
+        "what differs)",
+        pinned_on="2026-12-03",
+    ),
+)
+GO_TOOLS_NOT_SERVED = {
+    "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3": (
+        "the Python language host: the proxy answers `403 Forbidden ... This module version is not "
+        "available` for its version list, for the pseudo-versions of releases v3.258.0 and v3.259.0 "
+        "and for commit hashes (2026-12-03). The cluster tests run the program through the Python "
+        "SDK's own language runtime instead (Automation API inline program, tests/cluster/README.md)"
+    ),
+}

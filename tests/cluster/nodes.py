@@ -1,0 +1,92 @@
+"""KWOK nodes generated from a stack's own node groups, as EKS would register them.
+
+Each group at its max size: the labels and taints the AWS layer gives the managed node group
+(infra/aws/node_groups.py `node_group_specs`, the same function), the labels EKS and the kubelet
+add (instance type, zone, capacity type, node group, architecture), and capacity from the
+instance catalogue: CPUs, memory and `nvidia.com/gpu` for GPU types (infra/catalogue); general-purpose
+system types by AWS's size naming (below). A group with several instance types gets its first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from infra.aws.node_groups import node_group_specs, system_ami_type
+from infra.catalogue.gpu_instances import gpu_instance_types
+from infra.config import PlatformConfig
+from tests.cluster.control_plane import KWOK_NODE_LABEL
+
+# vCPUs per AWS instance size; memory per vCPU per family letter (m: 4 GiB, c: 2 GiB, r: 8 GiB, t: 4).
+_SIZE_VCPUS = {"medium": 1, "large": 2, "xlarge": 4}
+_FAMILY_GIB_PER_VCPU = {"m": 4, "c": 2, "r": 8, "t": 4}
+PODS_PER_NODE = 110
+
+
+def general_purpose_capacity(instance_type: str) -> tuple[int, int]:
+    """(vCPUs, memory GiB) of an m/c/r/t instance type from its name, e.g. m7i.2xlarge → (8, 32)."""
+    match = re.fullmatch(r"([mcrt])\d+[a-z-]*\.(\d*)(medium|large|xlarge)", instance_type)
+    if not match:
+        raise ValueError(
+            f"no capacity known for system instance type {instance_type!r} (tests/cluster/nodes.py)"
+        )
+    family, multiplier, size = match.groups()
+    vcpus = _SIZE_VCPUS[size] * (int(multiplier) if multiplier else 1)
+    return vcpus, vcpus * _FAMILY_GIB_PER_VCPU[family]
+
+
+def stack_nodes(config: PlatformConfig, *, size: str = "max_size") -> list[dict[str, Any]]:
+    """One Node object per node of every group at `size` (max_size by default)."""
+    gpu_types = gpu_instance_types()
+    region = config.cluster.region
+    zones = [f"{region}{letter}" for letter in "abcd"[: config.cluster.availability_zone_count]]
+    nodes = []
+    for spec in node_group_specs(config.cluster.name, config.node_groups):
+        instance_type = spec.instance_types[0]
+        capacity: dict[str, str]
+        if instance_type in gpu_types:
+            gpu = gpu_types[instance_type]
+            capacity = {
+                "cpu": str(gpu.vcpus),
+                "memory": f"{gpu.memory_gib}Gi",
+                "nvidia.com/gpu": str(gpu.gpus_per_node),
+            }
+        else:
+            vcpus, memory_gib = general_purpose_capacity(instance_type)
+            capacity = {"cpu": str(vcpus), "memory": f"{memory_gib}Gi"}
+        capacity |= {"pods": str(PODS_PER_NODE), "ephemeral-storage": f"{spec.disk_size_gib}Gi"}
+        architecture = "arm64" if "ARM_64" in system_ami_type([instance_type]) else "amd64"
+        for index in range(getattr(spec, size)):
+            name = f"{spec.name}-{index}"
+            zone = zones[index % len(zones)]
+            labels = {
+                **spec.labels,
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": architecture,
+                "node.kubernetes.io/instance-type": instance_type,
+                "topology.kubernetes.io/region": region,
+                "topology.kubernetes.io/zone": zone,
+                "eks.amazonaws.com/nodegroup": spec.name,
+                "eks.amazonaws.com/capacityType": spec.capacity_type,
+                KWOK_NODE_LABEL[0]: KWOK_NODE_LABEL[1],
+            }
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {
+                        "taints": [
+                            {"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect}
+                            for t in spec.taints
+                        ]
+                    },
+                    "status": {
+                        "capacity": capacity,
+                        "allocatable": capacity,
+                        "nodeInfo": {"architecture": architecture, "operatingSystem": "linux"},
+                    },
+                }
+            )
+    return nodes

@@ -96,6 +96,7 @@ def cores(value: float) -> str:
 
 # --- paths the preloader and the server agree on --------------------------------------------------
 
+
 def compile_cache_dir(model: ModelConfig, gpu_type: str) -> str:
     """VLLM_CACHE_ROOT: `<shared-root>/.vllm-cache/<model>/<gpu-type>/<vllm-version>` (model-cache layout)."""
     return f"{SHARED_ROOT}/{COMPILE_CACHE_DIR}/{model.name}/{gpu_type}/{VLLM_VERSION}"
@@ -166,19 +167,25 @@ def preload_source_problems(config: PlatformConfig) -> list[Problem]:
         sources: list[tuple[tuple[str | int, ...], ModelSourceConfig]] = [
             (("models", index, "source"), model.source)
         ]
-        sources += [(("models", index, "lora", "adapters", number, "source"), adapter.source)
-                    for number, adapter in enumerate(model.lora.adapters if model.lora else [])]
+        sources += [
+            (("models", index, "lora", "adapters", number, "source"), adapter.source)
+            for number, adapter in enumerate(model.lora.adapters if model.lora else [])
+        ]
         for at, source in sources:
             if source.s3_uri is None:
                 continue
             last = (source.s3_prefix or "").rstrip("/").rpartition("/")[2]
             if last == source.revision:
                 continue
-            problems.append(Problem(
-                (*at, "s3_uri"), source.s3_uri,
-                f"must end with the revision '{source.revision}' (s3://<bucket>/<model prefix>/<revision>/): "
-                "the preloader reads exactly <model prefix>/<revision>/ and keys its caches on the revision",
-            ))
+            problems.append(
+                Problem(
+                    (*at, "s3_uri"),
+                    source.s3_uri,
+                    f"must end with the revision '{source.revision}' "
+                    "(s3://<bucket>/<model prefix>/<revision>/): the preloader reads exactly "
+                    "<model prefix>/<revision>/ and keys its caches on the revision",
+                )
+            )
     return problems
 
 
@@ -186,10 +193,14 @@ def preload_arguments(model: ModelConfig, gpu_type: str, local_nvme: bool) -> li
     """`model-cache preload ...` (model-cache/model_cache/cli.py)."""
     arguments = [
         "preload",
-        "--model-name", model.name,
-        "--source", preload_source(model.source),
-        "--revision", model.source.revision,
-        "--shared-root", SHARED_ROOT,
+        "--model-name",
+        model.name,
+        "--source",
+        preload_source(model.source),
+        "--revision",
+        model.source.revision,
+        "--shared-root",
+        SHARED_ROOT,
     ]
     if local_nvme:
         arguments += ["--local-root", LOCAL_ROOT]
@@ -199,12 +210,18 @@ def preload_arguments(model: ModelConfig, gpu_type: str, local_nvme: bool) -> li
     for adapter in model.lora.adapters if model.lora else []:
         # Beside the model on both volumes (vllm_arguments.adapter_path), same lock, marker and
         # checksums; the server container starts only after every one is complete.
-        arguments += ["--adapter", adapter.name, preload_source(adapter.source), adapter.source.revision,
-                      str(adapter.rank)]
+        arguments += [
+            "--adapter",
+            adapter.name,
+            preload_source(adapter.source),
+            adapter.source.revision,
+            str(adapter.rank),
+        ]
     return arguments
 
 
 # --- the pod ----------------------------------------------------------------------------------------
+
 
 def pod_security_context() -> dict[str, Any]:
     """Both containers as RUN_AS_UID instead of the images' default root (docs/serving.md, "Security
@@ -237,8 +254,11 @@ def container_security_context(read_only_root_filesystem: bool) -> dict[str, Any
 def user_environment(home: str) -> list[dict[str, str]]:
     """RUN_AS_UID has no passwd entry in the images: `getpass.getuser()` (PyTorch Inductor's cache dir,
     at `import vllm`) raises KeyError unless USER is set, and `~` must point at a writable HOME."""
-    return [{"name": "HOME", "value": home}, {"name": "USER", "value": RUN_AS_USER},
-            {"name": "LOGNAME", "value": RUN_AS_USER}]
+    return [
+        {"name": "HOME", "value": home},
+        {"name": "USER", "value": RUN_AS_USER},
+        {"name": "LOGNAME", "value": RUN_AS_USER},
+    ]
 
 
 def _volumes(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]:
@@ -255,16 +275,22 @@ def _volumes(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]
     if group.local_nvme.enabled:
         # Type Directory, not DirectoryOrCreate: without the NVMe mount the pod must not start and
         # fill the node's root disk with a copy of the weights.
-        volumes.append({"name": "local-models", "hostPath": {
-            "path": f"{group.local_nvme.mount_path.rstrip('/')}/{LOCAL_MODELS_DIR}", "type": "Directory",
-        }})
+        volumes.append(
+            {
+                "name": "local-models",
+                "hostPath": {
+                    "path": f"{group.local_nvme.mount_path.rstrip('/')}/{LOCAL_MODELS_DIR}",
+                    "type": "Directory",
+                },
+            }
+        )
     volumes.append(server_auth.volume())
     store = config.security.secret_store
-    if config.tenants:
-        # None when no tenant may call the model (a validate warning): its pods then answer 401.
-        if tenant_keys := secrets.tenant_key_files(config, model):
-            volumes.append(secrets.tenant_keys_volume(store, tenant_keys))
-    elif (api_key := secrets.api_key_volume(store)) is not None:
+    # The key folder: the tenants' keys and the operator key. None when neither exists (no operator key,
+    # and no tenant may call the model, a validate warning: its pods then answer 401).
+    if tenant_keys := secrets.tenant_key_files(config, model):
+        volumes.append(secrets.tenant_keys_volume(store, tenant_keys))
+    if not config.tenants and (api_key := secrets.api_key_volume(store)) is not None:
         volumes.append(api_key)
     volumes += [v for v in (secrets.hf_token_volume(store, model),) if v]
     return volumes
@@ -277,8 +303,9 @@ def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str)
     if local_nvme:
         mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT})
     if model.needs_hf_token:
-        mounts.append({"name": secrets.HF_TOKEN_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH,
-                       "readOnly": True})
+        mounts.append(
+            {"name": secrets.HF_TOKEN_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH, "readOnly": True}
+        )
     return {
         "name": PRELOAD_CONTAINER,
         "image": config.storage.preloader_image,
@@ -287,8 +314,10 @@ def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str)
         "args": preload_arguments(model, gpu_type, local_nvme),
         "env": [*user_environment(TMP_DIR), {"name": "TMPDIR", "value": TMP_DIR}],
         "resources": {
-            "requests": {"cpu": cores(resources.preload_cpu_request_cores),
-                         "memory": gib(resources.preload_memory_request_gib)},
+            "requests": {
+                "cpu": cores(resources.preload_cpu_request_cores),
+                "memory": gib(resources.preload_memory_request_gib),
+            },
             "limits": {"memory": gib(resources.preload_memory_limit_gib)},
         },
         "securityContext": container_security_context(read_only_root_filesystem=True),
@@ -343,33 +372,39 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
     ]
     if local_nvme:
         mounts.append({"name": "local-models", "mountPath": LOCAL_ROOT, "readOnly": True})
-    if config.tenants:
-        if secrets.tenant_key_files(config, model):
-            mounts.append(secrets.tenant_keys_volume_mount())
-    elif secrets.uses_csi(config.security.secret_store):
-        mounts.append({"name": secrets.API_KEY_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH,
-                       "readOnly": True})
+    if secrets.tenant_key_files(config, model):
+        mounts.append(secrets.tenant_keys_volume_mount())
+    if not config.tenants and secrets.uses_csi(config.security.secret_store):
+        mounts.append(
+            {"name": secrets.API_KEY_VOLUME, "mountPath": secrets.SECRETS_MOUNT_PATH, "readOnly": True}
+        )
     container: dict[str, Any] = {
         "name": SERVER_CONTAINER,
         "image": VLLM_IMAGE.reference,
         "imagePullPolicy": "IfNotPresent",
         "command": list(SERVE_COMMAND),
-        "args": build_server_arguments(model, served_model_path(model, local_nvme),
-                                       render_endpoints=serves_render_endpoints(config, model),
-                                       adapter_root=LOCAL_ROOT if local_nvme else SHARED_ROOT,
-                                       tenants=bool(config.tenants)),
+        "args": build_server_arguments(
+            model,
+            served_model_path(model, local_nvme),
+            render_endpoints=serves_render_endpoints(config, model),
+            adapter_root=LOCAL_ROOT if local_nvme else SHARED_ROOT,
+            tenants=bool(config.tenants),
+        ),
         "ports": [{"name": probes.PORT_NAME, "containerPort": model.vllm.port, "protocol": "TCP"}],
         "env": env,
         "resources": {
             # One pod per GPU set: request = limit = tensor-parallel size (extended resources
             # cannot be overcommitted anyway; writing both keeps the intent visible).
-            "requests": {"cpu": cores(resources.cpu_request_cores),
-                         "memory": gib(resources.memory_request_gib),
-                         "nvidia.com/gpu": gpus},
+            "requests": {
+                "cpu": cores(resources.cpu_request_cores),
+                "memory": gib(resources.memory_request_gib),
+                "nvidia.com/gpu": gpus,
+            },
             "limits": limits,
         },
-        "startupProbe": probes.startup_probe(plan.startup_budget_seconds, model.startup.probe_period_seconds,
-                                             model.probes.timeout_seconds),
+        "startupProbe": probes.startup_probe(
+            plan.startup_budget_seconds, model.startup.probe_period_seconds, model.probes.timeout_seconds
+        ),
         "readinessProbe": probes.readiness_probe(model),
         "livenessProbe": probes.liveness_probe(model),
         "securityContext": container_security_context(model.read_only_root_filesystem),
@@ -395,17 +430,20 @@ def _spread(topology_key: str, model: ModelConfig) -> dict[str, Any]:
     }
 
 
-def pod_template(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
-                 service_account: str) -> dict[str, Any]:
+def pod_template(
+    config: PlatformConfig, model: ModelConfig, plan: ModelPlan, service_account: str
+) -> dict[str, Any]:
     group = config.node_groups.gpu[model.gpu_group]
     return {
         "metadata": {
             "labels": {**model_labels(model.name), GPU_GROUP_LABEL: model.gpu_group},
-            "annotations": {"kubectl.kubernetes.io/default-container": SERVER_CONTAINER,
-                            server_auth.CHECKSUM_ANNOTATION: server_auth.module_checksum(),
-                            # IRSA credentials only for the preloader, which reads S3: the server
-                            # container needs none (EKS pod identity webhook).
-                            IRSA_SKIP_CONTAINERS_ANNOTATION: SERVER_CONTAINER},
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": SERVER_CONTAINER,
+                server_auth.CHECKSUM_ANNOTATION: server_auth.module_checksum(),
+                # IRSA credentials only for the preloader, which reads S3: the server
+                # container needs none (EKS pod identity webhook).
+                IRSA_SKIP_CONTAINERS_ANNOTATION: SERVER_CONTAINER,
+            },
         },
         "spec": {
             "serviceAccountName": service_account,
@@ -430,8 +468,9 @@ def pod_template(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
     }
 
 
-def deployment_spec(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
-                    service_account: str) -> dict[str, Any]:
+def deployment_spec(
+    config: PlatformConfig, model: ModelConfig, plan: ModelPlan, service_account: str
+) -> dict[str, Any]:
     """The Deployment's spec; a canary model's Rollout takes it whole but for the strategy."""
     spec: dict[str, Any] = {
         "selector": {"matchLabels": model_selector_labels(model.name)},
@@ -453,17 +492,22 @@ def uses_alb_traffic_split(config: PlatformConfig, model: ModelConfig) -> bool:
     return rollouts.uses_canary(model) and serves_own_hostname(config) and config.ingress.class_name == "alb"
 
 
-def workload(config: PlatformConfig, model: ModelConfig, plan: ModelPlan,
-             service_account: str) -> tuple[str, str, dict[str, Any]]:
+def workload(
+    config: PlatformConfig, model: ModelConfig, plan: ModelPlan, service_account: str
+) -> tuple[str, str, dict[str, Any]]:
     """(apiVersion, kind, spec) of what runs the pods: the one place that picks Deployment or Rollout."""
     spec = deployment_spec(config, model, plan, service_account)
     if rollouts.uses_canary(model):
-        return (rollouts.ROLLOUTS_API_VERSION, rollouts.ROLLOUT_KIND,
-                rollouts.rollout_spec(model, spec, alb_ingress=uses_alb_traffic_split(config, model)))
+        return (
+            rollouts.ROLLOUTS_API_VERSION,
+            rollouts.ROLLOUT_KIND,
+            rollouts.rollout_spec(model, spec, alb_ingress=uses_alb_traffic_split(config, model)),
+        )
     return "apps/v1", "Deployment", spec
 
 
 # --- around the pod -------------------------------------------------------------------------------
+
 
 def resource_quota_spec(model: ModelConfig) -> dict[str, Any]:
     return {"hard": {"requests.nvidia.com/gpu": str(probes.gpu_quota(model))}}
@@ -476,19 +520,29 @@ def limit_range_spec() -> dict[str, Any]:
     CFS throttling stalls its tokenizer and scheduler loop. No GPU maximum either: LimitRange
     maxima force every container, the init container too, to declare that resource.
     """
-    return {"limits": [{
-        "type": "Container",
-        "defaultRequest": {"cpu": "100m", "memory": "256Mi"},
-        "default": {"memory": "1Gi"},
-    }]}
+    return {
+        "limits": [
+            {
+                "type": "Container",
+                "defaultRequest": {"cpu": "100m", "memory": "256Mi"},
+                "default": {"memory": "1Gi"},
+            }
+        ]
+    }
 
 
 def service_spec(model: ModelConfig) -> dict[str, Any]:
     return {
         "type": "ClusterIP",
         "selector": model_selector_labels(model.name),
-        "ports": [{"name": probes.PORT_NAME, "port": model.vllm.port, "targetPort": probes.PORT_NAME,
-                   "protocol": "TCP"}],
+        "ports": [
+            {
+                "name": probes.PORT_NAME,
+                "port": model.vllm.port,
+                "targetPort": probes.PORT_NAME,
+                "protocol": "TCP",
+            }
+        ],
     }
 
 
@@ -498,7 +552,8 @@ def pod_disruption_budget_spec(model: ModelConfig) -> dict[str, Any]:
     at its minimum), a minAvailable would block every node drain and node-group upgrade, so the
     budget becomes one pod at a time (maxUnavailable 1)."""
     budget: dict[str, Any] = (
-        {"minAvailable": model.min_available} if model.min_available < probes.replica_floor(model)
+        {"minAvailable": model.min_available}
+        if model.min_available < probes.replica_floor(model)
         else {"maxUnavailable": 1}
     )
     return {
@@ -525,16 +580,19 @@ def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str,
     return annotations
 
 
-def load_balancer_annotations(config: PlatformConfig, healthcheck_path: str,
-                              deregistration_delay_seconds: int) -> dict[str, str]:
+def load_balancer_annotations(
+    config: PlatformConfig, healthcheck_path: str, deregistration_delay_seconds: int
+) -> dict[str, str]:
     """The ingress controller's settings for a long-streaming OpenAI backend (models and the router)."""
     ingress = config.ingress
     idle = ingress.idle_timeout_seconds
     if ingress.class_name == "nginx":
         # Same long-stream guarantee on ingress-nginx: no proxy read timeout mid-stream, no buffering.
-        return {"nginx.ingress.kubernetes.io/proxy-read-timeout": str(idle),
-                "nginx.ingress.kubernetes.io/proxy-send-timeout": str(idle),
-                "nginx.ingress.kubernetes.io/proxy-buffering": "off"}
+        return {
+            "nginx.ingress.kubernetes.io/proxy-read-timeout": str(idle),
+            "nginx.ingress.kubernetes.io/proxy-send-timeout": str(idle),
+            "nginx.ingress.kubernetes.io/proxy-buffering": "off",
+        }
     if ingress.class_name != "alb":
         return {}
     prefix = "alb.ingress.kubernetes.io"
@@ -549,8 +607,9 @@ def load_balancer_annotations(config: PlatformConfig, healthcheck_path: str,
         f"{prefix}/success-codes": "200",
         # SSE streams may sit idle while a request waits in vLLM's queue: never cut them sooner.
         f"{prefix}/load-balancer-attributes": f"idle_timeout.timeout_seconds={idle}",
-        f"{prefix}/target-group-attributes":
-            f"deregistration_delay.timeout_seconds={deregistration_delay_seconds}",
+        f"{prefix}/target-group-attributes": (
+            f"deregistration_delay.timeout_seconds={deregistration_delay_seconds}"
+        ),
     }
     if ingress.certificate_arn:
         annotations[f"{prefix}/certificate-arn"] = ingress.certificate_arn
@@ -584,8 +643,12 @@ def ingress_spec(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
         "tls": [{"hosts": [model.ingress_host]}],
         # Only the OpenAI API: vLLM's API key guards /v1 but not /metrics, /tokenize or its admin
         # routes (verified on 0.32.0), so those must never be reachable from outside the cluster.
-        "rules": [{"host": model.ingress_host,
-                   "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": backend}]}}],
+        "rules": [
+            {
+                "host": model.ingress_host,
+                "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": backend}]},
+            }
+        ],
     }
 
 
@@ -634,8 +697,10 @@ def ingress_url(config: PlatformConfig, model: ModelConfig) -> str | None:
 
 # --- the component ----------------------------------------------------------------------------------
 
-def create_serving_priority_class(name: str,
-                                  opts: pulumi.ResourceOptions) -> kubernetes.scheduling.v1.PriorityClass:
+
+def create_serving_priority_class(
+    name: str, opts: pulumi.ResourceOptions
+) -> kubernetes.scheduling.v1.PriorityClass:
     """The cluster-scoped PriorityClass every vLLM pod uses; created once by the platform."""
     return kubernetes.scheduling.v1.PriorityClass(
         name,
@@ -688,60 +753,81 @@ class ModelService(pulumi.ComponentResource):
         inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource])
         after_addons = pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource, *args.depends_on])
 
-        kubernetes.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=meta("gpu-quota"),
-                                         spec=resource_quota_spec(model), opts=inside)
-        kubernetes.core.v1.LimitRange(f"{name}-limit-range", metadata=meta("container-defaults"),
-                                      spec=limit_range_spec(), opts=inside)
+        kubernetes.core.v1.ResourceQuota(
+            f"{name}-gpu-quota", metadata=meta("gpu-quota"), spec=resource_quota_spec(model), opts=inside
+        )
+        kubernetes.core.v1.LimitRange(
+            f"{name}-limit-range", metadata=meta("container-defaults"), spec=limit_range_spec(), opts=inside
+        )
         peers = serving_peers(config, args.context.load_balancer_source_cidrs)
         for policy_name, policy_spec in model_network_policies(config, model, peers):
-            kubernetes.networking.v1.NetworkPolicy(f"{name}-netpol-{policy_name}", metadata=meta(policy_name),
-                                                   spec=policy_spec, opts=inside)
+            kubernetes.networking.v1.NetworkPolicy(
+                f"{name}-netpol-{policy_name}", metadata=meta(policy_name), spec=policy_spec, opts=inside
+            )
 
         account = model_service_account(model)
         role_arn = args.context.role_arn_for(account.namespace, account.name)
         account_meta = meta(account.name)
         if role_arn is not None:
             account_meta["annotations"] = {"eks.amazonaws.com/role-arn": role_arn}
-        kubernetes.core.v1.ServiceAccount(f"{name}-service-account", metadata=account_meta,
-                                          automount_service_account_token=False, opts=inside)
+        kubernetes.core.v1.ServiceAccount(
+            f"{name}-service-account",
+            metadata=account_meta,
+            automount_service_account_token=False,
+            opts=inside,
+        )
 
         store = config.security.secret_store
         provider_classes: list[pulumi.Resource] = []
         tenant_keys = secrets.tenant_key_files(config, model)
         if secrets.uses_csi(store) and tenant_keys:
-            provider_classes.append(kubernetes.apiextensions.CustomResource(
-                f"{name}-tenant-keys-provider",
-                api_version=secrets.SPC_API_VERSION, kind="SecretProviderClass",
-                metadata=meta(secrets.TENANT_KEYS_PROVIDER_CLASS),
-                spec=secrets.tenant_keys_provider_class_spec(store, tenant_keys, config.cluster.region),
-                opts=after_addons,
-            ))
+            provider_classes.append(
+                kubernetes.apiextensions.CustomResource(
+                    f"{name}-tenant-keys-provider",
+                    api_version=secrets.SPC_API_VERSION,
+                    kind="SecretProviderClass",
+                    metadata=meta(secrets.TENANT_KEYS_PROVIDER_CLASS),
+                    spec=secrets.tenant_keys_provider_class_spec(store, tenant_keys, config.cluster.region),
+                    opts=after_addons,
+                )
+            )
         if secrets.uses_csi(store) and not config.tenants:
-            provider_classes.append(kubernetes.apiextensions.CustomResource(
-                f"{name}-api-key-provider",
-                api_version=secrets.SPC_API_VERSION, kind="SecretProviderClass",
-                metadata=meta(secrets.API_KEY_PROVIDER_CLASS),
-                spec=secrets.secret_provider_class_spec(
-                    store, secrets.api_key_file(model), config.cluster.region,
-                    sync_to_secret=secrets.API_KEY_SECRET_NAME,
-                ),
-                opts=after_addons,
-            ))
+            provider_classes.append(
+                kubernetes.apiextensions.CustomResource(
+                    f"{name}-api-key-provider",
+                    api_version=secrets.SPC_API_VERSION,
+                    kind="SecretProviderClass",
+                    metadata=meta(secrets.API_KEY_PROVIDER_CLASS),
+                    spec=secrets.secret_provider_class_spec(
+                        store,
+                        secrets.api_key_file(model),
+                        config.cluster.region,
+                        sync_to_secret=secrets.API_KEY_SECRET_NAME,
+                    ),
+                    opts=after_addons,
+                )
+            )
         if secrets.uses_csi(store):
             token = secrets.hf_token_file(model)
             if token is not None:
-                provider_classes.append(kubernetes.apiextensions.CustomResource(
-                    f"{name}-hf-token-provider",
-                    api_version=secrets.SPC_API_VERSION, kind="SecretProviderClass",
-                    metadata=meta(secrets.HF_TOKEN_PROVIDER_CLASS),
-                    spec=secrets.secret_provider_class_spec(store, token, config.cluster.region,
-                                                            sync_to_secret=None),
-                    opts=after_addons,
-                ))
+                provider_classes.append(
+                    kubernetes.apiextensions.CustomResource(
+                        f"{name}-hf-token-provider",
+                        api_version=secrets.SPC_API_VERSION,
+                        kind="SecretProviderClass",
+                        metadata=meta(secrets.HF_TOKEN_PROVIDER_CLASS),
+                        spec=secrets.secret_provider_class_spec(
+                            store, token, config.cluster.region, sync_to_secret=None
+                        ),
+                        opts=after_addons,
+                    )
+                )
 
         auth_module = kubernetes.core.v1.ConfigMap(
-            f"{name}-auth-middleware", metadata=meta(server_auth.CONFIG_MAP_NAME),
-            data=server_auth.config_map_data(config, model), opts=inside,
+            f"{name}-auth-middleware",
+            metadata=meta(server_auth.CONFIG_MAP_NAME),
+            data=server_auth.config_map_data(config, model),
+            opts=inside,
         )
 
         claim = kubernetes.core.v1.PersistentVolumeClaim(
@@ -757,8 +843,10 @@ class ModelService(pulumi.ComponentResource):
 
         # How long `pulumi up` waits for the rollout before reporting it failed.
         rollout_timeout = probes.rollout_timeout_seconds(model, plan.startup_budget_seconds)
-        workload_meta = {**meta(SERVER_NAME),
-                         "annotations": {"pulumi.com/timeoutSeconds": str(rollout_timeout)}}
+        workload_meta = {
+            **meta(SERVER_NAME),
+            "annotations": {"pulumi.com/timeoutSeconds": str(rollout_timeout)},
+        }
         workload_opts = pulumi.ResourceOptions(
             parent=self,
             depends_on=[namespace_resource, claim, auth_module, *provider_classes, *args.depends_on],
@@ -766,53 +854,77 @@ class ModelService(pulumi.ComponentResource):
         api_version, kind, workload_spec = workload(config, model, plan, account.name)
         deployment: pulumi.CustomResource
         if kind == "Deployment":
-            deployment = kubernetes.apps.v1.Deployment(f"{name}-deployment", metadata=workload_meta,
-                                                       spec=workload_spec, opts=workload_opts)
+            deployment = kubernetes.apps.v1.Deployment(
+                f"{name}-deployment", metadata=workload_meta, spec=workload_spec, opts=workload_opts
+            )
         else:
             # The analysis its steps run, against the Prometheus the PodMonitor feeds.
             kubernetes.apiextensions.CustomResource(
-                f"{name}-canary-analysis", api_version=rollouts.ROLLOUTS_API_VERSION,
-                kind=rollouts.ANALYSIS_TEMPLATE_KIND, metadata=meta(rollouts.ANALYSIS_TEMPLATE),
-                spec=rollouts.analysis_template_spec(model.rollout.canary.analysis, namespace,
-                                                     prometheus_url(config.monitoring)),
+                f"{name}-canary-analysis",
+                api_version=rollouts.ROLLOUTS_API_VERSION,
+                kind=rollouts.ANALYSIS_TEMPLATE_KIND,
+                metadata=meta(rollouts.ANALYSIS_TEMPLATE),
+                spec=rollouts.analysis_template_spec(
+                    model.rollout.canary.analysis, namespace, prometheus_url(config.monitoring)
+                ),
                 opts=after_addons,
             )
             deployment = kubernetes.apiextensions.CustomResource(
-                f"{name}-rollout", api_version=api_version, kind=kind, metadata=workload_meta,
-                spec=workload_spec, opts=workload_opts,
+                f"{name}-rollout",
+                api_version=api_version,
+                kind=kind,
+                metadata=workload_meta,
+                spec=workload_spec,
+                opts=workload_opts,
             )
-        kubernetes.core.v1.Service(f"{name}-service", metadata=meta(SERVER_NAME), spec=service_spec(model),
-                                   opts=inside)
+        kubernetes.core.v1.Service(
+            f"{name}-service", metadata=meta(SERVER_NAME), spec=service_spec(model), opts=inside
+        )
         if rollouts.uses_canary(model):
             # Argo pins these selectors to the stable and canary ReplicaSets; `pulumi up` must not undo it.
             for service_name in (rollouts.STABLE_SERVICE, rollouts.CANARY_SERVICE):
                 kubernetes.core.v1.Service(
-                    f"{name}-service-{service_name}", metadata=meta(service_name), spec=service_spec(model),
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource],
-                                                ignore_changes=["spec.selector"]),
+                    f"{name}-service-{service_name}",
+                    metadata=meta(service_name),
+                    spec=service_spec(model),
+                    opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=[namespace_resource], ignore_changes=["spec.selector"]
+                    ),
                 )
-        kubernetes.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=meta(SERVER_NAME),
-                                                 spec=pod_disruption_budget_spec(model), opts=inside)
+        kubernetes.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb", metadata=meta(SERVER_NAME), spec=pod_disruption_budget_spec(model), opts=inside
+        )
         if serves_own_hostname(config):
             managed = (
-                [f'metadata.annotations["{rollouts.ALB_ACTION_ANNOTATION}"]',
-                 f'metadata.annotations["{rollouts.MANAGED_ALB_ACTIONS_ANNOTATION}"]']
-                if uses_alb_traffic_split(config, model) else []
+                [
+                    f'metadata.annotations["{rollouts.ALB_ACTION_ANNOTATION}"]',
+                    f'metadata.annotations["{rollouts.MANAGED_ALB_ACTIONS_ANNOTATION}"]',
+                ]
+                if uses_alb_traffic_split(config, model)
+                else []
             )
             kubernetes.networking.v1.Ingress(
                 f"{name}-ingress",
-                metadata={**meta(SERVER_NAME), "annotations": {
-                    **ingress_annotations(config, model),
-                    **web_acl_annotation(config, args.context.web_acl_arn),
-                }},
+                metadata={
+                    **meta(SERVER_NAME),
+                    "annotations": {
+                        **ingress_annotations(config, model),
+                        **web_acl_annotation(config, args.context.web_acl_arn),
+                    },
+                },
                 spec=ingress_spec(config, model),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace_resource, *args.depends_on],
-                                            ignore_changes=managed),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[namespace_resource, *args.depends_on], ignore_changes=managed
+                ),
             )
 
         # The HPA or KEDA ScaledObject that owns the Deployment's replicas (none when autoscaling is off).
         self.autoscaler = create_model_autoscaler(
-            f"{name}-autoscaler", model, SERVER_NAME, namespace, config.monitoring,
+            f"{name}-autoscaler",
+            model,
+            SERVER_NAME,
+            namespace,
+            config.monitoring,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment, *args.depends_on]),
         )
 
@@ -821,8 +933,10 @@ class ModelService(pulumi.ComponentResource):
         self.in_cluster_url = in_cluster_url(model)
         self.ingress_url = ingress_url(config, model)
         self.deployment = deployment
-        self.register_outputs({
-            "namespace": self.namespace,
-            "in_cluster_url": self.in_cluster_url,
-            "ingress_url": self.ingress_url,
-        })
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "in_cluster_url": self.in_cluster_url,
+                "ingress_url": self.ingress_url,
+            }
+        )

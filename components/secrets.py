@@ -64,13 +64,15 @@ def _jmespath(key: str) -> str:
 
 
 def _aws_objects(secret: SecretFile) -> list[dict[str, Any]]:
-    return [{
-        "objectName": secret.ref.name,
-        "objectType": "secretsmanager",
-        # Secret names contain '/', which the AWS provider cannot use as a file name: alias it.
-        "objectAlias": f"{secret.file}.json",
-        "jmesPath": [{"path": _jmespath(secret.ref.key), "objectAlias": secret.file}],
-    }]
+    return [
+        {
+            "objectName": secret.ref.name,
+            "objectType": "secretsmanager",
+            # Secret names contain '/', which the AWS provider cannot use as a file name: alias it.
+            "objectAlias": f"{secret.file}.json",
+            "jmesPath": [{"path": _jmespath(secret.ref.key), "objectAlias": secret.file}],
+        }
+    ]
 
 
 def _vault_objects(secret: SecretFile) -> list[dict[str, Any]]:
@@ -93,18 +95,21 @@ def provider_parameters(store: SecretStoreConfig, secret: SecretFile, region: st
     raise ValueError(f"provider {store.provider!r} does not use a SecretProviderClass")
 
 
-def secret_provider_class_spec(store: SecretStoreConfig, secret: SecretFile, region: str, *,
-                               sync_to_secret: str | None) -> dict[str, Any]:
+def secret_provider_class_spec(
+    store: SecretStoreConfig, secret: SecretFile, region: str, *, sync_to_secret: str | None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "provider": "aws" if store.provider == "aws-secrets-manager" else "vault",
         "parameters": provider_parameters(store, secret, region),
     }
     if sync_to_secret is not None:
-        spec["secretObjects"] = [{
-            "secretName": sync_to_secret,
-            "type": "Opaque",
-            "data": [{"objectName": secret.file, "key": secret.file}],
-        }]
+        spec["secretObjects"] = [
+            {
+                "secretName": sync_to_secret,
+                "type": "Opaque",
+                "data": [{"objectName": secret.file, "key": secret.file}],
+            }
+        ]
     return spec
 
 
@@ -134,10 +139,14 @@ def api_key_volume(store: SecretStoreConfig) -> dict[str, Any] | None:
     """The CSI volume the vLLM container mounts so the driver syncs the API key Secret."""
     if not uses_csi(store):
         return None
-    return {"name": API_KEY_VOLUME, "csi": {
-        "driver": CSI_DRIVER, "readOnly": True,
-        "volumeAttributes": {"secretProviderClass": API_KEY_PROVIDER_CLASS},
-    }}
+    return {
+        "name": API_KEY_VOLUME,
+        "csi": {
+            "driver": CSI_DRIVER,
+            "readOnly": True,
+            "volumeAttributes": {"secretProviderClass": API_KEY_PROVIDER_CLASS},
+        },
+    }
 
 
 def hf_token_volume(store: SecretStoreConfig, model: ModelConfig) -> dict[str, Any] | None:
@@ -146,14 +155,22 @@ def hf_token_volume(store: SecretStoreConfig, model: ModelConfig) -> dict[str, A
     if token is None:
         return None
     if uses_csi(store):
-        return {"name": HF_TOKEN_VOLUME, "csi": {
-            "driver": CSI_DRIVER, "readOnly": True,
-            "volumeAttributes": {"secretProviderClass": HF_TOKEN_PROVIDER_CLASS},
-        }}
-    return {"name": HF_TOKEN_VOLUME, "secret": {
-        "secretName": token.ref.name, "items": [{"key": token.ref.key, "path": HF_TOKEN_FILE}],
-        "defaultMode": 0o444,  # the preloader runs as a non-root uid; only its container mounts it
-    }}
+        return {
+            "name": HF_TOKEN_VOLUME,
+            "csi": {
+                "driver": CSI_DRIVER,
+                "readOnly": True,
+                "volumeAttributes": {"secretProviderClass": HF_TOKEN_PROVIDER_CLASS},
+            },
+        }
+    return {
+        "name": HF_TOKEN_VOLUME,
+        "secret": {
+            "secretName": token.ref.name,
+            "items": [{"key": token.ref.key, "path": HF_TOKEN_FILE}],
+            "defaultMode": 0o444,  # the preloader runs as a non-root uid; only its container mounts it
+        },
+    }
 
 
 def secret_reference_problems(config: PlatformConfig) -> list[Problem]:
@@ -172,42 +189,54 @@ def secret_reference_problems(config: PlatformConfig) -> list[Problem]:
         namespaces = ", ".join(m.namespace for m in config.models if tenant in tenants_on(config, m))
         for position, ref in enumerate(tenant.api_key_secrets):
             refs.append((("tenants", index, "api_key_secrets", position), ref, f"namespaces {namespaces}"))
+    every_namespace = "namespaces " + ", ".join(m.namespace for m in config.models)
+    refs.append((("security", "operator_key_secret"), config.security.operator_key_secret, every_namespace))
     for at, ref, where in refs:
         if ref is None:
             continue
         if len(ref.name) > 253 or not _SECRET_NAME.match(ref.name):
-            problems.append(Problem(
-                (*at, "name"), ref.name,
-                "with security.secret_store.provider 'kubernetes-secret' this names an existing Secret "
-                f"in {where} (created out of band), so it must be a Kubernetes name "
-                "such as 'vllm-api-key': lowercase letters, digits, '-' and '.'",
-            ))
+            problems.append(
+                Problem(
+                    (*at, "name"),
+                    ref.name,
+                    "with security.secret_store.provider 'kubernetes-secret' this names an existing Secret "
+                    f"in {where} (created out of band), so it must be a Kubernetes name "
+                    "such as 'vllm-api-key': lowercase letters, digits, '-' and '.'",
+                )
+            )
         if not _SECRET_KEY.match(ref.key):
-            problems.append(Problem(
-                (*at, "key"), ref.key,
-                "a Kubernetes Secret key has only letters, digits, '-', '_' and '.' (e.g. 'value')",
-            ))
+            problems.append(
+                Problem(
+                    (*at, "key"),
+                    ref.key,
+                    "a Kubernetes Secret key has only letters, digits, '-', '_' and '.' (e.g. 'value')",
+                )
+            )
     return problems
 
 
-def keys_provider_class_spec(store: SecretStoreConfig, store_name: str, files: dict[str, str], region: str,
-                             *, sync_to_secret: str) -> dict[str, Any]:
+def keys_provider_class_spec(
+    store: SecretStoreConfig, store_name: str, files: dict[str, str], region: str, *, sync_to_secret: str
+) -> dict[str, Any]:
     """A SecretProviderClass for several keys of one store entry (`files`: file name -> key in the
     entry), all synced into `sync_to_secret` under their file names. For the monitoring stack's own
     secrets (Alertmanager's configuration, Grafana's admin credential)."""
     if store.provider == "aws-secrets-manager":
-        objects: list[dict[str, Any]] = [{
-            "objectName": store_name,
-            "objectType": "secretsmanager",
-            "objectAlias": f"{sync_to_secret}.json",
-            "jmesPath": [{"path": _jmespath(key), "objectAlias": file} for file, key in files.items()],
-        }]
+        objects: list[dict[str, Any]] = [
+            {
+                "objectName": store_name,
+                "objectType": "secretsmanager",
+                "objectAlias": f"{sync_to_secret}.json",
+                "jmesPath": [{"path": _jmespath(key), "objectAlias": file} for file, key in files.items()],
+            }
+        ]
         parameters = {"objects": yaml.safe_dump(objects, sort_keys=False), "region": region}
         provider = "aws"
     elif store.provider == "vault":
         assert store.vault_address and store.vault_role  # guaranteed by SecretStoreConfig
-        objects = [{"objectName": file, "secretPath": store_name, "secretKey": key}
-                   for file, key in files.items()]
+        objects = [
+            {"objectName": file, "secretPath": store_name, "secretKey": key} for file, key in files.items()
+        ]
         parameters = {
             "vaultAddress": store.vault_address,
             "roleName": store.vault_role,
@@ -220,18 +249,26 @@ def keys_provider_class_spec(store: SecretStoreConfig, store_name: str, files: d
     return {
         "provider": provider,
         "parameters": parameters,
-        "secretObjects": [{
-            "secretName": sync_to_secret,
-            "type": "Opaque",
-            "data": [{"objectName": file, "key": file} for file in files],
-        }],
+        "secretObjects": [
+            {
+                "secretName": sync_to_secret,
+                "type": "Opaque",
+                "data": [{"objectName": file, "key": file} for file in files],
+            }
+        ],
     }
 
 
 def csi_volume(name: str, provider_class: str) -> dict[str, Any]:
     """A pod volume through which the CSI driver mounts (and syncs) `provider_class`'s secrets."""
-    return {"name": name, "csi": {"driver": CSI_DRIVER, "readOnly": True,
-                                  "volumeAttributes": {"secretProviderClass": provider_class}}}
+    return {
+        "name": name,
+        "csi": {
+            "driver": CSI_DRIVER,
+            "readOnly": True,
+            "volumeAttributes": {"secretProviderClass": provider_class},
+        },
+    }
 
 
 # --- tenants (issue 26) ---------------------------------------------------------------------------
@@ -249,44 +286,64 @@ def tenant_key_file_name(tenant: str, index: int) -> str:
     return f"{tenant}.key{index}"
 
 
+OPERATOR_KEY_FILE = "platform-operator.key"
+"""The operator key's file in the same folder (issue 34); never `<tenant>.key<n>`, so never a tenant's."""
+
+
 def tenant_key_files(config: PlatformConfig, model: ModelConfig) -> list[SecretFile]:
-    """The keys of every tenant allowed on one of `model`'s served names, as files of the mount."""
+    """The files of the pod's key folder: the keys of every tenant allowed on one of `model`'s served
+    names, and the operator key (`security.operator_key_secret`) where the stack has one."""
     from infra.config.tenants import tenants_on
 
-    return [
+    files = [
         SecretFile(ref, tenant_key_file_name(tenant.name, index))
         for tenant in tenants_on(config, model)
         for index, ref in enumerate(tenant.api_key_secrets)
     ]
+    if config.security.operator_key_secret is not None:
+        files.append(SecretFile(config.security.operator_key_secret, OPERATOR_KEY_FILE))
+    return files
 
 
-def tenant_keys_provider_class_spec(store: SecretStoreConfig, files: list[SecretFile],
-                                    region: str) -> dict[str, Any]:
+def tenant_keys_provider_class_spec(
+    store: SecretStoreConfig, files: list[SecretFile], region: str
+) -> dict[str, Any]:
     """A SecretProviderClass mounting every tenant key of a pod; nothing is synced to a Secret."""
     if store.provider == "aws-secrets-manager":
         # One object per store entry (the provider refuses an entry named twice), one file per key.
         entries: dict[str, list[SecretFile]] = {}
         for secret in files:
             entries.setdefault(secret.ref.name, []).append(secret)
-        objects: list[dict[str, Any]] = [{
-            "objectName": name,
-            "objectType": "secretsmanager",
-            # Entry names contain '/', which cannot be a file name; the JSON copy gets a plain alias
-            # the middleware ignores (it reads `<tenant>.key<n>` files only).
-            "objectAlias": f"entry-{position}.json",
-            "jmesPath": [{"path": _jmespath(secret.ref.key), "objectAlias": secret.file} for secret in keys],
-        } for position, (name, keys) in enumerate(entries.items())]
-        return {"provider": "aws",
-                "parameters": {"objects": yaml.safe_dump(objects, sort_keys=False), "region": region}}
+        objects: list[dict[str, Any]] = [
+            {
+                "objectName": name,
+                "objectType": "secretsmanager",
+                # Entry names contain '/', which cannot be a file name; the JSON copy gets a plain alias
+                # the middleware ignores (it reads `<tenant>.key<n>` files only).
+                "objectAlias": f"entry-{position}.json",
+                "jmesPath": [
+                    {"path": _jmespath(secret.ref.key), "objectAlias": secret.file} for secret in keys
+                ],
+            }
+            for position, (name, keys) in enumerate(entries.items())
+        ]
+        return {
+            "provider": "aws",
+            "parameters": {"objects": yaml.safe_dump(objects, sort_keys=False), "region": region},
+        }
     if store.provider == "vault":
         assert store.vault_address and store.vault_role  # guaranteed by SecretStoreConfig
-        return {"provider": "vault", "parameters": {
-            "vaultAddress": store.vault_address,
-            "roleName": store.vault_role,
-            "vaultKubernetesMountPath": store.vault_kubernetes_mount_path,
-            "objects": yaml.safe_dump([obj for secret in files for obj in _vault_objects(secret)],
-                                      sort_keys=False),
-        }}
+        return {
+            "provider": "vault",
+            "parameters": {
+                "vaultAddress": store.vault_address,
+                "roleName": store.vault_role,
+                "vaultKubernetesMountPath": store.vault_kubernetes_mount_path,
+                "objects": yaml.safe_dump(
+                    [obj for secret in files for obj in _vault_objects(secret)], sort_keys=False
+                ),
+            },
+        }
     raise ValueError(f"provider {store.provider!r} does not use a SecretProviderClass")
 
 
@@ -295,10 +352,16 @@ def tenant_keys_volume(store: SecretStoreConfig, files: list[SecretFile]) -> dic
     into one folder, which the kubelet also updates in place."""
     if uses_csi(store):
         return csi_volume(TENANT_KEYS_VOLUME, TENANT_KEYS_PROVIDER_CLASS)
-    return {"name": TENANT_KEYS_VOLUME, "projected": {"defaultMode": 0o444, "sources": [
-        {"secret": {"name": secret.ref.name, "items": [{"key": secret.ref.key, "path": secret.file}]}}
-        for secret in files
-    ]}}
+    return {
+        "name": TENANT_KEYS_VOLUME,
+        "projected": {
+            "defaultMode": 0o444,
+            "sources": [
+                {"secret": {"name": secret.ref.name, "items": [{"key": secret.ref.key, "path": secret.file}]}}
+                for secret in files
+            ],
+        },
+    }
 
 
 def tenant_keys_volume_mount() -> dict[str, Any]:

@@ -10,8 +10,10 @@ read-only mount that PYTHONPATH names, and the key from `VLLM_API_KEY` (the CSI-
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,11 @@ def tenants_document(config: PlatformConfig, model: ModelConfig) -> dict[str, An
             tenant.name: {
                 "models": [name for name in served if name in tenant.models],
                 "key_prefix": tenant.prefix,
+                "max_in_flight": (
+                    None
+                    if tenant.max_concurrent_requests is None
+                    else in_flight_share(tenant.max_concurrent_requests, model)
+                ),
             }
             for tenant in tenants_on(config, model)
         },
@@ -87,9 +94,69 @@ def volume_mount() -> dict[str, Any]:
 def environment(config: PlatformConfig | None = None) -> list[dict[str, str]]:
     # The upstream vllm/vllm-openai image sets no PYTHONPATH of its own, so nothing is overridden.
     env = [{"name": "PYTHONPATH", "value": MOUNT_PATH}]
-    if config is not None and config.tenants:
+    if config is None:
+        return env
+    env.append({"name": "VLLM_PLATFORM_MAX_BODY_BYTES", "value": str(max_body_bytes(config))})
+    if config.tenants:
         env += [
             {"name": "VLLM_PLATFORM_TENANTS", "value": f"{MOUNT_PATH}/{TENANTS_FILE}"},
             {"name": "VLLM_PLATFORM_TENANT_MOUNT", "value": secrets.TENANT_KEYS_MOUNT_PATH},
         ]
+    if config.security.operator_key_secret is not None:
+        env.append(
+            {
+                "name": "VLLM_PLATFORM_OPERATOR_KEY_FILE",
+                "value": f"{secrets.TENANT_KEYS_MOUNT_PATH}/{secrets.OPERATOR_KEY_FILE}",
+            }
+        )
     return env
+
+
+def max_body_bytes(config: PlatformConfig) -> int:
+    return config.security.max_request_body_mib * 1024 * 1024
+
+
+def in_flight_share(max_concurrent_requests: int, model: ModelConfig) -> int:
+    """A tenant's requests one vLLM API-server process answers at once (issue 34; docs/security.md,
+    "Tenants"): its `max_concurrent_requests` spread over the model's fewest replicas (the HPA's
+    minimum, or `replicas`; at least one) and each pod's API-server processes, rounded up. Each
+    process counts on its own (no shared state on the request path), so the whole cap is the limit
+    at the fewest replicas and grows with the replicas added above them; the alert on the summed
+    in-flight series still fires at the limit itself."""
+    fewest = model.autoscaling.min_replicas if model.autoscaling.enabled else model.replicas
+    processes = max(1, fewest) * model.vllm.api_server_count
+    return max(1, math.ceil(max_concurrent_requests / processes))
+
+
+def _module_constant(name: str) -> Any:
+    """A literal constant of the middleware module, read from its source: importing the module runs
+    its start-up key check, which needs a pod's environment."""
+    for node in ast.parse(module_source()).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
+                value = node.value
+                if (
+                    isinstance(value, ast.Call)
+                    and isinstance(value.func, ast.Name)
+                    and value.func.id == "frozenset"
+                ):
+                    return frozenset(ast.literal_eval(value.args[0]))
+                return ast.literal_eval(value)
+    raise KeyError(f"{MODULE_FILE.name} defines no literal {name}")
+
+
+def inference_routes() -> dict[str, str]:
+    """Route -> where vLLM takes its served name from: the POST routes a model or tenant key reaches."""
+    return _module_constant("INFERENCE_ROUTES")
+
+
+def route_policy() -> dict[str, str]:
+    """Every route the middleware has decided on -> `open`, `inference`, `models`, `websocket`
+    (inference over a WebSocket) or `operator` (docs/security.md, "Routes")."""
+    policy = {path: "open" for path in _module_constant("OPEN_PATHS")}
+    policy[_module_constant("MODELS_PATH")] = "models"
+    policy |= {path: "inference" for path in inference_routes()}
+    policy |= {path: "websocket" for path in _module_constant("WEBSOCKET_ROUTES")}
+    policy |= {path: "operator" for path in _module_constant("OPERATOR_ROUTES")}
+    return policy

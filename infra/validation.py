@@ -26,6 +26,7 @@ from infra.versions import VLLM_VERSION
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUANTIZATION_METHODS_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-quantization-methods.json"
 LORA_ARCHITECTURES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-lora-architectures.json"
+CONTENT_PART_TYPES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-chat-content-part-types.json"
 
 PlatformCheck = Callable[[PlatformConfig], list[Problem]]
 
@@ -61,6 +62,10 @@ def platform_checks() -> list[PlatformCheck]:
         quantization_problems,
         fp8_weight_problems,
         lora_architecture_problems,
+        runtime_loading_problems,
+        reserved_served_name_problems,
+        checkpoint_quantization_problems,
+        operator_key_problems,
         secret_name_problems,
         rollout_problems,
         router_problems,
@@ -369,6 +374,145 @@ def lora_architecture_problems(config: PlatformConfig) -> list[Problem]:
     return problems
 
 
+def runtime_loading_problems(config: PlatformConfig) -> list[Problem]:
+    """`lora.runtime_loading` (with tenants it is refused by the tenants' own check): the load routes
+    need the operator key (issue 34), and vLLM 0.32.0 refuses runtime loading beside more than one
+    API-server process (each process would hold its own adapter list)."""
+    problems = []
+    for index, model in enumerate(config.models):
+        if model.lora is None or not model.lora.runtime_loading or config.tenants:
+            continue
+        at = ("models", index, "lora", "runtime_loading")
+        if model.vllm.api_server_count > 1:
+            problems.append(
+                Problem(
+                    at,
+                    True,
+                    f"vLLM {VLLM_VERSION} refuses runtime LoRA loading with more than one API-server "
+                    f"process (vllm.extra_args sets --api-server-count {model.vllm.api_server_count}): "
+                    "remove --api-server-count, or list the adapters in lora.adapters and set "
+                    "runtime_loading: false",
+                )
+            )
+        elif config.security.operator_key_secret is None:
+            problems.append(
+                Problem(
+                    at,
+                    True,
+                    "the routes that load and unload adapters answer only the operator key, and the "
+                    "stack has none: set security.operator_key_secret (a secret-store reference), or "
+                    "set runtime_loading: false",
+                )
+            )
+    return problems
+
+
+@cache
+def pinned_content_part_types() -> tuple[str, ...]:
+    """The `type`s of the pinned vLLM's chat content parts, as scripts/snapshot-vllm-routes.py read
+    them from vllm.entrypoints.chat_utils (compared with the real vLLM by tests/e2e)."""
+    return tuple(json.loads(CONTENT_PART_TYPES_FILE.read_text())["content_part_types"])
+
+
+def reserved_served_names() -> frozenset[str]:
+    """Names vLLM 0.32.0 would apply to a chat request for another name: on chat it picks an adapter
+    whose name equals a content part's type cut at its first `_` (`_get_active_default_mm_loras`),
+    so `text` or `image` would answer requests for the base (issue 34)."""
+    types = pinned_content_part_types()
+    return frozenset(types) | frozenset(t.split("_")[0] for t in types)
+
+
+def reserved_served_name_problems(config: PlatformConfig) -> list[Problem]:
+    reserved = reserved_served_names()
+    problems = []
+    for index, model in enumerate(config.models):
+        base_key = "served_model_name" if model.served_model_name is not None else "name"
+        names: list[tuple[tuple[str | int, ...], str]] = [
+            (("models", index, base_key), model.openai_model_name)
+        ]
+        for position, adapter in enumerate(model.lora.adapters if model.lora else []):
+            names.append((("models", index, "lora", "adapters", position, "name"), adapter.name))
+        for at, name in names:
+            if name in reserved:
+                problems.append(
+                    Problem(
+                        at,
+                        name,
+                        f"'{name}' is a chat content-part type of vLLM {VLLM_VERSION} "
+                        f"({', '.join(sorted(reserved))}): vLLM applies an adapter of that name to any chat "
+                        "request with such a part, whatever model it names; choose another name",
+                    )
+                )
+    return problems
+
+
+_INT4_CHECKPOINT_METHODS = frozenset(
+    {"awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq", "gptq_bitblas", "marlin"}
+)
+"""`--quantization` methods that read a checkpoint already quantised to 4 bits (qweight/qzeros/scales
+tensors and its quantization_config); vLLM cannot apply them to 16-bit weights."""
+_SIXTEEN_BIT = ("bfloat16", "float16", "float32")
+
+
+def checkpoint_quantization_problems(config: PlatformConfig) -> list[Problem]:
+    """`vllm.quantization` against the checkpoint's own format (architecture.weight_dtype, where the
+    stack or its preset knows it): AWQ/GPTQ need an int4 checkpoint, and FP8 methods quantise 16-bit
+    (or read FP8) weights, never int4 ones (issue 34)."""
+    problems = []
+    for index, model in enumerate(config.models):
+        method = model.vllm.quantization
+        checkpoint = model.architecture.resolved().get("weight_dtype")
+        if (
+            method is None
+            or checkpoint is None
+            or _quantization_from_profile(model.vllm.tuning_profile, method)
+        ):
+            continue
+        at = ("models", index, "vllm", "quantization")
+        if method in _INT4_CHECKPOINT_METHODS and checkpoint != "int4":
+            problems.append(
+                Problem(
+                    at,
+                    method,
+                    f"'{method}' reads a checkpoint quantised to int4, but this checkpoint's weights are "
+                    f"{checkpoint} (architecture.weight_dtype): vLLM fails at load; remove vllm.quantization "
+                    "to serve the checkpoint as it is, or point source at an int4 AWQ/GPTQ checkpoint "
+                    "(and set architecture.weight_dtype: int4)",
+                )
+            )
+        elif method in fp8_weight_methods() and checkpoint not in (*_SIXTEEN_BIT, "fp8"):
+            problems.append(
+                Problem(
+                    at,
+                    method,
+                    f"'{method}' quantises 16-bit weights to FP8 (or reads an FP8 checkpoint), but this "
+                    f"checkpoint's weights are {checkpoint} (architecture.weight_dtype): vLLM cannot "
+                    "requantise them; remove vllm.quantization to follow the checkpoint's own "
+                    "quantization_config, or serve a 16-bit checkpoint",
+                )
+            )
+    return problems
+
+
+def operator_key_problems(config: PlatformConfig) -> list[Problem]:
+    """The operator key is a secret of its own: a model's key that is also the operator's would hand
+    every caller the operator routes (the tenants' keys are checked by the tenants' own check)."""
+    operator = config.security.operator_key_secret
+    if operator is None:
+        return []
+    return [
+        Problem(
+            ("security", "operator_key_secret", "name"),
+            operator.name,
+            f"is also models[{index}].api_key_secret: every holder of the model's key would reach the "
+            "operator routes; give the operator a secret of its own",
+        )
+        for index, model in enumerate(config.models)
+        if model.api_key_secret is not None
+        and (model.api_key_secret.name, model.api_key_secret.key) == (operator.name, operator.key)
+    ]
+
+
 @cache
 def _policy_rules() -> ModuleType:
     """The policy pack's rules module (stdlib only), so secret names meet the same credential patterns."""
@@ -399,6 +543,8 @@ def secret_refs(config: PlatformConfig) -> list[tuple[tuple[str | int, ...], Sec
     for index, tenant in enumerate(config.tenants):
         for position, ref in enumerate(tenant.api_key_secrets):
             refs.append((("tenants", index, "api_key_secrets", position, "name"), ref))
+    if config.security.operator_key_secret is not None:
+        refs.append((("security", "operator_key_secret", "name"), config.security.operator_key_secret))
     return refs
 
 

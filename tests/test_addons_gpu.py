@@ -228,6 +228,7 @@ def test_feature_discovery_can_be_left_to_an_existing_nfd(tmp_path: Path) -> Non
 def test_bottlerocket_groups_keep_their_builtin_device_plugin(tmp_path: Path) -> None:
     def bottlerocket_h200(values: dict[str, Any]) -> None:
         values["node_groups"]["gpu"]["h200"]["ami_type"] = "BOTTLEROCKET_x86_64_NVIDIA"
+        values["node_groups"]["gpu"]["h200"]["local_nvme"] = {"enabled": False}  # AL2023 only (issue 34)
 
     config = load_variant(tmp_path, bottlerocket_h200, base="prod")
     assert device_plugin_groups(config.node_groups.gpu) == ["l40s"]
@@ -350,9 +351,15 @@ def test_device_plugin_override_need_not_cover_groups_with_their_own_plugin(tmp_
     def bottlerocket_h200_with_own_taint(values: dict[str, Any]) -> None:
         h200 = values["node_groups"]["gpu"]["h200"]
         h200["ami_type"] = "BOTTLEROCKET_x86_64_NVIDIA"
+        h200["local_nvme"] = {"enabled": False}  # local NVMe is AL2023 only (issue 34)
         h200["taints"] = [{"key": "dedicated", "value": "h200", "effect": "NoSchedule"}]
-        values["addons"] = {"keda": True, "argo_rollouts": True, "nvidia_device_plugin": {"tolerations": [
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+        values["addons"] = {
+            "keda": True,
+            "argo_rollouts": True,
+            "nvidia_device_plugin": {
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            },
+        }
 
     config = load_variant(tmp_path, bottlerocket_h200_with_own_taint, base="prod")
     assert device_plugin_groups(config.node_groups.gpu) == ["l40s"]

@@ -82,9 +82,11 @@ def test_bad_stack_is_rejected_at_its_key_path_with_the_fix(bad: BadStack) -> No
         assert expected in message, f"{bad.path.name}: {expected!r} missing from:\n{message}"
     keys = [line.split(" =")[0].strip() for line in bad.key_paths]
     unexpected = [
-        problem.key_path() for problem in caught.value.problems
-        if not any(problem.key_path() == key or problem.key_path().startswith((f"{key}.", f"{key}["))
-                   for key in keys)
+        problem.key_path()
+        for problem in caught.value.problems
+        if not any(
+            problem.key_path() == key or problem.key_path().startswith((f"{key}.", f"{key}[")) for key in keys
+        )
     ]
     assert unexpected == [], f"{bad.path.name} breaks more than it says:\n{message}"
 
@@ -94,7 +96,11 @@ def test_validate_command_exits_2_with_the_message_on_stderr(name: str) -> None:
     bad = _read_bad_stack(BAD_STACKS_DIR / f"{name}.yaml")
     completed = subprocess.run(
         [str(CLI), "validate", "bad", "--file", str(bad.path.relative_to(REPO_ROOT))],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert completed.returncode == EXIT_INVALID_CONFIG, completed.stdout + completed.stderr
     assert completed.stdout == ""
@@ -102,3 +108,24 @@ def test_validate_command_exits_2_with_the_message_on_stderr(name: str) -> None:
     for expected in bad.expected:
         assert expected in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+RENDER_CRASHERS = ("bottlerocket-gpu-group-with-local-nvme", "system-group-mixed-architectures")
+
+
+@pytest.mark.parametrize("name", RENDER_CRASHERS)
+def test_render_refuses_what_crashed_it_with_the_message_not_a_traceback(name: str, tmp_path: Path) -> None:
+    """Both went through `validate` and then crashed `render` in the AWS layer (issue 34)."""
+    bad = _read_bad_stack(BAD_STACKS_DIR / f"{name}.yaml")
+    completed = subprocess.run(
+        [str(CLI), "render", "bad", "--file", str(bad.path), "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == EXIT_INVALID_CONFIG, completed.stdout + completed.stderr
+    assert "Traceback" not in completed.stderr
+    for expected in bad.expected:
+        assert expected in completed.stderr

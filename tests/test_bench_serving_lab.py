@@ -496,3 +496,12 @@ def test_report_plot_is_a_png(tmp_path: Path) -> None:
     target = tmp_path / "plot.png"
     report.plot(SESSIONS, target)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_lab_server_holds_no_in_flight_share_since_it_takes_the_whole_load(tmp_path: Path) -> None:
+    # Prod's shares assume its fewest replicas; the one lab server would refuse most of a 256-stream run.
+    assert any(t.get("max_in_flight") for t in PLAN["stack_tenants"]["tenants"].values())
+    env, _ = _lab_module().tenant_files(PLAN, tmp_path)
+    written = json.loads(Path(env["VLLM_PLATFORM_TENANTS"]).read_text())
+    assert written["served_names"] == PLAN["stack_tenants"]["served_names"]
+    assert all("max_in_flight" not in t for t in written["tenants"].values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -100,8 +101,14 @@ def test_only_get_health_and_metrics_pass_without_the_key(monkeypatch: pytest.Mo
     module = _load_module(monkeypatch, KEY)
     assert _call(module, _http("/health"))[1]
     assert _call(module, _http("/metrics"))[1]
-    for scope in (_http("/health", "POST"), _http("/invocations", "POST"), _http("/tokenize", "POST"),
-                  _http("/v1/models"), _http("/metrics/../tokenize"), _http("/healthz")):
+    for scope in (
+        _http("/health", "POST"),
+        _http("/invocations", "POST"),
+        _http("/tokenize", "POST"),
+        _http("/v1/models"),
+        _http("/metrics/../tokenize"),
+        _http("/healthz"),
+    ):
         sent, reached = _call(module, scope)
         assert not reached, scope
         assert sent[0]["status"] == 401
@@ -112,9 +119,13 @@ def test_the_bearer_key_passes_and_any_other_credential_does_not(monkeypatch: py
     good = [(b"authorization", f"Bearer {KEY}".encode())]
     assert _call(module, _http("/invocations", "POST", good))[1]
     assert _call(module, _http("/invocations", "POST", [(b"Authorization", f"bearer {KEY}".encode())]))[1]
-    for headers in ([(b"authorization", b"Bearer wrong")], [(b"authorization", KEY.encode())],
-                    [(b"authorization", f"Basic {KEY}".encode())], [(b"x-api-key", KEY.encode())],
-                    [(b"authorization", f"Bearer {KEY}x".encode())]):
+    for headers in (
+        [(b"authorization", b"Bearer wrong")],
+        [(b"authorization", KEY.encode())],
+        [(b"authorization", f"Basic {KEY}".encode())],
+        [(b"x-api-key", KEY.encode())],
+        [(b"authorization", f"Bearer {KEY}x".encode())],
+    ):
         assert not _call(module, _http("/invocations", "POST", headers))[1], headers
 
 
@@ -128,3 +139,73 @@ def test_a_websocket_without_the_key_is_closed_before_vllm_sees_it(monkeypatch: 
 def test_lifespan_events_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
     module = _load_module(monkeypatch, KEY)
     assert _call(module, {"type": "lifespan"})[1]
+
+
+def test_the_models_key_reaches_only_the_inference_routes_and_the_operator_key_every_route(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "operator.key").write_text("op-key-0123456789\n")
+    monkeypatch.setenv("VLLM_PLATFORM_OPERATOR_KEY_FILE", str(tmp_path / "operator.key"))
+    module = _load_module(monkeypatch, KEY)
+    model_key = [(b"authorization", f"Bearer {KEY}".encode())]
+    operator_key = [(b"authorization", b"Bearer op-key-0123456789")]
+    for path in ("/v1/completions", "/v1/chat/completions", "/invocations", "/tokenize"):
+        assert _call(module, _http(path, "POST", model_key))[1], path
+    assert _call(module, _http("/v1/models", "GET", model_key))[1]
+    for method, path in (
+        ("POST", "/v1/load_lora_adapter"),
+        ("POST", "/scale_elastic_ep"),
+        ("POST", "/inference/v1/abort_requests"),
+        ("GET", "/openapi.json"),
+        ("POST", "/adapters"),
+        ("POST", "/some/route/of/a/later/vllm"),
+    ):
+        sent, reached = _call(module, _http(path, method, model_key))
+        assert not reached and sent[0]["status"] == 403, path
+        assert _call(module, _http(path, method, operator_key))[1], path
+
+
+def test_without_an_operator_key_no_key_reaches_the_operator_routes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_PLATFORM_OPERATOR_KEY_FILE", raising=False)
+    module = _load_module(monkeypatch, KEY)
+    sent, reached = _call(
+        module, _http("/v1/load_lora_adapter", "POST", [(b"authorization", f"Bearer {KEY}".encode())])
+    )
+    assert not reached and sent[0]["status"] == 403
+
+
+def _post(module: ModuleType, path: str, body: bytes, key: str = KEY) -> tuple[int, bool]:
+    """POST `body` in one message through a fresh middleware; (status, reached vLLM)."""
+    reached, sent = [], []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(True)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json")]
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(module.ApiKeyMiddleware(app)(_http(path, "POST", headers), receive, send))
+    finally:
+        loop.close()
+    return sent[0]["status"], bool(reached)
+
+
+def test_with_one_key_too_deep_or_too_large_bodies_never_reach_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_PLATFORM_MAX_BODY_BYTES", "500000")
+    module = _load_module(monkeypatch, KEY)
+
+    def nested(depth: int) -> bytes:
+        return b'{"prompt": ' + b"[" * depth + b"]" * depth + b"}"
+
+    assert _post(module, "/v1/completions", nested(200_000)) == (400, False)  # 400 kB: RecursionError
+    assert _post(module, "/v1/completions", nested(65)) == (400, False)  # parses, deeper than 64
+    assert _post(module, "/v1/completions", nested(300_000)) == (413, False)  # 600 kB: past the limit
+    assert _post(module, "/v1/completions", b'{"prompt": "hi", "max_tokens": 1}') == (200, True)

@@ -42,7 +42,10 @@ def test_no_secret_values_in_env_literals_or_configmaps(stack_render: RenderResu
         assert (document is not None) == bool(tenants)
         if document is not None:
             assert set(json.loads(document)) == {"served_names", "tenants"}
-            assert all(set(t) == {"models", "key_prefix"} for t in json.loads(document)["tenants"].values())
+            assert all(
+                set(t) == {"models", "key_prefix", "max_in_flight"}
+                for t in json.loads(document)["tenants"].values()
+            )
         assert data == {server_auth.MODULE_FILE.name: server_auth.MODULE_FILE.read_text()}
     for model in config_of(stack_render).models:
         spec = pod_spec(stack_render, model.name)

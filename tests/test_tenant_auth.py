@@ -25,11 +25,17 @@ from tests.support.auth_module import load_auth_module
 
 ALPHA, BETA = "tiny-alpha", "tiny-beta"
 KEY_A, KEY_B = "sk-team-a_0123456789abcdef", "sk-team-b_fedcba9876543210"
+GAMMA = "text"
+"""An adapter named like a chat content-part type (validate refuses such names; the check holds anyway)."""
+KEY_C = "sk-team-c_aaaabbbbccccdddd"
+OPERATOR_KEY = "op-0123456789abcdef0123"
+MAX_BODY_BYTES = 100_000
 SPEC = {
-    "served_names": [ALPHA, BETA],
+    "served_names": [ALPHA, BETA, GAMMA],
     "tenants": {
         "team-a": {"models": [ALPHA], "key_prefix": "sk-team-a_"},
-        "team-b": {"models": [BETA], "key_prefix": "sk-team-b_"},
+        "team-b": {"models": [BETA], "key_prefix": "sk-team-b_", "max_in_flight": 1},
+        "team-c": {"models": [GAMMA], "key_prefix": "sk-team-c_"},
     },
 }
 
@@ -53,6 +59,8 @@ class Pod:
         self.middleware = self.module.ApiKeyMiddleware(current_app)
         self.middleware.tenant_keys.clock = lambda: self.now[0]
         self.middleware.tenant_keys._read_at = self.now[0]  # read at start, on the test's clock
+        if self.middleware.operator_key is not None:
+            self.middleware.operator_key.clock = lambda: self.now[0]
 
     @property
     def keys(self) -> Path:
@@ -71,6 +79,8 @@ def _load(monkeypatch: pytest.MonkeyPatch, folder: Path) -> ModuleType:
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     monkeypatch.setenv("VLLM_PLATFORM_TENANTS", str(folder / "tenants.json"))
     monkeypatch.setenv("VLLM_PLATFORM_TENANT_MOUNT", str(folder / "keys"))
+    monkeypatch.setenv("VLLM_PLATFORM_OPERATOR_KEY_FILE", str(folder / "keys" / "platform-operator.key"))
+    monkeypatch.setenv("VLLM_PLATFORM_MAX_BODY_BYTES", str(MAX_BODY_BYTES))
     return load_auth_module(monkeypatch, "vllm_platform_auth_tenants")
 
 
@@ -80,6 +90,8 @@ def pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pod]:
     (tmp_path / "keys").mkdir()
     (tmp_path / "keys" / "team-a.key0").write_text(KEY_A + "\n")
     (tmp_path / "keys" / "team-b.key0").write_text(KEY_B)
+    (tmp_path / "keys" / "team-c.key0").write_text(KEY_C)
+    (tmp_path / "keys" / "platform-operator.key").write_text(OPERATOR_KEY + "\n")
     # The AWS provider's JSON copy of a store entry sits beside the key files: never a key.
     (tmp_path / "keys" / "entry-0.json").write_text(json.dumps({"value": "sk-team-a_from-json"}))
     module = _load(monkeypatch, tmp_path)
@@ -117,10 +129,12 @@ def _call(
     body: bytes = b"",
     app_answer: tuple[int, bytes, bytes] = (200, b"application/json", b'{"ok": true}'),
     chunks: int = 1,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    sent: list[dict[str, Any]] | None = None,
 ) -> Answer:
     """One request through the middleware (body sent in `chunks` parts) to an app that reads the whole
     body and answers `app_answer` (status, content type, body)."""
-    headers = [(b"authorization", f"Bearer {key}".encode())] if key is not None else []
+    headers = [*([(b"authorization", f"Bearer {key}".encode())] if key is not None else []), *(headers or [])]
     scope = {"type": "http", "method": method, "path": path, "root_path": "", "headers": headers}
     size = max(1, -(-len(body) // chunks))
     parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
@@ -129,7 +143,7 @@ def _call(
         for i, part in enumerate(parts)
     ]
     state: dict[str, Any] = {"reached": False, "app_body": None}
-    sent: list[dict[str, Any]] = []
+    sent = [] if sent is None else sent
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         state["reached"] = True
@@ -165,6 +179,12 @@ def _call(
     return Answer(status, body, state["reached"], state["app_body"])
 
 
+def _call_with_headers(
+    pod: Pod, method: str, path: str, key: str, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> Answer:
+    return _call(pod, method, path, key, body, headers=headers)
+
+
 def _completion(model: str | None, **extra: Any) -> bytes:
     payload = {"prompt": "hi", "max_tokens": 2, **extra}
     if model is not None:
@@ -198,10 +218,11 @@ def test_a_body_that_names_no_model_in_json_needs_every_name_of_the_pod(pod: Pod
     assert _call(pod, "POST", "/v1/audio/transcriptions", KEY_A, multipart).status == 403
 
 
-def test_a_name_this_pod_does_not_serve_goes_on_to_vllm(pod: Pod) -> None:
-    # vLLM answers its own 404 for it (the e2e test sees that answer).
+def test_a_name_this_pod_does_not_serve_gets_404_before_vllm(pod: Pod) -> None:
+    # vLLM would answer the same 404; answered here, no name the check did not resolve reaches it.
     answer = _call(pod, "POST", "/v1/completions", KEY_A, _completion("no-such-model"))
-    assert answer.reached
+    assert answer.status == 404 and not answer.reached
+    assert json.loads(answer.body)["error"]["code"] == "model_not_found"
 
 
 @pytest.mark.parametrize(
@@ -268,8 +289,8 @@ def test_the_models_list_holds_only_the_tenants_names(pod: Pod) -> None:
     )
     assert answer.status == 200
     assert [entry["id"] for entry in json.loads(answer.body)["data"]] == [BETA]
-    assert _call(pod, "GET", f"/v1/models/{ALPHA}", KEY_B).status == 404
-    assert _call(pod, "GET", f"/v1/models/{BETA}", KEY_B).reached
+    # vLLM 0.32.0 has no /v1/models/<name>: like every route not on the allow-list, operator only.
+    assert _call(pod, "GET", f"/v1/models/{BETA}", KEY_B).status == 403
 
 
 def test_a_tenant_not_allowed_on_every_name_gets_no_websocket(pod: Pod) -> None:
@@ -349,17 +370,13 @@ def test_usage_is_counted_per_tenant_from_a_stream_and_a_json_answer(pod: Pod) -
     assert not any(KEY_A in str(s) or KEY_B in str(s) for s in pod.registry.collect())
 
 
-def test_a_name_the_pod_does_not_serve_is_counted_as_other_not_as_the_clients_text(pod: Pod) -> None:
-    _call(
-        pod,
-        "POST",
-        "/v1/completions",
-        KEY_A,
-        _completion("made-up-name-12345"),
-        app_answer=(404, b"application/json", b"{}"),
-    )
+def test_a_name_the_pod_does_not_serve_never_becomes_a_label(pod: Pod) -> None:
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, _completion("made-up-name-12345"))
+    assert answer.status == 404
+    assert _samples(pod, tenant_metrics.TENANT_REQUESTS) == {}
+    _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA))
     assert list(_samples(pod, tenant_metrics.TENANT_REQUESTS)) == [
-        (("code", "404"), ("model", "other"), ("tenant", "team-a"))
+        (("code", "200"), ("model", ALPHA), ("tenant", "team-a"))
     ]
 
 
@@ -443,3 +460,115 @@ def test_counters_add_up_over_api_server_processes_in_multiprocess_mode(tmp_path
     requests = [v for k, v in values.items() if k.startswith(tenant_metrics.TENANT_REQUESTS + "[")]
     prompt = [v for k, v in values.items() if k.startswith(tenant_metrics.TENANT_TOKENS) and "'prompt'" in k]
     assert requests == [5.0] and prompt == [20.0]
+
+
+# --- issue 34: the served name decided once, routes by allow-list, robust input, concurrency ---------
+
+GENERATING_ROUTES = [
+    path for path, kind in server_auth.inference_routes().items() if path not in ("/tokenize", "/detokenize")
+]
+
+
+@pytest.mark.parametrize("path", GENERATING_ROUTES)
+@pytest.mark.parametrize("model", ["", None])
+def test_an_empty_or_absent_model_is_the_default_name_on_every_inference_route(
+    pod: Pod, path: str, model: str | None
+) -> None:
+    # vLLM serves the default (the first served name, ALPHA) for "" and for no model at all.
+    assert _call(pod, "POST", path, KEY_B, _completion(model)).status == 403
+    assert _call(pod, "POST", path, KEY_A, _completion(model)).reached
+
+
+def test_invocations_are_judged_by_the_sagemaker_adapter_header_that_vllm_uses(pod: Pod) -> None:
+    def invoke(key: str, adapter: bytes | None, model: str | None) -> Answer:
+        headers = [] if adapter is None else [(b"X-Amzn-SageMaker-Adapter-Identifier", adapter)]
+        return _call_with_headers(pod, "POST", "/invocations", key, _completion(model), headers)
+
+    assert invoke(KEY_A, BETA.encode(), ALPHA).status == 403  # the body's own name does not count
+    assert invoke(KEY_B, BETA.encode(), ALPHA).reached
+    assert invoke(KEY_B, b"", BETA).status == 403  # an empty header: vLLM's default, ALPHA
+    # No header: vLLM sets the body's model to None, its default (ALPHA), whatever the body named.
+    assert invoke(KEY_B, None, BETA).status == 403
+    assert invoke(KEY_A, None, BETA).reached
+
+
+def test_a_chat_content_part_named_like_another_tenants_adapter_is_refused(pod: Pod) -> None:
+    # vLLM applies an adapter named like a content part's type to a request for the base.
+    chat = {"model": ALPHA, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    answer = _call(pod, "POST", "/v1/chat/completions", KEY_A, json.dumps(chat).encode())
+    assert answer.status == 403 and GAMMA in json.loads(answer.body)["error"]["message"]
+    plain = {"model": ALPHA, "messages": [{"role": "user", "content": "hi"}]}
+    assert _call(pod, "POST", "/v1/chat/completions", KEY_A, json.dumps(plain).encode()).reached
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/load_lora_adapter"),
+        ("POST", "/v1/unload_lora_adapter"),
+        ("POST", "/adapters"),
+        ("DELETE", "/adapters/tiny-alpha"),
+        ("POST", "/scale_elastic_ep"),
+        ("POST", "/inference/v1/abort_requests"),
+        ("POST", "/start_profile"),
+        ("GET", "/openapi.json"),
+        ("POST", "/a/route/a/future/vllm/adds"),
+        ("GET", "/v1/completions"),
+    ],
+)
+def test_every_other_route_needs_the_operator_key(pod: Pod, method: str, path: str) -> None:
+    body = _completion(ALPHA) if method != "GET" else b""
+    answer = _call(pod, method, path, KEY_A, body)
+    assert answer.status == 403 and not answer.reached
+    assert json.loads(answer.body)["error"]["code"] == "operator_route"
+    assert _call(pod, method, path, OPERATOR_KEY, body).reached
+
+
+def test_the_operator_key_is_re_read_and_an_emptied_one_is_revoked(pod: Pod) -> None:
+    assert _call(pod, "POST", "/v1/load_lora_adapter", OPERATOR_KEY, b"{}").reached
+    (pod.keys / "platform-operator.key").write_text("")
+    pod.later(pod.module.RELOAD_SECONDS)
+    assert _call(pod, "POST", "/v1/load_lora_adapter", OPERATOR_KEY, b"{}").status == 401
+
+
+def test_a_deeply_nested_body_gets_400_not_a_500(pod: Pod) -> None:
+    depth = 200_000
+    deep = b'{"model": "tiny-alpha", "prompt": ' + b"[" * depth + b"]" * depth + b"}"
+    pod.middleware.max_body_bytes = len(deep) + 1
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, deep)
+    assert answer.status == 400 and not answer.reached
+    shallow_but_deep = b'{"model": "tiny-alpha", "prompt": ' + b"[" * 65 + b"]" * 65 + b"}"
+    assert _call(pod, "POST", "/v1/completions", KEY_A, shallow_but_deep).status == 400
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"model": "tiny-alpha", "model": "tiny-beta", "prompt": "x"}', b'{"model": ', b"[1, 2]", b"\xff\xfe{"],
+)
+def test_a_malformed_json_body_gets_400_before_vllm(pod: Pod, body: bytes) -> None:
+    answer = _call_with_headers(
+        pod, "POST", "/v1/completions", KEY_A, body, [(b"content-type", b"application/json")]
+    )
+    assert answer.status == 400 and not answer.reached
+
+
+def test_a_body_past_the_limit_gets_413(pod: Pod) -> None:
+    big = _completion(ALPHA, prompt="x" * MAX_BODY_BYTES)
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, big, chunks=20)
+    assert answer.status == 413 and not answer.reached
+    declared = [(b"content-length", str(MAX_BODY_BYTES + 1).encode())]
+    assert _call_with_headers(pod, "POST", "/v1/completions", KEY_A, b"{}", declared).status == 413
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, prompt="x" * 1000)).reached
+
+
+def test_a_tenant_past_its_in_flight_share_gets_429_with_retry_after(pod: Pod) -> None:
+    pod.middleware.in_flight["team-b"] = 1  # one request of team-b being answered now
+    sent: list[dict[str, Any]] = []
+    answer = _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA), sent=sent)
+    assert answer.status == 429 and not answer.reached
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    assert (b"retry-after", b"1") in start["headers"]
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).reached  # no limit
+    pod.middleware.in_flight["team-b"] = 0
+    assert _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA)).reached
+    assert pod.middleware.in_flight["team-b"] == 0  # released when the answer is sent

@@ -81,7 +81,16 @@ def test_prods_pods_accept_exactly_the_keys_of_the_tenants_allowed_on_their_mode
         document = json.loads(config_map["data"][server_auth.TENANTS_FILE])
         assert document["served_names"] == [model.openai_model_name]
         assert document["tenants"] == {
-            t.name: {"models": [model.openai_model_name], "key_prefix": t.prefix}
+            t.name: {
+                "models": [model.openai_model_name],
+                "key_prefix": t.prefix,
+                # Issue 34: the tenant's per-process share of max_concurrent_requests.
+                "max_in_flight": (
+                    None
+                    if t.max_concurrent_requests is None
+                    else server_auth.in_flight_share(t.max_concurrent_requests, model)
+                ),
+            }
             for t in tenants_on(config, model)
         }
 

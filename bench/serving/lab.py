@@ -266,7 +266,16 @@ def tenant_files(plan: dict[str, Any], pod_dir: Path) -> tuple[dict[str, str], s
     (`stack_tenants`) and one key file per tenant (`<tenant>.key0`, the tenant's prefix first), as
     the Secrets Store CSI driver mounts them. Returns the middleware's environment and the key the
     client sends: the first tenant allowed on the served name."""
-    document = plan["stack_tenants"]
+    # Without the tenants' in-flight shares (issue 34): prod spreads them over at least two replicas,
+    # while this one lab server takes the whole load (256 streams of one tenant's key would be mostly
+    # 429s); the middleware's code path is otherwise the prod pod's.
+    document = {
+        **plan["stack_tenants"],
+        "tenants": {
+            name: {key: value for key, value in entry.items() if key != "max_in_flight"}
+            for name, entry in plan["stack_tenants"]["tenants"].items()
+        },
+    }
     auth, keys = pod_dir / "auth", pod_dir / "tenant-keys"
     auth.mkdir(parents=True, exist_ok=True)
     keys.mkdir(parents=True, exist_ok=True)

@@ -1,27 +1,42 @@
-"""API-key check for every route of the vLLM server except `/health` and `/metrics` (issues 15, 26).
+"""API-key check and route allow-list in front of every route of the vLLM server (issues 15, 26, 34).
 
 This file runs inside the upstream, unmodified `vllm/vllm-openai` image: the Deployment mounts it
 from a ConfigMap (it holds code, never a key), puts its folder on PYTHONPATH and passes
 `--middleware vllm_platform_auth.ApiKeyMiddleware`, which vLLM adds around its whole ASGI app.
-vLLM's own check guards only the `/v1`, `/v2`, `/inference` and `/cohere` prefixes, so
-`/invocations`, `/tokenize` and the admin routes answered anyone; this one denies by default, so a
-route a future vLLM adds is guarded too.
+vLLM's own check guards only the `/v1`, `/v2`, `/inference` and `/cohere` prefixes; this one denies
+by default, so a route a future vLLM adds is refused too.
+
+Routes by allow-list (issue 34): `/health` and `/metrics` (GET) answer anyone; a model or tenant key
+reaches only the inference routes of INFERENCE_ROUTES (POST, each with its model check) and
+`GET /v1/models`; every other route (LoRA loading, elastic EP, abort, SageMaker `/adapters`,
+profiling, RL and dev routes, the OpenAPI document) needs the operator key
+(`VLLM_PLATFORM_OPERATOR_KEY_FILE`, optional: unset, nobody reaches them). OPERATOR_ROUTES lists the
+pinned vLLM's other routes so that tests/test_route_policy.py can check that every route of
+infra/data/vllm-0.32.0-routes.json is classified.
 
 Two modes, chosen by the environment the Deployment renders:
 
 - One key per model (no `tenants` in the stack): the key is `VLLM_API_KEY`, which the pod reads
   from the Secret the Secrets Store CSI driver syncs from the secret store. It reaches every name
-  this process serves (the base model and its adapters).
+  this process serves (the base model and its adapters) on the inference routes.
 - Tenants (`VLLM_PLATFORM_TENANTS` names a JSON file of the ConfigMap: this pod's served names and,
-  per tenant allowed on one of them, the names it may call and its key prefix;
+  per tenant allowed on one of them, the names it may call, its key prefix and its in-flight share;
   `VLLM_PLATFORM_TENANT_MOUNT` names the folder where the CSI driver mounts those tenants' keys as
   `<tenant>.key<n>`). Both are volumes the kubelet and the driver update in place, so the check
   re-reads them (at most once a second): a rotated or revoked key takes effect within the driver's
-  rotation interval, without a restart. An unknown key gets 401; a known tenant naming a served
-  name it may not call gets 403 (the name is the JSON body's `model`; the body is re-fed to vLLM
-  unchanged); a name this pod does not serve goes on to vLLM, which answers its own 404;
-  `GET /v1/models` lists only the tenant's names. Per-tenant request and token counts are
-  Prometheus series (the tenant's name as label, never the key) in vLLM's own `/metrics`.
+  rotation interval, without a restart. An unknown key gets 401. The served name a request will get
+  is resolved once, as vLLM resolves it (`resolved_names`): the JSON body's `model`, where empty or
+  absent means vLLM's default (the base); on `/invocations` the SageMaker adapter header, which
+  vLLM writes over the body's `model`; on chat, an adapter named like a content part's type, which
+  vLLM applies to a request for the base. A tenant naming a served name it may not call gets 403, a
+  name this pod does not serve 404 (before vLLM); `GET /v1/models` lists only the tenant's names.
+  Past its share of `max_concurrent_requests` a tenant gets 429 with `Retry-After`. Per-tenant
+  request and token counts are Prometheus series (the tenant's name as label, never the key) in
+  vLLM's own `/metrics`.
+
+In both modes a request body larger than `VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, and a JSON body
+that does not parse, repeats a key or nests deeper than MAX_JSON_DEPTH gets 400: it never reaches
+vLLM (a 200,000-deep body made vLLM answer 500).
 
 An empty or missing key (or, with tenants, no key at all) stops the server at start-up: vLLM imports
 this module while it builds its app, before it listens, and the import raises, so the process exits
@@ -42,7 +57,6 @@ import os
 import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,10 +79,129 @@ RELOAD_SECONDS = 1.0
 OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/"})
 """Kubelet probes (`/health`) and Prometheus (`/metrics`) call without a key; nothing else may."""
 MODELS_PATH = "/v1/models"
+OPERATOR_KEY_ENV = "VLLM_PLATFORM_OPERATOR_KEY_FILE"
+"""Path of the operator key's file (mounted like the tenants' keys); unset: no operator routes."""
+MAX_BODY_ENV = "VLLM_PLATFORM_MAX_BODY_BYTES"
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""`security.max_request_body_mib`'s default, for a module loaded without the variable."""
+MAX_JSON_DEPTH = 64
+"""Deepest JSON nesting passed on: OpenAI-shaped bodies (messages, content parts, tool schemas) stay
+far below it, and vLLM's own parsing of a much deeper body ends in a RecursionError (500)."""
+SAGEMAKER_ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"
+"""vLLM 0.32.0's `/invocations` writes this header's value over the body's `model`
+(vllm/entrypoints/sagemaker/api_router.py: `inject_adapter_id(adapter_path="model")`)."""
+
+# Where vLLM 0.32.0 takes a request's served name from, per inference route (POST only).
+BODY = "body"
+"""The JSON body's `model`; empty or absent: vLLM's default served name (`_is_model_supported`)."""
+SAGEMAKER = "sagemaker"
+"""The adapter header, which vLLM writes over the body's `model` (absent: None, the default); and
+content-part types, as CHAT (vLLM passes a chat-shaped body to its chat handler)."""
+CHAT = "chat"
+"""As BODY, and content-part types: vLLM applies an adapter named like one (before its first `_`)
+to a request for the base (`_get_active_default_mm_loras`, chat only)."""
+INFERENCE_ROUTES: dict[str, str] = {
+    "/v1/completions": "body",
+    "/v1/completions/render": "body",
+    "/v1/completions/derender": "body",
+    "/v1/chat/completions": "chat",
+    "/v1/chat/completions/batch": "chat",
+    "/v1/chat/completions/render": "chat",
+    "/v1/chat/completions/derender": "chat",
+    "/v1/responses": "chat",
+    "/v1/responses/render": "chat",
+    "/v1/messages": "chat",
+    "/v1/messages/count_tokens": "chat",
+    "/v1/messages/render": "chat",
+    "/cohere/v2/chat": "chat",
+    "/cohere/v2/chat/render": "chat",
+    "/inference/v1/generate": "chat",
+    "/invocations": "sagemaker",
+    "/v1/systemone": "body",
+    "/generative_scoring": "body",
+    "/tokenize": "chat",
+    "/detokenize": "body",
+    "/v1/embeddings": "chat",
+    "/v2/embed": "chat",
+    "/pooling": "chat",
+    "/classify": "chat",
+    "/score": "body",
+    "/v1/score": "body",
+    "/rerank": "body",
+    "/v1/rerank": "body",
+    "/v2/rerank": "body",
+    "/v1/audio/transcriptions": "body",
+    "/v1/audio/translations": "body",
+}
+"""What a model or tenant key may call (POST), each with its model check, besides GET /v1/models."""
+WEBSOCKET_ROUTES = frozenset({"/v1/realtime"})
+"""Inference over a WebSocket: the model is named in messages this check does not read, so only a
+key that may use every served name of the pod gets one."""
+OPERATOR_ROUTES = frozenset(
+    {
+        # LoRA adapters at run time (vLLM's and SageMaker's routes), elastic EP, aborting any request.
+        "/v1/load_lora_adapter",
+        "/v1/unload_lora_adapter",
+        "/adapters",
+        "/adapters/{adapter_name}",
+        "/scale_elastic_ep",
+        "/is_scaling_elastic_ep",
+        "/abort_requests",
+        "/inference/v1/abort_requests",
+        # Stored responses: another tenant's, by id.
+        "/v1/responses/{response_id}",
+        "/v1/responses/{response_id}/cancel",
+        # Operations, fault tolerance, profiling, the dev-mode and RL routes (weights, sleep, caches, RPC).
+        "/ping",
+        "/load",
+        "/version",
+        "/server_info",
+        "/ready",
+        "/readyz",
+        "/fault_tolerance/apply",
+        "/fault_tolerance/status",
+        "/start_profile",
+        "/stop_profile",
+        "/collective_rpc",
+        "/get_world_size",
+        "/is_paused",
+        "/pause",
+        "/resume",
+        "/is_sleeping",
+        "/sleep",
+        "/wake_up",
+        "/reset_prefix_cache",
+        "/reset_mm_cache",
+        "/reset_encoder_cache",
+        "/release_kv_cache_memory",
+        "/kv_event_sources",
+        "/tokenizer_info",
+        "/init_weight_transfer_engine",
+        "/shutdown_weight_transfer_engine",
+        "/start_weight_update",
+        "/start_draft_weight_update",
+        "/finish_weight_update",
+        "/update_weights",
+        "/update_weight_version",
+        "/weight_checker",
+        "/weight_info",
+        # FastAPI's documentation (and --enable-offline-docs' static files).
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+        "/static",
+    }
+)
+"""The pinned vLLM's other routes, classified as operator-only (the default for any path not in
+INFERENCE_ROUTES, MODELS_PATH or OPEN_PATHS: this set exists so that a new upstream route is a
+decision, checked against the route snapshot by tests/test_route_policy.py)."""
 POLICY_VIOLATION = 1008
 """WebSocket close code for a refused handshake (uvicorn answers it with HTTP 403)."""
 USAGE_BODY_LIMIT = 8 * 1024 * 1024
 """A non-streamed JSON answer is copied (while it is sent) up to this size to read its `usage`."""
+RETRY_AFTER_SECONDS = 1
+"""`Retry-After` of a 429 past the tenant's in-flight share: requests usually finish within seconds."""
 
 LOG = logging.getLogger("vllm_platform_auth")
 
@@ -129,6 +262,9 @@ class TenantSet:
     """Tenant -> the served names of this pod it may call."""
     key_digests: tuple[tuple[bytes, str], ...]
     """(SHA-256 of a key, its tenant), for every key currently in the folder."""
+    in_flight_limits: dict[str, int] = field(default_factory=dict)
+    """Tenant -> most of its requests this process answers at once (its share of
+    `max_concurrent_requests`); a tenant without a limit is absent."""
 
     def tenant_for(self, presented: bytes | None) -> str | None:
         if presented is None:
@@ -146,6 +282,7 @@ def read_tenant_set(tenants_file: Path, keys_dir: Path) -> TenantSet:
     served = tuple(spec["served_names"])
     tenants = spec["tenants"]
     allowed = {name: frozenset(t["models"]) & frozenset(served) for name, t in tenants.items()}
+    limits = {name: int(t["max_in_flight"]) for name, t in tenants.items() if t.get("max_in_flight")}
     digests = []
     for path in sorted(keys_dir.iterdir()) if keys_dir.is_dir() else []:
         match = KEY_FILE.match(path.name)
@@ -168,7 +305,7 @@ def read_tenant_set(tenants_file: Path, keys_dir: Path) -> TenantSet:
             )
             continue
         digests.append((_digest(key), match["tenant"]))
-    return TenantSet(served, allowed, tuple(digests))
+    return TenantSet(served, allowed, tuple(digests), limits)
 
 
 @dataclass
@@ -211,6 +348,39 @@ def tenant_keys_from_environment(environ: MutableMapping[str, str] | None = None
             "an API key (check the tenants' api_key_secrets in the secret store and their key_prefix)"
         )
     return keys
+
+
+@dataclass
+class OperatorKey:
+    """The operator key's file, re-read (like the tenants' keys) when older than RELOAD_SECONDS."""
+
+    path: Path
+    clock: Callable[[], float] = time.monotonic
+    _digest: bytes | None = None
+    _read_at: float = float("-inf")
+
+    def matches(self, presented: bytes | None) -> bool:
+        now = self.clock()
+        if now - self._read_at >= RELOAD_SECONDS:
+            try:
+                key = self.path.read_bytes().strip()
+            except OSError:
+                key = b""
+            self._digest = _digest(key) if key else None  # emptied in the store: revoked
+            self._read_at = now
+        if presented is None or self._digest is None:
+            return False
+        return hmac.compare_digest(_digest(presented), self._digest)
+
+
+def operator_key_from_environment(environ: MutableMapping[str, str] | None = None) -> OperatorKey | None:
+    path = (os.environ if environ is None else environ).get(OPERATOR_KEY_ENV)
+    return OperatorKey(Path(path)) if path else None
+
+
+def max_body_bytes(environ: MutableMapping[str, str] | None = None) -> int:
+    value = (os.environ if environ is None else environ).get(MAX_BODY_ENV)
+    return int(value) if value else DEFAULT_MAX_BODY_BYTES
 
 
 class TenantMetrics:
@@ -257,23 +427,50 @@ def openai_error(message: str, code: str) -> bytes:
     ).encode()
 
 
-async def _respond(send: Send, status: int, body: bytes, *, challenge: bool = False) -> None:
+async def _respond(
+    send: Send, status: int, body: bytes, *, challenge: bool = False, retry_after: int | None = None
+) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if challenge:
         headers.append((b"www-authenticate", b'Bearer realm="vllm"'))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-async def _read_body(receive: Receive) -> tuple[list[Message], bytes]:
-    """Every message up to the end of the request body, and the body."""
-    messages, chunks = [], []
+class Refused(Exception):
+    """A request answered here, never passed to vLLM: its status and OpenAI-shaped error."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+    async def answer(self, send: Send) -> None:
+        await _respond(send, self.status, openai_error(self.message, self.code))
+
+
+def _header(scope: Scope, name: bytes) -> list[bytes]:
+    return [value for key, value in scope.get("headers") or [] if key.lower() == name]
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> tuple[list[Message], bytes]:
+    """Every message up to the end of the request body, and the body; Refused(413) past `limit`
+    (by the declared Content-Length before reading, else while reading)."""
+    for declared in _header(scope, b"content-length"):
+        if declared.strip().isdigit() and int(declared) > limit:
+            raise Refused(413, f"The request body is larger than {limit} bytes.", "request_too_large")
+    messages, chunks, size = [], [], 0
     while True:
         message = await receive()
         messages.append(message)
         if message["type"] != "http.request":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise Refused(413, f"The request body is larger than {limit} bytes.", "request_too_large")
+        chunks.append(chunk)
         if not message.get("more_body", False):
             break
     return messages, b"".join(chunks)
@@ -286,6 +483,86 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replayed
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    payload = dict(pairs)
+    if len(payload) != len(pairs):
+        # Parsers disagree on which copy wins; the check and vLLM must read the same request.
+        raise ValueError("a key appears twice in one JSON object")
+    return payload
+
+
+def _too_deep(payload: Any) -> bool:
+    stack = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return True
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+    return False
+
+
+def _is_json(scope: Scope, body: bytes) -> bool:
+    content_type = b"".join(_header(scope, b"content-type")[:1]).split(b";")[0].strip().lower()
+    if content_type:
+        return content_type == b"application/json" or content_type.endswith(b"+json")
+    return body.lstrip()[:1] in (b"{", b"[")
+
+
+def parse_json_body(body: bytes) -> Any:
+    """The parsed JSON body, or Refused(400): invalid, a key twice, or nested past MAX_JSON_DEPTH."""
+    try:
+        payload = json.loads(body, object_pairs_hook=_no_duplicate_keys)
+    except RecursionError:
+        payload = None
+        too_deep = True
+    except (ValueError, UnicodeDecodeError) as error:
+        raise Refused(400, f"The request body is not valid JSON: {error}", "invalid_json") from None
+    else:
+        too_deep = _too_deep(payload)
+    if too_deep:
+        raise Refused(400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.", "invalid_json")
+    return payload
+
+
+def _content_part_types(payload: dict[str, Any]) -> set[str]:
+    """The content-part types of a chat body's messages, cut at the first `_` as vLLM cuts them
+    to pick a default multimodal LoRA (serving engine `_get_message_types`)."""
+    types: set[str] = set()
+    messages = payload.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and isinstance(part.get("type"), str):
+                types.add(part["type"].split("_")[0])
+    return types
+
+
+def resolved_names(
+    kind: str, payload: dict[str, Any], scope: Scope, served_names: tuple[str, ...]
+) -> set[str]:
+    """Every served name vLLM 0.32.0 may answer this request with: the one it resolves (the default,
+    the first served name, when the name is empty or absent; on `/invocations` the adapter header
+    instead of the body's `model`), plus on chat any served name equal to a content-part type."""
+    default = served_names[0] if served_names else ""
+    model = payload.get("model")
+    if kind == SAGEMAKER:
+        # The SageMaker wrapper sets the body's `model` to the header's value on every request: to
+        # None (vLLM's default) when the header is absent, whatever the body named.
+        adapter = _header(scope, SAGEMAKER_ADAPTER_HEADER)
+        if len(adapter) > 1:
+            raise Refused(400, "Name the SageMaker adapter once.", "invalid_request")
+        model = adapter[0].decode("latin-1") if adapter else None  # as Starlette decodes headers
+    if model is not None and not isinstance(model, str):
+        raise Refused(400, "`model` must be a string.", "invalid_request")
+    names = {model or default}
+    if kind in (CHAT, SAGEMAKER):  # /invocations hands a chat-shaped body to the chat handler
+        names |= _content_part_types(payload) & set(served_names)
+    return names
 
 
 def _json_or_none(text: bytes) -> Any:
@@ -331,15 +608,23 @@ class UsageReader:
 
 
 class ApiKeyMiddleware:
-    """Outermost ASGI middleware: a request without a valid bearer key never reaches vLLM."""
+    """Outermost ASGI middleware: a request without a valid bearer key never reaches vLLM, and a
+    model or tenant key reaches only the inference routes and the model list."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.tenant_keys = tenant_keys_from_environment()
         self.key_digest = None if self.tenant_keys else configured_key_digest()
+        self.operator_key = operator_key_from_environment()
+        self.max_body_bytes = max_body_bytes()
+        self.in_flight: dict[str, int] = {}
+        """Tenant -> its requests this process is answering now (one event loop: no lock needed)."""
+
+    def is_operator(self, presented: bytes | None) -> bool:
+        return self.operator_key is not None and self.operator_key.matches(presented)
 
     def allowed(self, scope: Scope) -> bool:
-        """One key per model: the request may go on."""
+        """One key per model: the request carries the model's key (any route's check comes after)."""
         if is_open(scope):
             return True
         presented = presented_key(scope.get("headers") or [])
@@ -349,25 +634,63 @@ class ApiKeyMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if self.tenant_keys is not None:
-            await self.serve_tenant(scope, receive, send)
-            return
-        if self.allowed(scope):
-            await self.app(scope, receive, send)
-            return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": POLICY_VIOLATION})
-            return
-        body = json.dumps({"error": "Unauthorized"}).encode()
-        await _respond(send, 401, body, challenge=True)
+        try:
+            await self.route(scope, receive, send)
+        except Refused as refused:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": POLICY_VIOLATION})
+            else:
+                await refused.answer(send)
 
-    async def serve_tenant(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         if is_open(scope):
             await self.app(scope, receive, send)
             return
+        presented = presented_key(scope.get("headers") or [])
+        if self.is_operator(presented):
+            await self.pass_on(scope, receive, send)
+            return
+        if self.tenant_keys is not None:
+            await self.serve_tenant(scope, receive, send, presented)
+            return
+        if not self.allowed(scope):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": POLICY_VIOLATION})
+                return
+            body = json.dumps({"error": "Unauthorized"}).encode()
+            await _respond(send, 401, body, challenge=True)
+            return
+        # The model's key: every served name, on the inference routes and the model list only.
+        path, method = request_path(scope), scope.get("method", "GET")
+        if scope["type"] == "websocket":
+            if path not in WEBSOCKET_ROUTES:
+                raise Refused(403, "This route needs the operator key.", "operator_route")
+            await self.app(scope, receive, send)
+            return
+        if method in ("GET", "HEAD") and path == MODELS_PATH:
+            await self.app(scope, receive, send)
+            return
+        if method != "POST" or path not in INFERENCE_ROUTES:
+            raise Refused(403, "This route needs the operator key.", "operator_route")
+        messages, body = await _read_body(scope, receive, self.max_body_bytes)
+        if _is_json(scope, body):
+            parse_json_body(body)
+        await self.app(scope, _replay(messages, receive), send)
+
+    async def pass_on(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The operator: every route, with the body limit and the JSON checks."""
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        messages, body = await _read_body(scope, receive, self.max_body_bytes)
+        if body and _is_json(scope, body):
+            parse_json_body(body)
+        await self.app(scope, _replay(messages, receive), send)
+
+    async def serve_tenant(self, scope: Scope, receive: Receive, send: Send, presented: bytes | None) -> None:
         assert self.tenant_keys is not None
         tenants = self.tenant_keys.current()
-        tenant = tenants.tenant_for(presented_key(scope.get("headers") or []))
+        tenant = tenants.tenant_for(presented)
         if tenant is None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": POLICY_VIOLATION})
@@ -378,49 +701,60 @@ class ApiKeyMiddleware:
             return
         allowed = tenants.allowed.get(tenant, frozenset())
         may_use_all = allowed >= set(tenants.served_names)
+        path, method = request_path(scope), scope.get("method", "GET")
         if scope["type"] == "websocket":
             # A WebSocket names its model in messages this check does not read: only a tenant that
             # may use every name of this pod gets one.
-            if not may_use_all:
+            if path not in WEBSOCKET_ROUTES or not may_use_all:
                 await send({"type": "websocket.close", "code": POLICY_VIOLATION})
                 return
             await self.app(scope, receive, send)
             return
-        path, method = request_path(scope), scope.get("method", "GET")
-        if method in ("GET", "HEAD"):
-            if path == MODELS_PATH:
-                await self.app(scope, receive, _listing_only(allowed, send))
-                return
-            if path.startswith(MODELS_PATH + "/"):
-                name = urllib.parse.unquote(path[len(MODELS_PATH) + 1 :])
-                if name in tenants.served_names and name not in allowed:
-                    # The same answer as for a name that does not exist: no probing of others' names.
-                    await _respond(
-                        send, 404, openai_error(f"The model `{name}` does not exist.", "model_not_found")
-                    )
-                    return
-            await self.app(scope, receive, send)
+        if method in ("GET", "HEAD") and path == MODELS_PATH:
+            await self.app(scope, receive, _listing_only(allowed, send))
             return
-        messages, body = await _read_body(receive)
-        name = _named_model(body, tenants.served_names)
-        if name is None and not may_use_all:
-            await _respond(
-                send,
-                403,
-                openai_error(
+        if method != "POST" or path not in INFERENCE_ROUTES:
+            raise Refused(403, "This route needs the operator key.", "operator_route")
+        messages, body = await _read_body(scope, receive, self.max_body_bytes)
+        if not _is_json(scope, body):
+            # A multipart upload (audio) names its model in a form field this check does not read.
+            if not may_use_all:
+                raise Refused(
+                    403,
                     "This request does not name its model in a JSON body, and this key may not use every "
                     "model served here.",
                     "model_not_allowed",
-                ),
-            )
-            return
-        if name is not None and name in tenants.served_names and name not in allowed:
+                )
+            names: set[str] = set(tenants.served_names)
+        else:
+            payload = parse_json_body(body)
+            if not isinstance(payload, dict):
+                raise Refused(400, "The request body must be a JSON object.", "invalid_request")
+            names = resolved_names(INFERENCE_ROUTES[path], payload, scope, tenants.served_names)
+        for name in sorted(names):
+            if name not in tenants.served_names:
+                # vLLM would answer its own 404; answered here, nothing unknown reaches it.
+                raise Refused(404, f"The model `{name}` does not exist.", "model_not_found")
+            if name not in allowed:
+                raise Refused(403, f"This key may not use the model `{name}`.", "model_not_allowed")
+        limit = tenants.in_flight_limits.get(tenant)
+        if limit is not None and self.in_flight.get(tenant, 0) >= limit:
             await _respond(
-                send, 403, openai_error(f"This key may not use the model `{name}`.", "model_not_allowed")
+                send,
+                429,
+                openai_error(
+                    f"Too many requests in flight for this key (at most {limit} per server process).",
+                    "rate_limit_exceeded",
+                ),
+                retry_after=RETRY_AFTER_SECONDS,
             )
             return
-        label = name if name in tenants.served_names else "other"
-        await self.count(tenant, label, scope, _replay(messages, receive), send)
+        label = min(names) if len(names) == 1 else "several"
+        self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
+        try:
+            await self.count(tenant, label, scope, _replay(messages, receive), send)
+        finally:
+            self.in_flight[tenant] -= 1
 
     async def count(self, tenant: str, model: str, scope: Scope, receive: Receive, send: Send) -> None:
         metrics = tenant_metrics()
@@ -447,21 +781,6 @@ class ApiKeyMiddleware:
             if usage is not None:
                 metrics.tokens.labels(tenant, model, "prompt").inc(usage[0])
                 metrics.tokens.labels(tenant, model, "completion").inc(usage[1])
-
-
-def _named_model(body: bytes, served_names: tuple[str, ...]) -> str | None:
-    """The served name a POST body asks for: its `model`, or vLLM's default (the first served name)
-    when a JSON object names none; None when the body is not a JSON object (multipart uploads)."""
-    try:
-        payload = json.loads(body) if body.strip() else {}
-    except ValueError:
-        return None
-    if not isinstance(payload, dict):
-        return None
-    model = payload.get("model")
-    if model is None:
-        return served_names[0] if served_names else None
-    return model if isinstance(model, str) else ""
 
 
 def _listing_only(allowed: frozenset[str], send: Send) -> Send:

@@ -8,7 +8,6 @@ and node-template tags, so a GPU group can scale up from zero nodes.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +22,13 @@ from infra.aws.node_user_data import (
     encode_user_data,
 )
 from infra.aws.policies import service_trust_policy, to_json
-from infra.config.cluster import GpuNodeGroupConfig, NodeGroupsConfig, SystemNodeGroupConfig, TaintConfig
+from infra.config.cluster import (
+    GRAVITON_FAMILY,
+    GpuNodeGroupConfig,
+    NodeGroupsConfig,
+    SystemNodeGroupConfig,
+    TaintConfig,
+)
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # Cluster Autoscaler's AWS provider recognises GPU nodes by this label: without it, a node that is up
@@ -55,7 +60,6 @@ METADATA_OPTIONS = {
     "http_put_response_hop_limit": 1,
     "instance_metadata_tags": "disabled",
 }
-_GRAVITON_FAMILY = re.compile(r"^[a-z]+\d+[a-z]*g[a-z]*\.")
 
 
 def eks_taints(taints: Sequence[TaintConfig]) -> list[dict[str, str]]:
@@ -97,7 +101,7 @@ def autoscaler_tags(
 
 
 def system_ami_type(instance_types: Sequence[str]) -> str:
-    graviton = [bool(_GRAVITON_FAMILY.match(name)) for name in instance_types]
+    graviton = [bool(GRAVITON_FAMILY.match(name)) for name in instance_types]
     if any(graviton) and not all(graviton):
         raise ValueError(
             "node_groups.system.instance_types mixes Graviton (arm64) and x86 types; one node group runs one "

@@ -41,6 +41,7 @@ from infra.capacity.memory import (
 from infra.capacity.startup import StartupPlan, plan_startup
 from infra.capacity.time_to_serve import ServingTimes, serving_times
 from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
+from infra.config.base import INT32_MAX
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -288,6 +289,23 @@ def _fix_text(fixes: list[str]) -> str:
     return "fix: " + "; or ".join(fixes)
 
 
+def _lora_fixes(shape: ModelShape, placement: _Placement) -> list[str]:
+    """Fewer or smaller LoRA slots that let the model start, each checked with the same arithmetic."""
+    settings = placement.settings
+    fixes = []
+    for loras in range(settings.max_loras - 1, 0, -1):
+        option = dataclasses.replace(placement, settings=dataclasses.replace(settings, max_loras=loras))
+        if _starts(shape, option):
+            fixes.append(f"lora.max_loras: {loras}")
+            break
+    for rank in (r for r in (256, 128, 64, 32, 16, 8, 1) if r < settings.max_lora_rank):
+        option = dataclasses.replace(placement, settings=dataclasses.replace(settings, max_lora_rank=rank))
+        if _starts(shape, option):
+            fixes.append(f"lora.max_lora_rank: {rank} (if every adapter's rank is at most {rank})")
+            break
+    return fixes or _fixes(shape, placement)
+
+
 def _problems(shape: ModelShape, placement: _Placement, sizing: MemorySizing) -> list[CapacityProblem]:
     tp = placement.tensor_parallel_size
     gpu = placement.gpu.name
@@ -331,6 +349,19 @@ def _problems(shape: ModelShape, placement: _Placement, sizing: MemorySizing) ->
         f"vLLM may use {_gib(memory.requested_bytes)} of each {gpu} ({settings.gpu_memory_utilization:g} × "
         f"{_gib(memory.cuda_total_bytes)})"
     )
+    if memory.kv_cache_bytes <= 0 and memory.lora_bytes and memory.kv_cache_bytes + memory.lora_bytes > 0:
+        # The model alone fits: the LoRA slots set aside at start are what does not (issue 34).
+        problems.append(
+            CapacityProblem(
+                at=("lora", "max_loras"),
+                value=settings.max_loras,
+                message=f"the LoRA slots do not fit: {settings.max_loras} adapter(s) of max_lora_rank "
+                f"{settings.max_lora_rank} set aside {_gib(memory.lora_bytes)} per GPU at start, beside "
+                f"{_gib(memory.weight_bytes)} of weights and {_gib(memory.overhead_bytes)} of activations, "
+                f"CUDA graphs and runtime, but {usable}; {_fix_text(_lora_fixes(shape, placement))}",
+            )
+        )
+        return problems
     if memory.kv_cache_bytes <= 0:
         problems.append(
             CapacityProblem(
@@ -429,9 +460,37 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         typical_concurrency=typical_concurrency,
         startup=startup,
         serving=serving_times(model, config, startup, gpu_model=group.gpu_model.name),
-        problems=tuple(_problems(shape, placement, sizing)),
+        problems=tuple(_problems(shape, placement, sizing) + _startup_problems(model, startup, local_nvme)),
         lora_cpu_cache_bytes=_lora_cpu_cache_bytes(model, shape, placement.settings),
     )
+
+
+def _startup_problems(model: ModelConfig, startup: StartupPlan, local_nvme: bool) -> list[CapacityProblem]:
+    """The startupProbe's failureThreshold is an int32: a budget past it cannot be rendered (issue 34).
+    Blamed on the setting behind the longest phase, almost always a storage speed typed near zero."""
+    period = model.startup.probe_period_seconds
+    threshold = math.ceil(startup.budget_seconds / period)
+    if threshold <= INT32_MAX:
+        return []
+    phase, _ = max(startup.phases, key=lambda item: item[1])
+    key = {
+        "image_pull": "image_pull_seconds",
+        "copy_to_nvme": "shared_volume_mib_per_second",
+        "load_weights": "weight_load_mib_per_second" if local_nvme else "shared_volume_mib_per_second",
+        "engine_start": "engine_start_seconds",
+        "compile": "compile_seconds",
+        "allreduce_jit": "allreduce_jit_seconds",
+    }[phase]
+    return [
+        CapacityProblem(
+            at=("startup", key),
+            value=getattr(model.startup, key),
+            message=f"the startup budget is {startup.budget_seconds} s, mostly {phase}: the startupProbe "
+            f"would need failureThreshold {threshold}, beyond Kubernetes' int32 ({INT32_MAX}); fix: give "
+            f"startup.{key} a realistic value (speeds in MiB/s, e.g. the defaults 1280 for local disk and "
+            "300 for the shared volume)",
+        )
+    ]
 
 
 def _lora_cpu_cache_bytes(model: ModelConfig, shape: ModelShape, settings: EngineSettings) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -187,6 +188,10 @@ class ImagePullConfig(StrictModel):
         return self
 
 
+GRAVITON_FAMILY = re.compile(r"^[a-z]+\d+[a-z]*g[a-z]*\.")
+"""EC2 families of AWS Graviton (arm64) processors: a `g` after the generation (m7g, c7gn, r8g)."""
+
+
 class SystemNodeGroupConfig(StrictModel):
     """The system node group."""
 
@@ -208,6 +213,15 @@ class SystemNodeGroupConfig(StrictModel):
     @model_validator(mode="after")
     def _sizes_ordered(self) -> SystemNodeGroupConfig:
         check_size_order(self.min_size, self.desired_size, self.max_size)
+        graviton = [bool(GRAVITON_FAMILY.match(name)) for name in self.instance_types]
+        if any(graviton) and not all(graviton):
+            arm = [name for name, is_arm in zip(self.instance_types, graviton, strict=True) if is_arm]
+            x86 = [name for name, is_arm in zip(self.instance_types, graviton, strict=True) if not is_arm]
+            raise ConfigProblem(
+                f"mixes Graviton (arm64: {', '.join(arm)}) and x86 ({', '.join(x86)}) instance types; one "
+                "node group runs one AMI architecture: list only arm64 or only x86 types",
+                at=("instance_types",),
+            )
         return self
 
 
@@ -239,6 +253,14 @@ class GpuNodeGroupConfig(StrictModel):
     @model_validator(mode="after")
     def _instance_types_known_and_uniform(self) -> GpuNodeGroupConfig:
         check_size_order(self.min_size, self.desired_size, self.max_size)
+        if self.ami_type.startswith("BOTTLEROCKET") and self.local_nvme.enabled:
+            raise ConfigProblem(
+                "assembling instance-store NVMe disks is implemented for AL2023 nodes only (local_nvme is on "
+                "by default); set local_nvme.enabled: false on this Bottlerocket group, or ami_type: "
+                "AL2023_x86_64_NVIDIA",
+                at=("local_nvme", "enabled"),
+                value=True,
+            )
         known = gpu_instance_types()
         gpu_models = set()
         for index, name in enumerate(self.instance_types):

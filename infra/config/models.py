@@ -424,6 +424,24 @@ class VllmEngineConfig(StrictModel):
     its settings apply wherever this block does not set the same key (applied at load time, so the
     fields above hold the effective values)."""
 
+    @property
+    def api_server_count(self) -> int:
+        """vLLM's API-server processes (`--api-server-count`/`-asc` in extra_args; else vLLM's default,
+        1 without data parallelism)."""
+        args = self.extra_args
+        for index, token in enumerate(args):
+            flag, _, inline = token.partition("=")
+            if flag not in ("--api-server-count", "-asc"):
+                continue
+            if inline:
+                value = inline
+            elif index + 1 < len(args):
+                value = args[index + 1]
+            else:
+                continue
+            return int(value) if value.isdigit() and int(value) > 0 else 1
+        return 1
+
     @model_validator(mode="before")
     @classmethod
     def _apply_tuning_profile(cls, data: Any) -> Any:
@@ -528,11 +546,12 @@ class StartupConfig(StrictModel):
 
     image_pull_seconds: Annotated[int, Field(ge=0)] = 180
     """Pulling the vLLM image (10–25 GB) onto a node that does not have it yet."""
-    weight_load_mib_per_second: Annotated[float, Field(gt=0)] = 1280
+    weight_load_mib_per_second: Annotated[float, Field(ge=1)] = 1280
     """Sustained read speed of the weights into GPU memory from node-local disk. Default: the slowest
     of the measured loads of a real 16 GB checkpoint with vLLM's default loader on the lab H200's local
-    disk, 1.35–1.66 GB/s, median 1.54 (bench/startup/RESULTS.md; `fastsafetensors` 1.70–2.07 GB/s)."""
-    shared_volume_mib_per_second: Annotated[float, Field(gt=0)] = 300
+    disk, 1.35–1.66 GB/s, median 1.54 (bench/startup/RESULTS.md; `fastsafetensors` 1.70–2.07 GB/s).
+    At least 1 MiB/s: a speed near zero makes a startup budget no probe can hold (issue 34)."""
+    shared_volume_mib_per_second: Annotated[float, Field(ge=1)] = 300
     """Read speed from the shared EFS volume: the copy onto node NVMe for a cold node, or the load
     itself when the GPU group has no local NVMe."""
     engine_start_seconds: Annotated[int, Field(ge=0)] = 60

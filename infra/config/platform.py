@@ -79,6 +79,15 @@ class SecurityConfig(StrictModel):
     """Labels of the Prometheus server pods (in `monitoring.namespace`) that scrape vLLM's
     `/metrics` and the router's metrics ports; the kube-prometheus-stack default. Nothing else in
     that namespace reaches vLLM or the router."""
+    operator_key_secret: SecretRefConfig | None = None
+    """The operator key in the secret store (never its value): the only key that reaches vLLM's
+    routes other than inference and `/v1/models` (LoRA loading, elastic EP, abort, SageMaker
+    `/adapters`, profiling; docs/security.md, "Routes"), mounted into every vLLM pod like the
+    tenants' keys and re-read on rotation. Unset: no key reaches those routes."""
+    max_request_body_mib: Annotated[int, Field(ge=1, le=1024)] = 16
+    """Largest request body a vLLM pod reads, in MiB: past it the API-key middleware answers 413
+    before vLLM parses anything. 16 MiB holds a full-context text prompt many times over and a few
+    base64 images; raise it for large multimodal inputs."""
 
 
 class IngressConfig(StrictModel):
@@ -117,8 +126,9 @@ class RouterConfig(StrictModel):
     """Deploy the router (namespace `vllm-router`) in front of every model."""
     replicas: Annotated[int, Field(ge=2, le=20)] = 2
     """Router pods, spread over zones; at least two so a node drain or zone loss keeps the endpoint."""
-    host: str | None = None
-    """Public hostname of the unified endpoint; defaults to `api.<ingress.domain>` when ingress is on."""
+    host: Hostname | None = None
+    """Public hostname of the unified endpoint (a DNS name, not a URL); defaults to
+    `api.<ingress.domain>` when ingress is on."""
     default_policy: RoutingPolicy = "cache_aware"
     """How a model's requests are spread over its replicas unless the model sets `router_policy`:
     `cache_aware` (prefix-aware: the replica whose cache most likely holds the prompt's prefix, least

@@ -47,9 +47,10 @@ class TenantConfig(StrictModel):
     (answers 429 beyond it) before any GPU sees the request; null: no limit. Needs `cluster.mode:
     eks` and ingress class `alb` (the stack creates the web ACL)."""
     max_concurrent_requests: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    """Requests in flight at once over all pods that the tenant is expected to stay under: the
-    `TenantOverConcurrencyLimit` alert fires above it (no upstream component on the request path
-    limits concurrency per key; docs/security.md, "Tenants"); null: no alert."""
+    """Requests in flight at once over all pods of a model that the tenant may have: each vLLM
+    API-server process answers 429 (`Retry-After`) past the tenant's share, ceil(this / (the model's
+    fewest replicas x its API-server processes)), and the `TenantOverConcurrencyLimit` alert fires when
+    the summed in-flight gauge passes it (docs/security.md, "Tenants"); null: neither."""
 
     @model_validator(mode="after")
     def _has_a_key(self) -> TenantConfig:
@@ -96,6 +97,36 @@ def tenant_problems(config: PlatformConfig) -> list[ConfigProblem]:
                     at=("models", index, "api_key_secret"),
                 )
             )
+    for index, model in enumerate(config.models):
+        if model.lora is not None and model.lora.runtime_loading:
+            # Decision (issue 34): refused, not "operator only": tenants' names are the pinned list, and
+            # a loaded adapter would be a served name no tenant file lists and no review has seen.
+            problems.append(
+                ConfigProblem(
+                    "runtime LoRA loading beside tenants lets adapters appear, change weights in place "
+                    "(load_inplace) or vanish outside the reviewed tenants' names; list the adapters in "
+                    "lora.adapters and set runtime_loading: false, or remove tenants",
+                    at=("models", index, "lora", "runtime_loading"),
+                    value=True,
+                )
+            )
+    owners: dict[tuple[str, str], str] = {}
+    if config.security.operator_key_secret is not None:
+        operator = config.security.operator_key_secret
+        owners[(operator.name, operator.key)] = "security.operator_key_secret"
+    for index, tenant in enumerate(config.tenants):
+        for position, ref in enumerate(tenant.api_key_secrets):
+            owner = owners.get((ref.name, ref.key))
+            if owner is not None and owner != f"tenants[{index}]":
+                problems.append(
+                    ConfigProblem(
+                        f"the same secret is already {owner}'s key: whoever holds it would be both; give "
+                        "each tenant (and the operator) a secret of its own",
+                        at=("tenants", index, "api_key_secrets", position, "name"),
+                        value=ref.name,
+                    )
+                )
+            owners.setdefault((ref.name, ref.key), f"tenants[{index}]")
     served = [name for model in config.models for name in config.served_names(model)]
     seen: dict[str, int] = {}
     for index, tenant in enumerate(config.tenants):
@@ -184,7 +215,9 @@ def tenants_on(config: PlatformConfig, model: ModelConfig) -> list[TenantConfig]
 
 
 def model_key_secrets(config: PlatformConfig, model: ModelConfig) -> list[SecretRefConfig]:
-    """Every key `model`'s pods read from the secret store: its tenants' keys, or its own."""
+    """Every key `model`'s pods read from the secret store: its tenants' keys, or its own; and the
+    operator key (`security.operator_key_secret`) where the stack has one."""
+    operator = [config.security.operator_key_secret] if config.security.operator_key_secret else []
     if config.tenants:
-        return [ref for tenant in tenants_on(config, model) for ref in tenant.api_key_secrets]
-    return [model.api_key_secret] if model.api_key_secret is not None else []
+        return [ref for tenant in tenants_on(config, model) for ref in tenant.api_key_secrets] + operator
+    return ([model.api_key_secret] if model.api_key_secret is not None else []) + operator

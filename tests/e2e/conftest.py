@@ -35,6 +35,9 @@ from tests.support.vllm_server import (
 )
 
 API_KEY = f"e2e-{secrets.token_hex(8)}"
+OPERATOR_KEY = f"e2e-operator-{secrets.token_hex(8)}"
+"""The session server's operator key (issue 34), a file as `security.operator_key_secret` mounts it:
+the dev stack sets none, so without it no key would reach the OpenAPI document the sweeps read."""
 # About 80 s on an idle 2-core machine (most of it torch.compile), 165 s on a busy one.
 STARTUP_TIMEOUT_SECONDS = 300
 RENDERED_STACK = "dev"
@@ -169,9 +172,15 @@ def booting_vllm_server(
     tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningVllmServer]:
     """The session's server, started but maybe not healthy yet; stopped at the end of the session."""
+    keys = tmp_path_factory.mktemp("key-mount")
+    (keys / "platform-operator.key").write_text(OPERATOR_KEY + "\n")
     server = start_vllm_server(
         server_arguments(tiny_model_dir),
-        env={"VLLM_API_KEY": API_KEY, **pod_auth_environment(tmp_path_factory.mktemp("pod-auth-mount"))},
+        env={
+            "VLLM_API_KEY": API_KEY,
+            "VLLM_PLATFORM_OPERATOR_KEY_FILE": str(keys / "platform-operator.key"),
+            **pod_auth_environment(tmp_path_factory.mktemp("pod-auth-mount")),
+        },
         log_path=tmp_path_factory.mktemp("vllm-server") / "vllm-serve.log",
     )
     yield server

@@ -14,7 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import API_KEY, SERVED_MODEL_NAME, pod_auth_environment, server_arguments
+from tests.e2e.conftest import (
+    API_KEY,
+    OPERATOR_KEY,
+    SERVED_MODEL_NAME,
+    pod_auth_environment,
+    server_arguments,
+)
 from tests.support.vllm_server import RunningVllmServer, build_app_problem_with_real_vllm
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +40,10 @@ WITHOUT_THE_KEY: dict[str, dict[str, str]] = {
 
 @pytest.fixture(scope="module")
 def openapi_routes(vllm_server: RunningVllmServer) -> list[tuple[str, str]]:
-    response = httpx.get(f"{vllm_server.base_url}/openapi.json", headers=AUTH, timeout=30)
+    # The document is an operator route (issue 34): the model's key gets 403, the operator key reads it.
+    assert httpx.get(f"{vllm_server.base_url}/openapi.json", headers=AUTH, timeout=30).status_code == 403
+    operator = {"Authorization": f"Bearer {OPERATOR_KEY}"}
+    response = httpx.get(f"{vllm_server.base_url}/openapi.json", headers=operator, timeout=30)
     assert response.status_code == 200, response.text
     routes = sorted(
         (method.upper(), path)

@@ -177,14 +177,16 @@ def test_an_unknown_adapter_gets_openais_404(lora_server: RunningVllmServer) -> 
 def test_adapters_need_the_models_key(lora_server: RunningVllmServer) -> None:
     for headers in ({}, {"Authorization": "Bearer not-the-key"}):
         assert complete(lora_server.base_url, ADAPTERS[0], headers=headers).status_code == 401
-    # Runtime loading is off by default (lora.runtime_loading): vLLM does not even offer the route.
+    # Loading adapters is an operator route (issue 34): the model's key gets 403 before vLLM, which
+    # (lora.runtime_loading off by default) does not even offer the route.
     response = httpx.post(
         f"{lora_server.base_url}/v1/load_lora_adapter",
         headers=AUTH,
         json={"lora_name": "uploaded", "lora_path": "/tmp"},
         timeout=30,
     )
-    assert response.status_code == 404, response.text
+    assert response.status_code == 403, response.text
+    assert response.json()["error"]["code"] == "operator_route"
 
 
 def test_adapter_requests_count_in_the_base_models_signals(lora_server: RunningVllmServer) -> None:

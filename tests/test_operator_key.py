@@ -1,0 +1,90 @@
+"""What the stack hands the middleware for issue 34: the optional operator key (mounted like the
+tenants' keys, readable by the model's IRSA role), the request-body limit, and each tenant's
+in-flight share of `max_concurrent_requests`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components import secrets, server_auth
+from components.model_service import _volumes
+from infra.config import stack_file_for
+from infra.config.tenants import model_key_secrets
+from infra.stack_checks import load_stack
+
+OPERATOR = {"name": "vllm-platform/prod/operator/api-key"}
+
+
+def _stack(tmp_path: Path, base: str, **security: Any) -> Any:
+    document = yaml.safe_load(stack_file_for(base).read_text())
+    document["config"].setdefault("vllm-platform:security", {}).update(security)
+    path = tmp_path / "Pulumi.variant.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return load_stack("variant", stack_file=path)
+
+
+def _env(config: Any) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in server_auth.environment(config)}
+
+
+def test_without_an_operator_key_no_pod_mounts_or_names_one(tmp_path: Path) -> None:
+    for base in ("dev", "prod"):
+        config = load_stack(base)
+        assert config.security.operator_key_secret is None
+        assert "VLLM_PLATFORM_OPERATOR_KEY_FILE" not in _env(config)
+        for model in config.models:
+            names = [f.file for f in secrets.tenant_key_files(config, model)]
+            assert secrets.OPERATOR_KEY_FILE not in names
+
+
+def test_the_operator_key_is_a_file_beside_the_tenants_keys_in_both_modes(tmp_path: Path) -> None:
+    for base in ("dev", "prod"):
+        config = _stack(tmp_path, base, operator_key_secret=OPERATOR)
+        path = f"{secrets.TENANT_KEYS_MOUNT_PATH}/{secrets.OPERATOR_KEY_FILE}"
+        assert _env(config)["VLLM_PLATFORM_OPERATOR_KEY_FILE"] == path
+        for model in config.models:
+            files = secrets.tenant_key_files(config, model)
+            assert [(f.ref.name, f.file) for f in files if f.file == secrets.OPERATOR_KEY_FILE] == [
+                (OPERATOR["name"], secrets.OPERATOR_KEY_FILE)
+            ]
+            assert secrets.TENANT_KEYS_VOLUME in {v["name"] for v in _volumes(config, model)}
+            # The pod's IRSA role may read it (the CSI driver reads the store as the pod).
+            assert OPERATOR["name"] in {ref.name for ref in model_key_secrets(config, model)}
+    # Without tenants the model's own key stays where it was, beside the operator key.
+    dev = _stack(tmp_path, "dev", operator_key_secret=OPERATOR)
+    assert "VLLM_API_KEY" not in _env(dev)  # the env var comes from the Secret, not server_auth
+    assert secrets.API_KEY_VOLUME in {v["name"] for v in _volumes(dev, dev.models[0])}
+
+
+def test_the_body_limit_reaches_the_middleware_in_bytes(tmp_path: Path) -> None:
+    assert _env(load_stack("dev"))["VLLM_PLATFORM_MAX_BODY_BYTES"] == str(16 * 1024 * 1024)
+    config = _stack(tmp_path, "dev", max_request_body_mib=2)
+    assert _env(config)["VLLM_PLATFORM_MAX_BODY_BYTES"] == str(2 * 1024 * 1024)
+
+
+def test_a_tenants_in_flight_share_spreads_its_limit_over_the_fewest_replicas_and_processes() -> None:
+    config = load_stack("prod")
+    model = config.models[0]  # autoscaling, min_replicas 2
+    assert model.autoscaling.enabled and model.autoscaling.min_replicas == 2
+
+    def with_args(*args: str) -> Any:
+        return model.model_copy(update={"vllm": model.vllm.model_copy(update={"extra_args": list(args)})})
+
+    one = with_args()
+    assert one.vllm.api_server_count == 1
+    assert server_auth.in_flight_share(64, one) == 32
+    assert server_auth.in_flight_share(3, one) == 2  # rounded up: never below the limit in total
+    assert server_auth.in_flight_share(1, one) == 1
+    assert server_auth.in_flight_share(64, with_args("--api-server-count", "4")) == 8
+    assert server_auth.in_flight_share(64, with_args("-asc=2")) == 16
+    document = server_auth.tenants_document(config, model)
+    limits = {t.name: t.max_concurrent_requests for t in config.tenants}
+    for name, tenant in document["tenants"].items():
+        expected = None if limits[name] is None else server_auth.in_flight_share(limits[name], model)
+        assert tenant["max_in_flight"] == expected
+    assert any(t["max_in_flight"] for t in document["tenants"].values())
+    json.dumps(document)  # what the ConfigMap holds

@@ -150,6 +150,22 @@ def vllm_python() -> Path:
         pytest.fail(str(error), pytrace=False)
 
 
+def build_tiny_adapter(vllm_python: Path, directory: Path, rank: int, seed: int, name: str) -> Path:
+    """A PEFT LoRA adapter for the tiny model (tests/support/tiny_lora.py), made in the vLLM venv
+    (which has PEFT); its weights depend on `seed`. Fails the test with PEFT's error."""
+    built = subprocess.run(
+        [str(vllm_python), "-m", "tests.support.tiny_lora", str(directory), str(rank), str(seed)],
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if built.returncode != 0:
+        pytest.fail(f"PEFT could not make adapter {name}:\n{built.stderr[-3000:]}", pytrace=False)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Built in the vLLM venv, which has the `tokenizers` library the main venv does not need.

@@ -32,7 +32,13 @@ from infra.stack_checks import load_stack
 from infra.vllm_metrics import LORA_REQUESTS_INFO
 from router.registrar import RouterClient, Worker, desired_workers, reconcile
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
-from tests.e2e.conftest import API_KEY, cpu_arguments, healthy_vllm_server, pod_auth_environment
+from tests.e2e.conftest import (
+    API_KEY,
+    build_tiny_adapter,
+    cpu_arguments,
+    healthy_vllm_server,
+    pod_auth_environment,
+)
 from tests.e2e.test_router import loopback_arguments
 from tests.support.tiny_model import TINY_LLAMA_CONFIG
 from tests.support.vllm_router import (
@@ -96,16 +102,7 @@ def adapter_root(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
     root = tmp_path_factory.mktemp("model-root")
     for seed, adapter in enumerate(MODEL.lora.adapters, start=1):
         directory = root / LORA_ADAPTERS_DIR / MODEL.name / adapter.name / adapter.source.revision
-        built = subprocess.run(
-            [str(vllm_python), "-m", "tests.support.tiny_lora", str(directory), str(adapter.rank), str(seed)],
-            cwd=REPO_ROOT,
-            env=vllm_subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if built.returncode != 0:
-            pytest.fail(f"PEFT could not make adapter {adapter.name}:\n{built.stderr[-3000:]}", pytrace=False)
+        build_tiny_adapter(vllm_python, directory, adapter.rank, seed, adapter.name)
         assert json.loads((directory / "adapter_config.json").read_text())["r"] == adapter.rank
     return root
 

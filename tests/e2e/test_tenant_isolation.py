@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +26,9 @@ import pytest
 
 from components import secrets as pod_secrets
 from components import server_auth
-from tests.e2e.conftest import healthy_vllm_server, server_arguments
+from tests.e2e.conftest import build_tiny_adapter, healthy_vllm_server, server_arguments
 from tests.e2e.test_lora import with_amx_permission
-from tests.support.vllm_server import REPO_ROOT, RunningVllmServer, vllm_subprocess_env
+from tests.support.vllm_server import REPO_ROOT, RunningVllmServer
 
 pytestmark = pytest.mark.e2e
 
@@ -68,20 +67,10 @@ class IsolationPod:
 @pytest.fixture(scope="module")
 def adapter_dirs(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("isolation-adapters")
-    dirs = {}
-    for name, seed in ADAPTER_SEEDS.items():
-        built = subprocess.run(
-            [str(vllm_python), "-m", "tests.support.tiny_lora", str(root / name), str(RANK), str(seed)],
-            cwd=REPO_ROOT,
-            env=vllm_subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if built.returncode != 0:
-            pytest.fail(f"PEFT could not make adapter {name}:\n{built.stderr[-3000:]}", pytrace=False)
-        dirs[name] = root / name
-    return dirs
+    return {
+        name: build_tiny_adapter(vllm_python, root / name, RANK, seed, name)
+        for name, seed in ADAPTER_SEEDS.items()
+    }
 
 
 @pytest.fixture(scope="module")

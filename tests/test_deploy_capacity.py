@@ -19,6 +19,7 @@ import yaml
 from infra.config import load_stack_config
 from tests.cluster.control_plane import ClusterError
 from tests.cluster.fixtures import (
+    CLUSTER_STACK_FILE,
     REPO,
     cluster_for,
     render_objects,
@@ -29,7 +30,6 @@ from tests.cluster.placement import pending_pods
 
 pytestmark = pytest.mark.cluster
 
-STACK_FILE = REPO / "tests" / "stacks" / "Pulumi.cluster.yaml"
 MODEL = "llama-3-1-8b"
 MIN_REPLICAS = 9
 GPUS_PER_NODE = 8  # p5en.48xlarge (infra/catalogue/gpu_instances.yaml)
@@ -38,7 +38,7 @@ GPUS_PER_NODE = 8  # p5en.48xlarge (infra/catalogue/gpu_instances.yaml)
 def _variant(path, *, h200_nodes: int):
     """The cluster stack with MODEL on a Deployment autoscaled from MIN_REPLICAS, and the h200 group
     at `h200_nodes` nodes."""
-    document = yaml.safe_load(STACK_FILE.read_text())
+    document = yaml.safe_load(CLUSTER_STACK_FILE.read_text())
     config = document["config"]
     config["vllm-platform:node_groups"]["gpu"]["h200"].update(min_size=1, desired_size=1, max_size=h200_nodes)
     for model in config["vllm-platform:models"]:
@@ -67,10 +67,7 @@ def too_small(tmp_path_factory):
     # The nodes come from the stack as the cluster has it, which `validate` refuses: parsed, not checked.
     nodes_config = load_stack_config("cluster", stack_file=as_the_cluster_is)
     with cluster_for(nodes_config, workdir / "cluster") as cluster:
-        first = [obj for obj in objects if obj["kind"] in ("CustomResourceDefinition", "Namespace")]
-        cluster.apply_objects(first)
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        cluster.apply_objects([obj for obj in objects if obj not in first])
+        cluster.apply_in_dependency_order(objects)
 
         def scaled_and_placed():
             pods = cluster.get_selected("pods", f"vllm-platform/model={MODEL}")

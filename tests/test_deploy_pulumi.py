@@ -26,7 +26,13 @@ import yaml
 from infra.stack_checks import load_stack
 from tests.cluster import tools
 from tests.cluster.control_plane import Cluster, ClusterError, start_rollouts_controller
-from tests.cluster.fixtures import REPO, cluster_for, require_chart_cache, require_cluster_tools
+from tests.cluster.fixtures import (
+    CLUSTER_STACK_FILE,
+    REPO,
+    cluster_for,
+    require_chart_cache,
+    require_cluster_tools,
+)
 from tests.cluster.placement import (
     GPU_DAEMONSETS,
     node_groups_by_node,
@@ -38,7 +44,6 @@ from tests.cluster.pulumi_project import write_project
 
 pytestmark = pytest.mark.cluster
 
-STACK_FILE = REPO / "tests" / "stacks" / "Pulumi.cluster.yaml"
 ARTEFACTS = REPO / "out" / "deploy-tests"
 CANARY_MODEL = "llama-3-1-8b"
 """Canary rollout, Prometheus Adapter HPA, a LoRA adapter: its revision changes in the last step."""
@@ -99,7 +104,7 @@ class Deployer:
 
 def _changed_revision_stack(path: Path) -> None:
     """The stack file with the canary model at a new revision (weights and their S3 prefix)."""
-    document = yaml.safe_load(STACK_FILE.read_text())
+    document = yaml.safe_load(CLUSTER_STACK_FILE.read_text())
     for model in document["config"]["vllm-platform:models"]:
         if model["name"] == CANARY_MODEL:
             old = model["source"]["revision"]
@@ -113,10 +118,10 @@ def lifecycle(tmp_path_factory):
     require_cluster_tools(("rollouts-controller", "pulumi", "pulumi-resource-kubernetes"))
     require_chart_cache()
     workdir = tmp_path_factory.mktemp("tier2")
-    config = load_stack("cluster", stack_file=STACK_FILE)
+    config = load_stack("cluster", stack_file=CLUSTER_STACK_FILE)
     with cluster_for(config, workdir / "cluster") as cluster:
         project = workdir / "project"
-        write_project(project, STACK_FILE, tools.program("pulumi-resource-kubernetes").parent)
+        write_project(project, CLUSTER_STACK_FILE, tools.program("pulumi-resource-kubernetes").parent)
         deployer = Deployer(cluster, project)
         observed: dict[str, Any] = {"config": config}
         start_rollouts_controller(cluster)

@@ -29,8 +29,6 @@ from tests.cluster.placement import (
 
 pytestmark = pytest.mark.cluster
 
-FIRST = ("CustomResourceDefinition", "Namespace")
-
 
 @pytest.fixture(scope="module")
 def applied(tmp_path_factory) -> Any:
@@ -40,12 +38,9 @@ def applied(tmp_path_factory) -> Any:
     objects = render_objects("prod", workdir / "render")
     config = load_stack("prod")
     with cluster_for(config, workdir / "cluster") as cluster:
-        first = [obj for obj in objects if obj["kind"] in FIRST]
-        rest = [obj for obj in objects if obj["kind"] not in FIRST]
-        results = [cluster.apply_objects(first)]
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        start_rollouts_controller(cluster)
-        results.append(cluster.apply_objects(rest))
+        results = cluster.apply_in_dependency_order(
+            objects, once_crds_established=lambda: start_rollouts_controller(cluster)
+        )
         # Bounded; what is still pending after it is reported by the tests below.
         with contextlib.suppress(ClusterError):
             cluster.wait_for(

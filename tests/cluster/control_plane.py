@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,8 @@ DISABLED_CONTROLLERS = (
     "cloud-node-lifecycle-controller",
 )
 START_TIMEOUT_SECONDS = 120.0
+FIRST_KINDS = ("CustomResourceDefinition", "Namespace")
+"""Applied before the rest of a render: what other objects are of, or live in."""
 
 
 class ClusterError(RuntimeError):
@@ -90,6 +92,19 @@ class Cluster:
             timeout=300,
             check=False,
         )
+
+    def apply_in_dependency_order(
+        self, objects: Sequence[dict[str, Any]], *, once_crds_established: Callable[[], None] | None = None
+    ) -> list[subprocess.CompletedProcess[str]]:
+        """CRDs and Namespaces first, then, once every CRD is Established, everything else (what
+        `kubectl apply` of a whole render needs); one result per batch."""
+        first = [obj for obj in objects if obj["kind"] in FIRST_KINDS]
+        results = [self.apply_objects(first)]
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        if once_crds_established:
+            once_crds_established()
+        results.append(self.apply_objects([obj for obj in objects if obj["kind"] not in FIRST_KINDS]))
+        return results
 
     def log(self, name: str) -> str:
         path = self.workdir / "logs" / f"{name}.log"

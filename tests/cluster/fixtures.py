@@ -21,6 +21,8 @@ from tests.cluster.netns import NetworkNamespace
 from tests.cluster.nodes import stack_nodes
 
 REPO = Path(__file__).resolve().parents[2]
+CLUSTER_STACK_FILE = REPO / "tests" / "stacks" / "Pulumi.cluster.yaml"
+"""The prod feature set in mode `existing`, for the real engine (tests/test_deploy_pulumi.py)."""
 
 
 def require_cluster_tools(extra: tuple[str, ...] = ()) -> None:

@@ -778,50 +778,32 @@ class ModelService(pulumi.ComponentResource):
         )
 
         store = config.security.secret_store
-        provider_classes: list[pulumi.Resource] = []
-        tenant_keys = secrets.tenant_key_files(config, model)
-        if secrets.uses_csi(store) and tenant_keys:
-            provider_classes.append(
-                kubernetes.apiextensions.CustomResource(
-                    f"{name}-tenant-keys-provider",
-                    api_version=secrets.SPC_API_VERSION,
-                    kind="SecretProviderClass",
-                    metadata=meta(secrets.TENANT_KEYS_PROVIDER_CLASS),
-                    spec=secrets.tenant_keys_provider_class_spec(store, tenant_keys, config.cluster.region),
-                    opts=after_addons,
-                )
-            )
-        if secrets.uses_csi(store) and not config.tenants:
-            provider_classes.append(
-                kubernetes.apiextensions.CustomResource(
-                    f"{name}-api-key-provider",
-                    api_version=secrets.SPC_API_VERSION,
-                    kind="SecretProviderClass",
-                    metadata=meta(secrets.API_KEY_PROVIDER_CLASS),
-                    spec=secrets.secret_provider_class_spec(
-                        store,
-                        secrets.api_key_file(model),
-                        config.cluster.region,
-                        sync_to_secret=secrets.API_KEY_SECRET_NAME,
-                    ),
-                    opts=after_addons,
-                )
-            )
+        region = config.cluster.region
+        # (resource name suffix, SecretProviderClass name, spec): what the pods' CSI volumes mount.
+        provider_class_specs: list[tuple[str, str, dict]] = []
         if secrets.uses_csi(store):
-            token = secrets.hf_token_file(model)
-            if token is not None:
-                provider_classes.append(
-                    kubernetes.apiextensions.CustomResource(
-                        f"{name}-hf-token-provider",
-                        api_version=secrets.SPC_API_VERSION,
-                        kind="SecretProviderClass",
-                        metadata=meta(secrets.HF_TOKEN_PROVIDER_CLASS),
-                        spec=secrets.secret_provider_class_spec(
-                            store, token, config.cluster.region, sync_to_secret=None
-                        ),
-                        opts=after_addons,
-                    )
+            if tenant_keys := secrets.tenant_key_files(config, model):
+                spec = secrets.tenant_keys_provider_class_spec(store, tenant_keys, region)
+                provider_class_specs.append(("tenant-keys", secrets.TENANT_KEYS_PROVIDER_CLASS, spec))
+            if not config.tenants:
+                spec = secrets.secret_provider_class_spec(
+                    store, secrets.api_key_file(model), region, sync_to_secret=secrets.API_KEY_SECRET_NAME
                 )
+                provider_class_specs.append(("api-key", secrets.API_KEY_PROVIDER_CLASS, spec))
+            if (token := secrets.hf_token_file(model)) is not None:
+                spec = secrets.secret_provider_class_spec(store, token, region, sync_to_secret=None)
+                provider_class_specs.append(("hf-token", secrets.HF_TOKEN_PROVIDER_CLASS, spec))
+        provider_classes: list[pulumi.Resource] = [
+            kubernetes.apiextensions.CustomResource(
+                f"{name}-{suffix}-provider",
+                api_version=secrets.SPC_API_VERSION,
+                kind="SecretProviderClass",
+                metadata=meta(class_name),
+                spec=spec,
+                opts=after_addons,
+            )
+            for suffix, class_name, spec in provider_class_specs
+        ]
 
         auth_module = kubernetes.core.v1.ConfigMap(
             f"{name}-auth-middleware",

@@ -139,14 +139,7 @@ def api_key_volume(store: SecretStoreConfig) -> dict[str, Any] | None:
     """The CSI volume the vLLM container mounts so the driver syncs the API key Secret."""
     if not uses_csi(store):
         return None
-    return {
-        "name": API_KEY_VOLUME,
-        "csi": {
-            "driver": CSI_DRIVER,
-            "readOnly": True,
-            "volumeAttributes": {"secretProviderClass": API_KEY_PROVIDER_CLASS},
-        },
-    }
+    return csi_volume(API_KEY_VOLUME, API_KEY_PROVIDER_CLASS)
 
 
 def hf_token_volume(store: SecretStoreConfig, model: ModelConfig) -> dict[str, Any] | None:
@@ -155,14 +148,7 @@ def hf_token_volume(store: SecretStoreConfig, model: ModelConfig) -> dict[str, A
     if token is None:
         return None
     if uses_csi(store):
-        return {
-            "name": HF_TOKEN_VOLUME,
-            "csi": {
-                "driver": CSI_DRIVER,
-                "readOnly": True,
-                "volumeAttributes": {"secretProviderClass": HF_TOKEN_PROVIDER_CLASS},
-            },
-        }
+        return csi_volume(HF_TOKEN_VOLUME, HF_TOKEN_PROVIDER_CLASS)
     return {
         "name": HF_TOKEN_VOLUME,
         "secret": {

@@ -17,14 +17,22 @@ pod holds no keys to check one with. So the sidecar asks every model's router wi
 pods, which checks the key as on every `/v1` route. The list is the models whose vLLM said 200: a key
 lists exactly the models it is valid for.
 
+A model that scales to zero (`scale_to_zero: true`, issue 35) has no vLLM to ask while it sleeps, and
+its router holds a request until a replica is up: asking it would cost the list the whole hold. So
+its router's worker list (`GET /workers`) is read first; with no worker the model is listed, without
+asking, to any request that carries an `Authorization` header. The key is checked by vLLM on every
+`/v1` route once the model is awake; the price is that a sleeping model's name is visible to any
+caller with a key (docs/security.md).
+
 Stdlib only (it runs in the router image). Run:
 
     python registrar.py --config /etc/vllm-router/registrar.json
 
 The config (rendered by components/router.py) is
 `{"router_url": ..., "interval_seconds": 5, "models_port": 8090, "workers": [{"url", "model_id",
-"policy", "served_names"}]}`; `served_names` are the model's name and its LoRA adapters' names
-(PlatformConfig.served_names), each routed by the front to the model's router.
+"policy", "served_names", "scale_to_zero"}]}`; `served_names` are the model's name and its LoRA
+adapters' names (PlatformConfig.served_names), each routed by the front to the model's router;
+`scale_to_zero` (default false) marks a model whose replicas may all be gone.
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ class Worker:
     policy: str
     served_names: tuple[str, ...] = ()
     """Every `model` the worker serves: model_id, then the model's LoRA adapters; () = model_id only."""
+    scale_to_zero: bool = False
+    """The model may have no replica; its router then holds requests (issue 35)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -149,12 +159,14 @@ def desired_workers(config: Mapping[str, Any]) -> dict[str, Worker]:
             model_id=w["model_id"],
             policy=w["policy"],
             served_names=tuple(w.get("served_names") or [w["model_id"]]),
+            scale_to_zero=bool(w.get("scale_to_zero", False)),
         )
         for w in config["workers"]
     }
 
 
 MODELS_PATH = "/v1/models"
+WORKERS_PATH = "/workers"
 MODEL_ROUTER_TIMEOUT_SECONDS = 5.0
 """How long one model's router may take to answer `/v1/models` (vLLM answers it from memory); one
 that hangs costs the list this long, never more, since all are asked at once."""
@@ -166,12 +178,50 @@ def openai_error(message: str, code: str, error_type: str = "invalid_request_err
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
 
+SLEEPING = 200
+"""What a sleeping model counts as in the list: listed, as a 200 from its vLLM would be."""
+
+
+def model_router_is_empty(worker: Worker, timeout_seconds: float) -> bool:
+    """Whether the model's router has no worker at all (vllm-router 0.1.17 `GET /workers`:
+    `{"workers": [], "total": 0, ...}` on a single-model router with none; measured). An
+    unreachable router is not empty: it is asked as any other, and counts as unreachable."""
+    request = urllib.request.Request(worker.url.rstrip("/") + WORKERS_PATH)
+    try:
+        with _LOCAL_OPENER.open(request, timeout=timeout_seconds) as response:
+            listed = json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        error.close()
+        return False
+    except (OSError, ValueError) as error:
+        LOG.debug("%s: no answer to %s: %s", worker.url, WORKERS_PATH, error)
+        return False
+    return isinstance(listed, dict) and not listed.get("workers")
+
+
+def sleeping_entries(worker: Worker) -> list[dict[str, Any]]:
+    """OpenAI list entries for a model at zero, in vLLM's shape (its adapters with `parent`)."""
+    return [
+        {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "vllm",
+            "parent": None if name == worker.model_id else worker.model_id,
+        }
+        for name in worker.names
+    ]
+
+
 def ask_model_router(
     worker: Worker, authorization: str | None, timeout_seconds: float
 ) -> tuple[int | None, list[dict[str, Any]]]:
     """One model router's `GET /v1/models` with the client's key: (status or None if unreachable,
     the entries for the names it routes: the model and its LoRA adapters, which vLLM lists with
-    `parent` set to the model; vLLM may list more names for one process)."""
+    `parent` set to the model; vLLM may list more names for one process). A to-zero model whose
+    router has no worker is not asked (see the module's docstring): listed for any key, 401 without."""
+    if worker.scale_to_zero and model_router_is_empty(worker, timeout_seconds):
+        return (SLEEPING if authorization else 401), sleeping_entries(worker) if authorization else []
     headers = {"Authorization": authorization} if authorization else {}
     request = urllib.request.Request(worker.url.rstrip("/") + MODELS_PATH, headers=headers)
     try:

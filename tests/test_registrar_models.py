@@ -39,6 +39,10 @@ class StandIn:
     received: list[dict[str, str]] = field(default_factory=list)
     adapters: tuple[str, ...] = ()
     """LoRA adapters vLLM lists after the model, with `parent` set to it."""
+    workers: tuple[str, ...] | None = None
+    """The router's own `GET /workers` list (vllm-router 0.1.17's shape); None: not a router that
+    answers it (the registrar must not ask)."""
+    paths: list[str] = field(default_factory=list)
 
 
 def entry(model_id: str) -> dict[str, object]:
@@ -48,6 +52,11 @@ def entry(model_id: str) -> dict[str, object]:
 def serve(stand_in: StandIn) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            stand_in.paths.append(self.path)
+            if self.path == "/workers" and stand_in.workers is not None:
+                workers = [{"url": url, "model_id": stand_in.model_id} for url in stand_in.workers]
+                self._answer(200, {"workers": workers, "total": len(workers)})
+                return
             stand_in.received.append(dict(self.headers))
             time.sleep(stand_in.delay_seconds)
             if self.headers.get("Authorization") == f"Bearer {stand_in.key}":
@@ -57,6 +66,9 @@ def serve(stand_in: StandIn) -> http.server.ThreadingHTTPServer:
                 status, body = 200, {"object": "list", "data": data}
             else:
                 status, body = 401, {"error": "Unauthorized"}
+            self._answer(status, body)
+
+        def _answer(self, status: int, body: object) -> None:
             payload = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(payload)))
@@ -125,6 +137,73 @@ def test_a_key_lists_exactly_the_models_that_accept_it(model_routers: ModelRoute
         {"object": "list", "data": [entry("alpha"), entry("gamma")]},
     )
     assert list_models(workers, "Bearer key-b") == (200, {"object": "list", "data": [entry("beta")]})
+
+
+def sleeping(model_id: str, parent: str | None = None) -> dict[str, object]:
+    return {**entry(model_id), "parent": parent}
+
+
+def test_a_model_at_zero_is_listed_for_any_key_without_asking_its_held_router() -> None:
+    """Its router has no worker and would hold `/v1/models` (here: 30 s); the list does not wait."""
+    asleep = StandIn("zeta", "key-z", delay_seconds=30, workers=(), adapters=("zeta-sql",))
+    server = serve(asleep)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        worker = Worker(url, "zeta", "x", served_names=("zeta", "zeta-sql"), scale_to_zero=True)
+        started = time.monotonic()
+        answers = [list_models([worker], key) for key in ("Bearer key-z", "Bearer any-key", None)]
+        elapsed = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    listed = (200, {"object": "list", "data": [sleeping("zeta"), sleeping("zeta-sql", "zeta")]})
+    assert answers[:2] == [listed, listed]
+    assert answers[2][0] == 401
+    assert asleep.received == [] and set(asleep.paths) == {"/workers"}
+    assert elapsed < 5, f"the list waited on the hold: {elapsed:.1f}s"
+
+
+def test_a_model_at_zero_with_a_replica_again_is_asked_with_the_key() -> None:
+    awake = StandIn("zeta", "key-z", workers=("http://10.0.0.7:8000",))
+    server = serve(awake)
+    try:
+        worker = Worker(f"http://127.0.0.1:{server.server_port}", "zeta", "x", scale_to_zero=True)
+        assert list_models([worker], "Bearer key-z") == (200, {"object": "list", "data": [entry("zeta")]})
+        assert list_models([worker], "Bearer wrong")[0] == 401
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [headers["Authorization"] for headers in awake.received] == ["Bearer key-z", "Bearer wrong"]
+
+
+def test_a_sleeping_model_beside_awake_ones_is_added_to_the_keys_list(model_routers: ModelRouters) -> None:
+    asleep = StandIn("zeta", "key-z", workers=())
+    server = serve(asleep)
+    try:
+        worker = Worker(f"http://127.0.0.1:{server.server_port}", "zeta", "x", scale_to_zero=True)
+        status, body = list_models([*workers_of(model_routers), worker], "Bearer key-b")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (status, [e["id"] for e in body["data"]]) == (200, ["beta", "zeta"])
+
+
+def test_only_a_to_zero_models_router_is_asked_for_its_workers(model_routers: ModelRouters) -> None:
+    list_models(workers_of(model_routers), "Bearer key-a")
+    for stand_in, _ in model_routers.values():
+        assert stand_in.paths == ["/v1/models"]
+
+
+def test_the_rendered_scale_to_zero_flag_reaches_the_worker() -> None:
+    from router.registrar import desired_workers
+
+    config = {
+        "workers": [
+            {"url": "http://127.0.0.1:8100", "model_id": "a", "policy": "x"},
+            {"url": "http://127.0.0.1:8101", "model_id": "b", "policy": "x", "scale_to_zero": True},
+        ]
+    }
+    assert [w.scale_to_zero for w in desired_workers(config).values()] == [False, True]
 
 
 def test_a_key_no_model_accepts_is_401_in_openais_shape(model_routers: ModelRouters) -> None:

@@ -100,6 +100,8 @@ TEST_HOLD_SECONDS = 420.0
 tests/e2e/conftest.py) with a wide margin."""
 STARTUP_TIMEOUT_SECONDS = 400
 CONCURRENT_REQUESTS = 32
+CIRCUIT_BURST = 12
+"""More than the front's default `--cb-failure-threshold` (10) at once."""
 MAX_TOKENS = 8
 OUT_DIR = REPO_ROOT / "out" / "scale-to-zero"
 
@@ -312,6 +314,12 @@ class PastBound:
     attempts_at_model_router: float = 0.0
     model_hold_seconds: float = 0.0
     front_attempts: int = 0
+    burst: list[tuple[int | None, float]] = field(default_factory=list)
+    """(status, seconds) of CIRCUIT_BURST requests sent at once after the first one was answered."""
+    after_burst: tuple[int | None, float] | None = None
+    """One request right after the burst."""
+    front_circuit_opened: float = 0.0
+    """The front's `vllm_router_cb_state_transitions_total{to="open"}` for the model router."""
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -341,9 +349,8 @@ def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
         RouterClient(front.base_url), desired_workers({"workers": [{**entry, "url": model_router.base_url}]})
     )
 
-    def send() -> None:
-        before = _errors(model_router)
-        result.started = time.monotonic()
+    def held() -> tuple[int | None, float, str]:
+        started = time.monotonic()
         try:
             response = httpx.post(
                 f"{front.base_url}/v1/chat/completions",
@@ -355,12 +362,28 @@ def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 },
                 timeout=3 * result.front_attempts * result.model_hold_seconds + 120,
             )
-            result.status, result.body = response.status_code, response.text
         except httpx.HTTPError as error:
-            result.error = repr(error)
-        result.elapsed = time.monotonic() - result.started
-        result.attempts_at_model_router = _errors(model_router) - before
-        result.done.set()
+            return None, time.monotonic() - started, repr(error)
+        return response.status_code, time.monotonic() - started, response.text
+
+    def send() -> None:
+        try:
+            before = _errors(model_router)
+            result.started = time.monotonic()
+            result.status, result.elapsed, result.body = held()
+            result.error = result.body if result.status is None else None
+            result.attempts_at_model_router = _errors(model_router) - before
+            with concurrent.futures.ThreadPoolExecutor(max_workers=CIRCUIT_BURST) as pool:
+                answers = [pool.submit(held) for _ in range(CIRCUIT_BURST)]
+                result.burst = [answer.result()[:2] for answer in answers]
+            result.after_burst = held()[:2]
+            result.front_circuit_opened = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in httpx.get(front.metrics_url, timeout=30).text.splitlines()
+                if line.startswith("vllm_router_cb_state_transitions_total{") and 'to="open"' in line
+            )
+        finally:
+            result.done.set()
 
     thread = threading.Thread(target=send, name="past-bound", daemon=True)
     thread.start()
@@ -714,7 +737,8 @@ def test_an_idle_model_goes_back_to_zero_and_stays_listed(
 
 def test_a_request_past_the_rendered_hold_gets_503_not_a_hang(past_bound: PastBound) -> None:
     expected = past_bound.front_attempts * past_bound.model_hold_seconds
-    assert past_bound.done.wait(timeout=max(0, past_bound.started + expected + 120 - time.monotonic()))
+    bound = 2 * expected + 180  # the single request, then the circuit-breaker burst (next test)
+    assert past_bound.done.wait(timeout=max(0, past_bound.started + bound - time.monotonic()))
     _record(
         "past_bound",
         {
@@ -734,3 +758,32 @@ def test_a_request_past_the_rendered_hold_gets_503_not_a_hang(past_bound: PastBo
     assert past_bound.status == 503, past_bound.body
     assert past_bound.elapsed is not None
     assert expected <= past_bound.elapsed <= expected * 1.1 + 15
+
+
+def test_the_fronts_circuit_breaker_cuts_the_hold_to_one_model_router_hold_under_concurrency(
+    past_bound: PastBound,
+) -> None:
+    """Measured, not wished: vllm-router 0.1.17's front counts each 503 of the model router as a
+    failure of that worker, and opens its circuit after `--cb-failure-threshold` (default 10)
+    consecutive ones, for `--cb-timeout-duration-secs` (default 60). So the front's retries multiply
+    the hold of one request alone; once ten held requests have failed together, every further
+    attempt is answered 503 at once, without any hold, until the circuit half-opens. The model
+    router's own hold is therefore the hold that many concurrent requests get."""
+    assert past_bound.done.wait(timeout=30)
+    hold = past_bound.model_hold_seconds
+    _record(
+        "front_circuit_breaker",
+        {
+            "burst": [{"status": status, "seconds": seconds} for status, seconds in past_bound.burst],
+            "after_burst": past_bound.after_burst,
+            "front_circuit_opened": past_bound.front_circuit_opened,
+        },
+    )
+    print(f"{CIRCUIT_BURST} at once past the hold: {past_bound.burst}; the next: {past_bound.after_burst}")
+    assert [status for status, _ in past_bound.burst] == [503] * CIRCUIT_BURST
+    assert past_bound.front_circuit_opened >= 1
+    # Each got one model-router hold, not the front's attempts times it.
+    assert all(hold <= seconds < hold + 0.5 * hold for _, seconds in past_bound.burst), past_bound.burst
+    assert past_bound.after_burst is not None
+    status, seconds = past_bound.after_burst
+    assert status == 503 and seconds < 5, past_bound.after_burst

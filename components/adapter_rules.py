@@ -216,6 +216,22 @@ def keda_query(
     return f"sum({per_pod.replace(GROUP_BY, 'pod')})"
 
 
+def router_demand_query(model_name: str, window_seconds: int) -> str:
+    """1 while the model's router has routed or held a request in the last `window_seconds`, else 0:
+    the trigger that wakes a model at zero and keeps it up until it has been idle that long.
+
+    At zero the model has no pods and so no vLLM series; its router does: every held attempt counts
+    `vllm_router_request_errors_total` and every routed request `vllm_router_requests_total`. Their sum
+    now minus their sum `window_seconds` ago (0 when the series are younger than that, so the first
+    scrape after the first held request already reads above 0, which `increase()` would not) is the
+    model's demand in the window; clamped to 1, since KEDA would otherwise size replicas on it."""
+    selector = (
+        f'{{__name__=~"{router_metrics.REQUESTS_TOTAL}|{router_metrics.REQUEST_ERRORS_TOTAL}",'
+        f'namespace="{ROUTER_NAMESPACE}",{MODEL_SERIES_LABEL}="{model_name}"}}'
+    )
+    return f"clamp_max(sum({selector}) - (sum({selector} offset {window_seconds}s) or vector(0)), 1)"
+
+
 def to_quantity(value: float) -> str:
     """A target as a Kubernetes quantity: 5 → "5", 0.8 → "800m" (the HPA compares milli-units)."""
     milli = Decimal(str(value)) * 1000

@@ -90,6 +90,17 @@ def _p95(histogram: str, namespace: str) -> str:
     )
 
 
+def _no_ready_replica(model: ModelConfig) -> str:
+    """No available replica; for a model that scales to zero, only while one is wanted (its autoscaler
+    asks for a replica), since at zero none is by design."""
+    deployment = f'{{namespace="{model.namespace}",deployment="{SERVER_NAME}"}}'
+    none_ready = f"max by (namespace) ({kube_state_metrics.DEPLOYMENT_AVAILABLE_REPLICAS}{deployment}) < 1"
+    if not model.scales_to_zero:
+        return none_ready
+    wanted = f"max by (namespace) ({kube_state_metrics.DEPLOYMENT_SPEC_REPLICAS}{deployment}) >= 1"
+    return f"({none_ready}) and ({wanted})"
+
+
 def model_alert_rules(model: ModelConfig, alerts: AlertsConfig) -> list[dict[str, Any]]:
     """The alerts of one model, on its namespace's series; thresholds from `model.slo`."""
     slo, ns = model.slo, model.namespace
@@ -158,8 +169,7 @@ def model_alert_rules(model: ModelConfig, alerts: AlertsConfig) -> list[dict[str
         ),
         _alert(
             "ModelNoReadyReplica",
-            f"max by (namespace) ({kube_state_metrics.DEPLOYMENT_AVAILABLE_REPLICAS}"
-            f'{{namespace="{ns}",deployment="{SERVER_NAME}"}}) < 1',
+            _no_ready_replica(model),
             minutes=alerts.no_ready_replica_minutes,
             severity="critical",
             summary=f"{model.name}: no replica is ready; the model serves nothing",

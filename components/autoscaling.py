@@ -19,7 +19,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.adapter_rules import SIGNALS, external_metric_selector, keda_query, to_quantity
+from components.adapter_rules import (
+    SIGNALS,
+    external_metric_selector,
+    keda_query,
+    router_demand_query,
+    to_quantity,
+)
 from components.labels import model_labels
 from components.monitoring import prometheus_url
 from components.rollouts import workload_reference
@@ -168,7 +174,9 @@ def scaled_object_spec(
             "horizontalPodAutoscalerConfig": {"name": deployment_name,
                                               "behavior": scaling_behavior(autoscaling)},
         },
-        "triggers": [
+        **(_to_zero(autoscaling) if autoscaling.min_replicas == 0 else {}),
+        "triggers": ([router_demand_trigger(autoscaling, prometheus_url, model_name)]
+                     if autoscaling.min_replicas == 0 else []) + [
             {
                 "type": "prometheus",
                 "name": SIGNALS[metric.metric].custom_metric_name,
@@ -183,6 +191,36 @@ def scaled_object_spec(
             }
             for metric in autoscaling.metrics
         ],
+    }
+
+
+ROUTER_DEMAND_TRIGGER = "router_demand"
+
+
+def _to_zero(autoscaling: AutoscalingConfig) -> dict[str, Any]:
+    # The idle window is in the demand trigger's query; KEDA's own cooldown (the time since the last
+    # active trigger before 1 -> 0) then only needs to outlast one poll.
+    return {"cooldownPeriod": autoscaling.keda_polling_interval_seconds}
+
+
+def router_demand_trigger(
+    autoscaling: AutoscalingConfig, prometheus_url: str, model_name: str | None
+) -> dict[str, Any]:
+    """The trigger that wakes a model at zero (min_replicas 0): active while the model's router has
+    held or routed a request in the last `idle_seconds_before_zero`. Its value is 0 or 1 with
+    threshold 1, so it asks for at most one replica; the other triggers size the model once it serves."""
+    if model_name is None:
+        raise ValueError("a to-zero model's demand trigger is per model: pass model_name")
+    return {
+        "type": "prometheus",
+        "name": ROUTER_DEMAND_TRIGGER,
+        "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": prometheus_url,
+            "query": router_demand_query(model_name, autoscaling.idle_seconds_before_zero),
+            "threshold": "1",
+            "activationThreshold": "0",
+        },
     }
 
 

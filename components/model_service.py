@@ -489,7 +489,8 @@ def deployment_spec(
 def uses_alb_traffic_split(config: PlatformConfig, model: ModelConfig) -> bool:
     """A canary's weights are applied at the ALB when the model has its own ALB Ingress (without one,
     behind the router only, the split is by pod count: docs/rollouts.md)."""
-    return rollouts.uses_canary(model) and serves_own_hostname(config) and config.ingress.class_name == "alb"
+    alb = config.ingress.class_name == "alb"
+    return rollouts.uses_canary(model) and serves_own_hostname(config, model) and alb
 
 
 def workload(
@@ -683,14 +684,16 @@ def in_cluster_url(model: ModelConfig) -> str:
     return f"http://{SERVER_NAME}.{model.namespace}.svc.cluster.local:{model.vllm.port}"
 
 
-def serves_own_hostname(config: PlatformConfig) -> bool:
+def serves_own_hostname(config: PlatformConfig, model: ModelConfig) -> bool:
     """A model gets its own Ingress unless the router's unified endpoint replaces them
-    (router.per_model_hostnames: false)."""
-    return config.ingress.enabled and (not config.router.enabled or config.router.per_model_hostnames)
+    (router.per_model_hostnames: false), or it scales to zero: the load balancer would answer a
+    request for it 503 at once while it has no pod; only the router holds requests while it wakes."""
+    own = config.ingress.enabled and (not config.router.enabled or config.router.per_model_hostnames)
+    return own and not model.scales_to_zero
 
 
 def ingress_url(config: PlatformConfig, model: ModelConfig) -> str | None:
-    if not serves_own_hostname(config) or model.ingress_host is None:
+    if not serves_own_hostname(config, model) or model.ingress_host is None:
         return None
     return f"https://{model.ingress_host}"
 
@@ -876,7 +879,7 @@ class ModelService(pulumi.ComponentResource):
         kubernetes.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata=meta(SERVER_NAME), spec=pod_disruption_budget_spec(model), opts=inside
         )
-        if serves_own_hostname(config):
+        if serves_own_hostname(config, model):
             managed = (
                 [
                     f'metadata.annotations["{rollouts.ALB_ACTION_ANNOTATION}"]',

@@ -115,7 +115,7 @@ def model_router_metrics_port_name(index: int) -> str:
     return f"metrics-{index}"
 
 
-def _common_arguments(config: PlatformConfig) -> list[str]:
+def _common_arguments(config: PlatformConfig, retries: list[str] | None = None) -> list[str]:
     router = config.router
     return [
         "--health-check-endpoint",
@@ -124,8 +124,7 @@ def _common_arguments(config: PlatformConfig) -> list[str]:
         str(router.health_check_interval_seconds),
         "--health-failure-threshold",
         str(router.health_failure_threshold),
-        "--retry-max-retries",
-        str(router.max_retries),
+        *(retries or ["--retry-max-retries", str(router.max_retries)]),
         "--request-timeout-secs",
         str(router.request_timeout_seconds),
         "--log-level",
@@ -173,7 +172,37 @@ def model_router_arguments(config: PlatformConfig, model: ModelConfig, index: in
         "0.0.0.0",
         "--prometheus-port",
         str(model_router_metrics_port(index)),
-        *_common_arguments(config),
+        *_common_arguments(config, hold_arguments(config, model) if model.scales_to_zero else None),
+    ]
+
+
+def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
+    """A to-zero model's router holds a request while the model wakes: vllm-router 0.1.17 retries its
+    own `No available workers` 503 with its backoff, so enough attempts on a short, jitter-free
+    backoff hold the request for the model's wake hold, and the retry after the pod is Ready reaches it
+    within the longest backoff (infra/capacity/wake.py). Each held attempt counts
+    `vllm_router_request_errors_total{error_type="no_available_workers"}`: the signal that wakes the
+    model (components/autoscaling.py `router_demand_query`)."""
+    from infra.capacity.plan import plan_model
+    from infra.capacity.wake import (
+        HOLD_BACKOFF_MULTIPLIER,
+        HOLD_INITIAL_BACKOFF_MS,
+        HOLD_MAX_BACKOFF_MS,
+        hold_attempts,
+    )
+
+    hold = plan_model(model, config, model.gpu_group).wake.hold_seconds
+    return [
+        "--retry-max-retries",
+        str(hold_attempts(hold, config.router.max_retries)),
+        "--retry-initial-backoff-ms",
+        str(HOLD_INITIAL_BACKOFF_MS),
+        "--retry-max-backoff-ms",
+        str(HOLD_MAX_BACKOFF_MS),
+        "--retry-backoff-multiplier",
+        str(HOLD_BACKOFF_MULTIPLIER),
+        "--retry-jitter-factor",
+        "0",
     ]
 
 
@@ -190,6 +219,8 @@ def registrar_config(config: PlatformConfig) -> dict[str, Any]:
                 "policy": FRONT_POLICY,
                 # The model's LoRA adapters are routed to the same model router (router/registrar.py).
                 "served_names": config.served_names(model),
+                # Listed by /v1/models while it has no replica, without waking it (router/registrar.py).
+                "scale_to_zero": model.scales_to_zero,
             }
             for index, model in enumerate(config.models)
         ],

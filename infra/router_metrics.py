@@ -17,6 +17,14 @@ from pathlib import Path
 RUNNING_REQUESTS = "vllm_router_running_requests"
 """Requests the router has sent to a worker and not finished (gauge, one series per worker)."""
 
+REQUESTS_TOTAL = "vllm_router_requests_total"
+"""Requests the router has routed to a worker (counter, per route)."""
+REQUEST_ERRORS_TOTAL = "vllm_router_request_errors_total"
+"""Failed attempts (counter, per route and `error_type`). With no worker, every attempt of a held
+request counts one `error_type="no_available_workers"` (seen from the pinned release with no worker:
+tests/e2e/test_scale_to_zero.py); a router that never failed exports no series of it, so it is not in
+the recording below."""
+
 RECORDED_EXPOSITION = (
     Path(__file__).resolve().parents[1]
     / "bench"

@@ -60,10 +60,12 @@ def check_platform(config: PlatformConfig, *, stack_file: str) -> PlatformConfig
 def config_warnings(config: PlatformConfig, *, stack_file: str) -> list[str]:
     """Valid but probably unintended settings, one line each (`validate` and `render` print them to
     stderr, `pulumi preview` as warnings); never a reason to stop."""
+    from infra.capacity.plan import scale_to_zero_warnings
     from infra.config.tenants import tenant_warnings
 
     return [
-        f"{stack_file}: warning: {w.key_path()} = {w.value!r}: {w.message}" for w in tenant_warnings(config)
+        f"{stack_file}: warning: {w.key_path()} = {w.value!r}: {w.message}"
+        for w in [*tenant_warnings(config), *scale_to_zero_warnings(config)]
     ]
 
 

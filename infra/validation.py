@@ -43,10 +43,11 @@ def platform_checks() -> list[PlatformCheck]:
     from components.router import router_problems
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import server_argument_problems
-    from infra.capacity.plan import capacity_problems
+    from infra.capacity.plan import capacity_problems, scale_to_zero_problems
 
     return [
         capacity_problems,
+        scale_to_zero_problems,
         autoscaling_metric_problems,
         autoscaling_pipeline_problems,
         gpu_toleration_problems,

@@ -210,8 +210,10 @@ def test_addon_true_is_short_for_enabled_true(tmp_path: Path) -> None:
     assert short.addons.keda.enabled is True
 
 
-def test_keda_is_installed_in_its_own_namespace_only_when_switched_on() -> None:
-    assert "keda" not in release_names(rendered("dev"))
+def test_keda_is_on_by_default_in_mode_eks_in_its_own_namespace_and_off_in_mode_existing() -> None:
+    # The default autoscaling backend (issue 35); an existing cluster usually runs its own KEDA.
+    assert "keda" in release_names(rendered("dev"))
+    assert "keda" not in release_names(rendered("existing", TEST_STACKS_DIR / "Pulumi.existing.yaml"))
     keda = release(rendered("prod"), "keda")
     # helm.v4.Chart creates no namespace: the component does, before the release.
     assert keda["namespace"] == "keda" and rendered("prod").find("Namespace", "keda")

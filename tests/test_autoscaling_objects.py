@@ -126,7 +126,12 @@ def test_rendered_hpas_ask_for_exactly_the_metrics_the_rendered_adapter_serves(
 def test_scaled_object_triggers_sum_the_adapter_queries_over_the_deployment() -> None:
     result = rendered("prod")
     config = config_of(result)
-    [model] = [m for m in config.models if m.autoscaling.backend == "keda" and m.autoscaling.enabled]
+    # The model that keeps replicas (the to-zero one adds its demand trigger: tests/test_scale_to_zero.py).
+    [model] = [
+        m
+        for m in config.models
+        if m.autoscaling.backend == "keda" and m.autoscaling.enabled and not m.scales_to_zero
+    ]
     spec = _autoscalers(result, "ScaledObject")[model.namespace]["spec"]
     assert spec["minReplicaCount"] == model.autoscaling.min_replicas
     assert spec["maxReplicaCount"] == model.autoscaling.max_replicas

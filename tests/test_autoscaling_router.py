@@ -52,6 +52,9 @@ def _router_signal(target: float = 4, backend: str = "hpa", model: int = 0):
                 {"metric": ROUTER_RUNNING_REQUESTS, "target_average_value": target},
             ],
         }
+        if backend == "hpa":
+            # KEDA (on by default in mode eks) would serve external.metrics.k8s.io too.
+            values.setdefault("addons", {})["keda"] = False
 
     return edit
 
@@ -270,7 +273,7 @@ def _then(*edits: Any):
             "dev",
             "monitoring.existing_prometheus_operator: false",
         ),
-        (lambda v: None, "prod", "use backend: keda for this model"),
+        (lambda v: v["addons"].__setitem__("keda", True), "prod", "use backend: keda for this model"),
     ],
     ids=["router-off", "monitoring-off", "no-pod-monitor", "hpa-with-keda"],
 )

@@ -505,3 +505,68 @@ def test_the_lab_server_holds_no_in_flight_share_since_it_takes_the_whole_load(t
     written = json.loads(Path(env["VLLM_PLATFORM_TENANTS"]).read_text())
     assert written["served_names"] == PLAN["stack_tenants"]["served_names"]
     assert all("max_in_flight" not in t for t in written["tenants"].values())
+
+
+def test_wake_request_is_retried_until_the_server_listens_and_times_its_streamed_tokens() -> None:
+    # issue 35: the first request to a model at zero replicas is sent as the pod starts and retried
+    # every 0.25 s (refused: nothing listens yet; 503: not ready) until it is taken and streamed.
+    import http.server
+    import socket
+    import threading
+    import time
+
+    lab = _lab_module()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    answers = iter([503])
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            status = next(answers, 200)
+            if status != 200:
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            chunks = [{"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}]},
+                      {"choices": [], "usage": {"completion_tokens": 2}}]  # fmt: skip
+            for chunk in chunks:
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.05)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.close_connection = True
+
+    def serve_later() -> None:
+        time.sleep(0.6)  # the pod's start: connections are refused until then
+        server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+        server.handle_request()
+        server.handle_request()
+        server.server_close()
+
+    thread = threading.Thread(target=serve_later, daemon=True)
+    thread.start()
+    t0 = time.monotonic()
+    body = {"model": PLAN["served_model_name"], "prompt": "hi", "max_tokens": 2, "stream": True}
+    result = lab.stream_completion(f"http://127.0.0.1:{port}", body, {}, t0, timeout_s=10)
+    thread.join(timeout=5)
+    assert result["status"] == 200 and result["completion_tokens"] == 2 and result["chunks"] == 2
+    assert result["attempts"] >= 3  # refused at least once, then 503, then served
+    assert 0.6 <= result["accepted_s"] <= result["first_token_s"] < result["last_token_s"] < 5
+    assert seen[-1] == body
+    wake = PLAN["wake_session"]
+    assert wake[0]["case"] == "cold" and all(job["type"] == "wake" for job in wake)
+    assert sum(job["case"] == "wake" for job in wake) >= 3
+    assert {job["cache"] for job in wake} == {"wake"} and {job["config"] for job in wake} == {"profile-auth"}
+    assert lab.host_preparation(PLAN, "wake_session") == (16, 16, True)

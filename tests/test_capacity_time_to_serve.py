@@ -57,7 +57,7 @@ def test_a_warm_node_pod_is_the_weight_read_plus_the_measured_warm_start_plus_on
     plan = plan_platform(config).models["llama-3-1-8b"]
     serving = plan.serving
     model = config.models[0]
-    warm = startup_timings().starts["warm_caches"]
+    warm = startup_timings().starts["warm_pod"]
     # The measured start's own weight read is replaced by the plan's read of this model's checkpoint.
     expected = (
         dict(plan.startup.phases)["load_weights"]
@@ -65,11 +65,12 @@ def test_a_warm_node_pod_is_the_weight_read_plus_the_measured_warm_start_plus_on
         - warm.phases["weights"].seconds
         + model.startup.probe_period_seconds
     )
-    assert serving.warm_node.pod_ready_seconds == pytest.approx(expected)
+    # (the phases add up to the total within the rounding the catalogue allows)
+    assert serving.warm_node.pod_ready_seconds == pytest.approx(expected, abs=0.5)
     # Before the pod: one scrape interval and one HPA sync (scale-up stabilization 0 in prod).
     signal = config.monitoring.scrape_interval_seconds + 15
     assert serving.warm_node.seconds("signal") == signal
-    assert serving.warm_node.seconds() == pytest.approx(signal + expected)
+    assert serving.warm_node.seconds() == pytest.approx(signal + expected, abs=0.5)
 
 
 def test_a_new_node_adds_the_node_the_image_pull_and_the_copy_to_nvme() -> None:
@@ -120,7 +121,7 @@ def test_what_stands_in_the_way_of_60_seconds_is_named_from_the_measured_phases(
 
 def test_a_fast_enough_start_meets_the_target_and_names_nothing() -> None:
     raw = _raw_timings()
-    raw["starts"]["warm_caches"] = {
+    raw["starts"]["warm_pod"] = {
         "summary": "what the target needs",
         "total_seconds": {"seconds": 20, "source": "test: a start that meets the target"},
         "phases": {"before_engine": {"seconds": 20, "source": "test: all of it"}},
@@ -142,7 +143,7 @@ def test_plan_prints_both_cases_the_autoscaler_windows_and_every_source() -> Non
         assert f"Time to a serving replica of {model.name}" in text
     assert "window: scrape interval" in text and "window: HPA sync period" in text
     assert "NOT within 60 s on a warm node" in text
-    assert "startup_timings.yaml warm_caches: before_engine 25.5 s" in text
+    assert "startup_timings.yaml warm_pod: before_engine 27.2 s" in text
     assert "estimate, not measured here" in text  # the node boot is not a measurement and says so
 
 
@@ -178,3 +179,29 @@ def test_a_model_unlike_the_measured_one_is_told_so() -> None:
     assert "runs on L40S" in (models["qwen2-5-7b-tp2"].serving.unlike_the_measurement or "")
     text = format_plan_table(plan_platform(load_stack("prod")))
     assert "note: this model is not the llama-3.1-8b shape" in text
+
+
+WAKE_SESSION = REPO_ROOT / "bench" / "startup" / "raw" / "2026-12-03-wake" / "session.json"
+
+
+def test_the_planned_start_of_a_warm_pod_is_the_gpu_measured_wake_within_20_percent() -> None:
+    """Issue 35: the wake measured on the lab H200 (bench/startup, "Wake from zero": fresh servers on
+    an earlier pod's caches, one streamed request sent at the spawn) against what `plan` predicts for
+    prod's 8B on a warm node for the same span: its weight read plus the measured warm start. The
+    steps the lab has no part for (the scrape and KEDA's poll, the probe period, the router's retry)
+    are windows the stack sets, shown beside it by `plan`."""
+    jobs = json.loads(WAKE_SESSION.read_text())["jobs"]
+    first_tokens = sorted(
+        job["first_request"]["first_token_s"]
+        for name, job in jobs.items()
+        if name.startswith("wake-") and not job.get("burst")
+    )
+    assert len(first_tokens) >= 3
+    measured = first_tokens[len(first_tokens) // 2]
+    config = load_stack("prod")
+    plan = plan_platform(config).models["llama-3-1-8b"]
+    steps = {step.name: step.seconds for step in plan.wake.warm_node}
+    predicted = steps["vLLM reads the weights"] + steps["vLLM starts, caches warm (to /health)"]
+    assert abs(predicted - measured) <= 0.2 * measured, (predicted, measured)
+    catalogued = startup_timings().starts["warm_pod"].total_seconds.seconds
+    assert catalogued == pytest.approx(jobs["wake-1"]["start_to_health_s"], abs=0.05)

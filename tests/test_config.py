@@ -186,7 +186,10 @@ BAD_INPUTS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ),
     (
         "keda_backend_without_the_keda_addon",
-        lambda c: c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "backend": "keda"}),
+        lambda c: (
+            c[MODELS][0].__setitem__("autoscaling", {"enabled": True, "backend": "keda"}),
+            c.__setitem__("vllm-platform:addons", {"keda": False}),
+        ),
         'vllm-platform:models[0].autoscaling.backend = "keda"',
         "set addons.keda: true",
     ),

@@ -87,6 +87,7 @@ def test_front_routes_by_model_name_and_each_model_has_its_own_router(prod: Rend
             "model_id": m.openai_model_name,
             "policy": "round_robin",
             "served_names": [m.openai_model_name],
+            "scale_to_zero": m.scales_to_zero,
         }
         for i, m in enumerate(config.models)
     ]
@@ -154,11 +155,13 @@ def test_unified_endpoint_is_a_tls_ingress_for_the_openai_api_only(prod: RenderR
         annotations["alb.ingress.kubernetes.io/load-balancer-attributes"]
         == "idle_timeout.timeout_seconds=3600"
     )
-    # One load balancer with the models' hostnames, which stay (router.per_model_hostnames).
+    # One load balancer with the models' hostnames, which stay (router.per_model_hostnames), except
+    # for a model that scales to zero (only the router holds its requests).
     groups = {
         i["metadata"]["annotations"]["alb.ingress.kubernetes.io/group.name"] for i in prod.find("Ingress")
     }
-    assert len(groups) == 1 and len(prod.find("Ingress")) == len(config_of(prod).models) + 1
+    own = [m for m in config_of(prod).models if not m.scales_to_zero]
+    assert len(groups) == 1 and len(prod.find("Ingress")) == len(own) + 1
 
 
 def test_registrar_serves_the_models_list_on_its_own_port_behind_the_service(prod: RenderResult) -> None:

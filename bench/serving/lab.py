@@ -19,8 +19,11 @@ and GPU use are sampled during every run.
 
 Jobs that would not finish before the deadline are skipped (their estimate is in the plan); later,
 smaller jobs still run. Other job types: `concurrent` (several servers started at the same moment on
-one cache, then stopped) and `imports` (`python -X importtime` of the server's modules, with and without
-bytecode).
+one cache, then stopped), `imports` (`python -X importtime` of the server's modules, with and without
+bytecode) and `wake` (a model at zero replicas gets its first request: one streamed completion sent as
+the server is spawned and retried every 0.25 s until it is accepted, as the router holds and retries
+it; time to /health, to the first and the last streamed token; `burst` more streams at the same moment).
+`--session NAME` runs the plan's list NAME instead of "session" (e.g. "wake_session").
 
 The configuration named `tuned` has no arguments of its own: they are chosen from the ablation results
 already in DIR by the rule in lab_plan.json ("tuned_rule").
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import shutil
@@ -351,7 +355,7 @@ class Server:
         except OSError:
             return False
 
-    def wait_healthy(self, url: str, timeout_s: float) -> float:
+    def wait_healthy(self, url: str, timeout_s: float, interval_s: float = 0.5) -> float:
         deadline = self.started + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -362,7 +366,7 @@ class Server:
                 seconds = time.monotonic() - self.started
                 self.handle.write(f"{time.time():.3f} LAB-HEALTHY {seconds:.1f}\n".encode())
                 return seconds
-            time.sleep(0.5)
+            time.sleep(interval_s)
         raise RuntimeError(f"{self.name}: no /health within {timeout_s} s")
 
     def stop(self) -> None:
@@ -381,17 +385,17 @@ class Server:
         self.handle.close()
 
 
-def host_preparation(plan: dict[str, Any]) -> tuple[int, int, bool]:
+def host_preparation(plan: dict[str, Any], session: str = "session") -> tuple[int, int, bool]:
     """What lab.sh prepares on the host before the session (stage 00): how many LoRA adapters the
     plan's configurations name and their largest `--max-lora-rank` (bench/lora/make_adapters.py), and
-    whether a job loads real weights (the 16 GB checkpoint, mkckpt.py)."""
+    whether a job of the plan's list `session` loads real weights (the 16 GB checkpoint, mkckpt.py)."""
     count = rank = 0
     for config in plan["configs"].values():
         args = config.get("args") or []
         if lora_names(args):
             count = max(count, len(lora_names(args)))
             rank = max(rank, int(args[args.index("--max-lora-rank") + 1]))
-    real = any(job.get("load", "dummy") != "dummy" for job in plan["session"])
+    real = any(job.get("load", "dummy") != "dummy" for job in plan[session])
     return count, rank, real
 
 
@@ -572,7 +576,10 @@ def start_record(
     }  # fmt: skip
 
 
-def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> None:
+def start_server(session: Session, job: dict[str, Any]) -> tuple[Server, dict[str, Any], bool | str]:
+    """One pod's start for a `server` or `wake` job: its cache folder, the checkpoint's pages dropped,
+    the pod folder (HOME, TMPDIR) emptied, the stack's environment. Returns the server, the job's
+    record and the API key its clients send (False, True for the lab's key, or a tenant's key)."""
     plan, out = session.plan, session.out
     config = plan["configs"][job["config"]]
     api_key: bool | str = bool(config.get("api_key"))
@@ -602,7 +609,6 @@ def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> Non
         env.update(tenant_env)
     args = config_args(session, job["config"])
     argv = server_argv(plan, job, args, plan["port"])
-    adapters = lora_names(args)
     what = f"{job.get('case')}, cache {job['cache']}, bytecode {job.get('bytecode', 'none')}"
     say(f"{job['id']} {label}: starting ({what}, load {job.get('load', 'dummy')})")
     was_empty = not any(cache.iterdir())
@@ -610,6 +616,15 @@ def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> Non
     record.update(start_record(session, job, label, server, cache))
     record["cache_was_empty"] = was_empty
     session.save()
+    return server, record, api_key
+
+
+def run_server_job(session: Session, job: dict[str, Any], bench: BenchFn) -> None:
+    plan = session.plan
+    config = plan["configs"][job["config"]]
+    server, record, api_key = start_server(session, job)
+    label = server.name
+    adapters = lora_names(config_args(session, job["config"]))
     try:
         record["start_to_health_s"] = round(
             server.wait_healthy(f"http://127.0.0.1:{plan['port']}/health", plan["start_timeout_s"]), 1
@@ -734,6 +749,121 @@ def run_imports_job(session: Session, job: dict[str, Any]) -> None:
         session.save()
 
 
+def stream_completion(
+    base_url: str, body: dict[str, Any], headers: dict[str, str], t0: float, timeout_s: float,
+    retry_s: float = 0.25,
+) -> dict[str, Any]:  # fmt: skip
+    """One streamed `/v1/completions`, first sent at monotonic `t0`; a refused or reset connection or a
+    5xx answer is sent again `retry_s` later (the router holds a request while its model wakes and
+    retries). Seconds from t0 to the accepting answer, the first and the last streamed token."""
+    host, port = base_url.split("//", 1)[1].split(":")
+    payload = json.dumps(body).encode()
+    result: dict[str, Any] = {"attempts": 0}
+    while time.monotonic() - t0 < timeout_s:
+        result["attempts"] += 1
+        connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+        try:
+            connection.request("POST", "/v1/completions", body=payload, headers=headers)
+            response = connection.getresponse()
+        except OSError:  # refused (nothing listening yet), reset, timed out
+            connection.close()
+            time.sleep(retry_s)
+            continue
+        result["status"] = response.status
+        if response.status != 200:
+            result["last_error"] = response.read()[:300].decode(errors="replace")
+            connection.close()
+            if response.status >= 500:
+                time.sleep(retry_s)
+                continue
+            return result
+        result["accepted_s"] = round(time.monotonic() - t0, 3)
+        pieces = 0
+        for raw in response:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            if chunk.get("usage"):
+                result["completion_tokens"] = chunk["usage"].get("completion_tokens")
+            if any(choice.get("text") for choice in chunk.get("choices") or []):
+                now = round(time.monotonic() - t0, 3)
+                result.setdefault("first_token_s", now)
+                result["last_token_s"] = now
+                pieces += 1
+        result["chunks"] = pieces
+        connection.close()
+        return result
+    result["error"] = f"no answer within {timeout_s} s"
+    return result
+
+
+def run_wake_job(session: Session, job: dict[str, Any]) -> None:
+    """A model at zero replicas gets its first request: the pod starts (t0 = the server is spawned) and
+    at t0 one streamed completion is sent (small prompt, `max_tokens` 16), retried every 0.25 s until
+    the server takes it, with `burst` more streams at the same moment; /health is polled beside it.
+    Records seconds from t0 to /health, to each stream's first and last token, and the host's load."""
+    plan = session.plan
+    wake = plan.get("wake_request", {})
+    load_before = {"loadavg": list(os.getloadavg()), **gpu_sample(), "gpu_processes": gpu_processes()}
+    server, record, api_key = start_server(session, job)
+    t0 = server.started
+    base_url = f"http://127.0.0.1:{plan['port']}"
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {LAB_API_KEY if api_key is True else api_key}"
+    streams: list[dict[str, Any]] = [{} for _ in range(1 + job.get("burst", 0))]
+
+    def send(index: int) -> None:
+        body = {"model": plan["served_model_name"], "prompt": f"{wake.get('prompt', 'Hello')} ({index})",
+                "max_tokens": wake.get("max_tokens", 16), "stream": True, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}  # fmt: skip
+        try:
+            streams[index] = stream_completion(base_url, body, headers, t0, plan["start_timeout_s"])
+        except Exception as error:  # recorded beside the others
+            streams[index] = {"error": str(error)}
+
+    clients = [threading.Thread(target=send, args=(index,), daemon=True) for index in range(len(streams))]
+    for client in clients:
+        client.start()
+    record.update({"type": "wake", "load_before": load_before, "burst": job.get("burst", 0)})
+    try:
+        with HostSampler() as sampler:
+            health = server.wait_healthy(f"{base_url}/health", plan["start_timeout_s"], interval_s=0.25)
+            record["start_to_health_s"] = round(health, 2)
+            for client in clients:
+                client.join(timeout=max(1.0, plan["start_timeout_s"] - (time.monotonic() - t0)))
+        record["host"] = sampler.summary()
+        record["first_request"] = streams[0]
+        if len(streams) > 1:
+            firsts = sorted(s["first_token_s"] for s in streams[1:] if "first_token_s" in s)
+            lasts = sorted(s["last_token_s"] for s in streams[1:] if "last_token_s" in s)
+            record["burst_streams"] = {
+                "sent": len(streams) - 1, "served": len(firsts),
+                "first_token_s": [firsts[0], firsts[len(firsts) // 2], firsts[-1]] if firsts else None,
+                "last_token_s": [lasts[0], lasts[len(lasts) // 2], lasts[-1]] if lasts else None,
+                "streams": streams[1:],
+            }  # fmt: skip
+        first = streams[0]
+        say(
+            f"{job['id']} {server.name}: /health {record['start_to_health_s']} s, first token "
+            f"{first.get('first_token_s')} s, last {first.get('last_token_s')} s "
+            f"({first.get('completion_tokens')} tokens, {first.get('attempts')} attempts), "
+            f"load1 {load_before['loadavg'][0]:.2f}"
+        )
+    except Exception as error:  # recorded; the session goes on with the next job
+        record["error"] = str(error)
+        say(f"{job['id']} {server.name}: FAILED {error}")
+    finally:
+        server.stop()
+        record["stopped_wall"] = time.time()
+        session.save()
+        time.sleep(3)
+
+
 def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path)
@@ -743,6 +873,7 @@ def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
     )
     parser.add_argument("--seed-base", type=int, default=int(time.time()) % 1_000_000 * 1000)
     parser.add_argument("--plan", type=Path, default=PLAN)
+    parser.add_argument("--session", default="session", help="the plan's list of jobs to run")
     parser.add_argument(
         "--print-preparation",
         action="store_true",
@@ -751,7 +882,7 @@ def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
     options = parser.parse_args(argv)
     plan = json.loads(options.plan.read_text())
     if options.print_preparation:
-        count, rank, real = host_preparation(plan)
+        count, rank, real = host_preparation(plan, options.session)
         print(count, rank, int(real))
         return 0
     if options.out is None or options.deadline is None:
@@ -770,7 +901,7 @@ def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
         session.data["host"]["vllm"] = vllm_version
     say(f"seed base {session.seed_base}; deadline in {session.left():.0f} s")
     wanted = [name for name in options.jobs.split(",") if name]
-    jobs = [job for job in plan["session"] if not wanted or job["id"] in wanted]
+    jobs = [job for job in plan[options.session] if not wanted or job["id"] in wanted]
     status = 0
     for job in jobs:
         done = session.data["jobs"].get(job["id"], {})
@@ -793,6 +924,8 @@ def main(argv: list[str] | None = None, bench: BenchFn | None = None) -> int:
                 run_concurrent_job(session, job)
             elif kind == "imports":
                 run_imports_job(session, job)
+            elif kind == "wake":
+                run_wake_job(session, job)
             else:
                 raise ValueError(f"unknown job type {kind}")
         except Exception as error:

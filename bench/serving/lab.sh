@@ -11,6 +11,8 @@
 #   bash .gpu/lab/lab.sh poll WAIT_S         # follow the session up to WAIT_S (or until it ends)
 #   bash .gpu/lab/lab.sh baseline BUDGET_S   # after the session: Transformers generate (baseline.py)
 #
+# LAB_SESSION=wake_session (on stage 00 and go) runs that list of lab_plan.json instead of "session".
+#
 # The session runs on between calls (setsid), so the calls only carry the bundle and collect results;
 # every go/poll packs everything so far into $OUT/lab-<time>.tar.gz. bench/serving/README.md has the
 # calls of a session.
@@ -18,6 +20,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export TOKENIZERS_PARALLELISM=false LAB_REPO=$PWD
+session=${LAB_SESSION:-session}
 out=${OUT:-/tmp/lab/out}
 results=/tmp/lab/results
 mkdir -p "$out" "$results"
@@ -65,7 +68,7 @@ case "$step" in
       # plan's configurations name (random rank-R tensors of the model's shape, bench/lora); the 16 GB
       # checkpoint only if a job loads real weights.
       read -r lora_count lora_rank needs_ckpt < <(python3 "$here/lab.py" --print-preparation \
-        --plan "$here/lab_plan.json")
+        --plan "$here/lab_plan.json" --session "$session")
       setsid nohup bash -c "python3 $LAB_REPO/bench/serving/mkmodel.py /tmp/m/llama8b > $results/mkmodel.log 2>&1 && \
         if [ $lora_count -gt 0 ]; then python3 $LAB_REPO/bench/lora/make_adapters.py /tmp/lora \
           --config-json /tmp/m/llama8b/config.json --rank $lora_rank --count $lora_count \
@@ -87,7 +90,7 @@ case "$step" in
     say "model, adapters, checkpoint: $(tail -qn1 "$results"/mk*.log 2>/dev/null | tr '\n' ' ') exit $(cat "$results/mkckpt.exit" 2>/dev/null)"
     deadline=$(( $(date +%s) + budget ))
     cp "$here/lab_plan.json" "$results/lab_plan.json"
-    setsid nohup bash -c "PYTHONPATH=/tmp/site python3 $here/lab.py --out $results --deadline $deadline \
+    setsid nohup bash -c "PYTHONPATH=/tmp/site python3 $here/lab.py --out $results --deadline $deadline --session $session \
       > $results/lab.log 2>&1; echo \$? > $results/lab.exit" > /dev/null 2>&1 < /dev/null &
     say "session started, deadline $(date -d @$deadline +%T)"
     follow "$wait"

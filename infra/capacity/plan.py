@@ -40,6 +40,7 @@ from infra.capacity.memory import (
 )
 from infra.capacity.startup import StartupPlan, plan_startup
 from infra.capacity.time_to_serve import ServingTimes, serving_times
+from infra.capacity.wake import WakePlan, wake_plan, wake_problems
 from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
 from infra.config.base import INT32_MAX
 from infra.config.errors import Problem
@@ -109,6 +110,8 @@ class ModelPlan:
     startup: StartupPlan
     serving: ServingTimes
     """Expected time to a serving replica on a warm node and on a new node (besides the budget)."""
+    wake: WakePlan
+    """From the first request at zero replicas to its first token, and the router's hold."""
     problems: tuple[CapacityProblem, ...] = ()
     lora_cpu_cache_bytes: int = 0
     """Host memory of vLLM's full LoRA adapter cache (max_cpu_loras adapters of max_lora_rank)."""
@@ -442,6 +445,7 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         local_nvme=local_nvme,
         tensor_parallel_size=model.tensor_parallel_size,
     )
+    serving = serving_times(model, config, startup, gpu_model=group.gpu_model.name)
     return ModelPlan(
         model=model.name,
         gpu_group=gpu_group,
@@ -459,7 +463,8 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         typical_request_tokens=typical,
         typical_concurrency=typical_concurrency,
         startup=startup,
-        serving=serving_times(model, config, startup, gpu_model=group.gpu_model.name),
+        serving=serving,
+        wake=wake_plan(model, config, serving, gpu_group),
         problems=tuple(_problems(shape, placement, sizing) + _startup_problems(model, startup, local_nvme)),
         lora_cpu_cache_bytes=_lora_cpu_cache_bytes(model, shape, placement.settings),
     )
@@ -520,3 +525,40 @@ def capacity_problems(config: PlatformConfig) -> list[Problem]:
                 Problem(path=("models", index, *problem.at), value=problem.value, message=problem.message)
             )
     return problems
+
+
+def scale_to_zero_problems(config: PlatformConfig) -> list[Problem]:
+    """Validate-time check: a to-zero model's hold covers its predicted wake, and no timeout on the
+    request's path is shorter than the hold (infra/capacity/wake.py)."""
+    problems = []
+    for index, model in enumerate(config.models):
+        if model.scales_to_zero:
+            wake = plan_model(model, config, model.gpu_group).wake
+            problems.extend(wake_problems(model, index, config, wake))
+    return problems
+
+
+def scale_to_zero_warnings(config: PlatformConfig) -> list[Problem]:
+    """Valid but costly: a to-zero model on a GPU group that keeps idle nodes anyway (every model on
+    the group scales to zero, yet its min_size holds nodes)."""
+    warnings = []
+    for model in config.models:
+        if not model.scales_to_zero:
+            continue
+        group = config.node_groups.gpu[model.gpu_group]
+        sharing = [other for other in config.models if other.gpu_group == model.gpu_group]
+        if group.min_size > 0 and all(other.scales_to_zero for other in sharing):
+            wake = plan_model(model, config, model.gpu_group).wake
+            warnings.append(
+                Problem(
+                    ("node_groups", "gpu", model.gpu_group, "min_size"),
+                    group.min_size,
+                    f"model '{model.name}' scales to zero, but this group keeps {group.min_size} node(s) "
+                    f"of {group.min_gpus_per_node} GPU(s) whatever the models do: "
+                    f"{wake.idle_group_gpu_hours_per_day} GPU-hours a day idle when nothing runs; set "
+                    "min_size: 0 so the Cluster Autoscaler removes the last node too (a wake then adds "
+                    f"a node: about {wake.seconds('new_node'):.0f} s instead of "
+                    f"{wake.seconds('warm_node'):.0f} s, `vllm-platform plan`)",
+                )
+            )
+    return warnings

@@ -9,6 +9,7 @@ from infra.capacity import memory
 from infra.capacity.plan import ModelPlan, PlatformPlan
 from infra.capacity.startup import PHASES
 from infra.capacity.time_to_serve import WARM_POD_READY_TARGET_SECONDS, ServingTimes
+from infra.capacity.wake import WakePlan
 from infra.versions import VLLM_VERSION
 
 GIB = 1 << 30
@@ -142,6 +143,8 @@ def format_plan_table(plan: PlatformPlan) -> str:
     )
     for p in models:
         lines += ["", *_serving_lines(p.serving)]
+        if p.wake.scales_to_zero:
+            lines += ["", *_wake_lines(p.wake)]
     if plan.alternatives:
         lines += [
             "",
@@ -222,6 +225,61 @@ def _serving_lines(serving: ServingTimes) -> list[str]:
     return lines
 
 
+def _wake_lines(wake: WakePlan) -> list[str]:
+    """A to-zero model: first request -> first token on a warm and on a new node, the router's hold,
+    and what one warm replica would cost instead."""
+    warm = {step.name: step for step in wake.warm_node}
+    new = {step.name: step for step in wake.new_node}
+    names = list(dict.fromkeys([*new, *warm]))
+    names.sort(key=lambda name: ["signal", "node", "pod"].index((new.get(name) or warm[name]).stage))
+    lines = [f"Wake of {wake.model} from zero replicas: its first request to its first token, in seconds"]
+    rows = [
+        [name, f"{warm[name].seconds:.0f}" if name in warm else "-", f"{new[name].seconds:.0f}"]
+        for name in names
+    ]
+    rows.append(
+        ["= first token", f"{wake.seconds('warm_node'):.0f}", f"{wake.seconds('new_node'):.0f}"]
+    )
+    lines += _table(["step", "warm node", "new node"], rows, right={1, 2})
+    expected = wake.expected_case.replace("_", " ")
+    why = "its GPU group may be at zero nodes (min_size 0)" if wake.expected_case == "new_node" else (
+        "its GPU group keeps nodes (min_size > 0)"
+    )
+    lines += [
+        f"  expected: {expected} ({wake.expected_seconds:.0f} s), since {why}",
+        f"  the router holds each request up to {wake.hold_seconds} s ({wake.hold_source}), then answers 503",
+        f"  one replica kept warm instead (min_replicas 1): {wake.warm_replica_gpu_hours_per_day} "
+        "GPU-hours a day",
+    ]
+    if wake.idle_group_gpu_hours_per_day:
+        lines.append(
+            f"  its GPU group's min_size alone keeps {wake.idle_group_gpu_hours_per_day} GPU-hours a day"
+        )
+    return lines
+
+
+def _wake_json(wake: WakePlan) -> dict[str, Any]:
+    def case(steps: Any) -> dict[str, Any]:
+        return {
+            "steps": [
+                {"name": s.name, "stage": s.stage, "seconds": round(s.seconds, 1), "source": s.source}
+                for s in steps
+            ],
+            "first_token_seconds": round(sum(s.seconds for s in steps), 1),
+        }
+
+    return {
+        "scales_to_zero": wake.scales_to_zero,
+        "warm_node": case(wake.warm_node),
+        "new_node": case(wake.new_node),
+        "expected_case": wake.expected_case,
+        "hold_seconds": wake.hold_seconds,
+        "hold_source": wake.hold_source,
+        "warm_replica_gpu_hours_per_day": wake.warm_replica_gpu_hours_per_day,
+        "idle_group_gpu_hours_per_day": wake.idle_group_gpu_hours_per_day,
+    }
+
+
 def _serving_json(serving: ServingTimes) -> dict[str, Any]:
     def case(steps: Any) -> dict[str, Any]:
         return {
@@ -290,6 +348,7 @@ def _model_json(plan: ModelPlan) -> dict[str, Any]:
             "budget_seconds": plan.startup_budget_seconds,
         },
         "time_to_serve": _serving_json(plan.serving),
+        "wake_from_zero": _wake_json(plan.wake),
         "problems": [
             {"at": list(problem.at), "value": problem.value, "message": problem.message}
             for problem in plan.problems

@@ -56,13 +56,14 @@ class StartupTimings(_Strict):
     weights: str
     """`dummy` (vLLM's dummy loader: no checkpoint read) or `real`."""
     starts: dict[str, StartMeasurement]
-    """`cold` (nothing cached) and `warm_caches` (caches from an earlier start) at least."""
+    """`cold` (nothing cached), `warm_caches` (caches from an earlier start, compile recomputed) and
+    `warm_pod` (caches and HOME as a pod has them: what the planner uses) at least."""
     outside_the_pod: dict[str, Timing]
     """Windows the stack does not set: controller defaults and estimates."""
 
     @model_validator(mode="after")
     def _has_what_the_planner_reads(self) -> StartupTimings:
-        missing = {"cold", "warm_caches"} - set(self.starts)
+        missing = {"cold", "warm_caches", "warm_pod"} - set(self.starts)
         missing |= {"hpa_sync", "cluster_autoscaler_scan", "gpu_node_ready"} - set(self.outside_the_pod)
         if missing:
             raise ValueError(f"{TIMINGS_FILE.name} lacks {', '.join(sorted(missing))}")

@@ -311,11 +311,23 @@ class AutoscalingConfig(StrictModel):
 
     enabled: bool = False
     """Off: the Deployment runs `replicas` pods. On: an autoscaler owns the replica count."""
-    backend: Literal["hpa", "keda"] = "hpa"
-    """`hpa`: autoscaling/v2 HPA on Pods metrics from the Prometheus Adapter. `keda`: a KEDA
-    ScaledObject with Prometheus triggers on the same queries (needs addons.keda)."""
-    min_replicas: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1
-    """Fewest replicas the autoscaler keeps."""
+    backend: Literal["hpa", "keda"] = "keda"
+    """`keda` (default): a KEDA ScaledObject with Prometheus triggers (needs addons.keda, on by default
+    in mode eks); the only backend that scales to zero. `hpa`: autoscaling/v2 HPA on Pods metrics from
+    the Prometheus Adapter, which its maintainers propose to deprecate
+    (kubernetes-sigs/prometheus-adapter#701); still supported."""
+    min_replicas: Annotated[int, Field(ge=0, le=INT32_MAX)] = 1
+    """Fewest replicas the autoscaler keeps. 0 (opt-in, backend keda, router.enabled): the model
+    scales to zero after `idle_seconds_before_zero` without requests, and the router holds the
+    requests that wake it (docs/autoscaling.md, "Scale to zero")."""
+    idle_seconds_before_zero: Annotated[int, Field(ge=60, le=86400)] = 900
+    """min_replicas 0: seconds without a request through the router (and nothing queued or running in
+    vLLM) before the last replica goes. 15 minutes: a wake costs about a minute of waiting on a warm
+    node, so only a model idle for much longer than that should give its GPUs back."""
+    wake_hold_seconds: Annotated[int, Field(ge=30, le=3600)] | None = None
+    """min_replicas 0: how long the router holds a request for the model while it wakes, before it
+    answers 503. null = the predicted wake time (`vllm-platform plan`) × startup.safety_factor; a
+    value below the predicted wake is refused."""
     max_replicas: Annotated[int, Field(ge=1, le=INT32_MAX)] = 2
     """Most replicas; sizes the namespace's GPU quota."""
     metrics: Annotated[list[AutoscalingMetricConfig], Field(min_length=1)] = Field(
@@ -356,6 +368,13 @@ class AutoscalingConfig(StrictModel):
                 f"{self.min_replicas} .. max_replicas {self.max_replicas}; choose a count in that range "
                 "or null (max_replicas)",
                 at=("keda_fallback_replicas",),
+            )
+        if self.min_replicas == 0 and self.backend != "keda":
+            raise ConfigProblem(
+                f"min_replicas 0 needs backend 'keda' (backend is '{self.backend}'): an HPA cannot "
+                "scale to zero on the adapter's metrics, and a model at zero has none; set backend: keda "
+                "(with addons.keda: true) or min_replicas: 1",
+                at=("min_replicas",),
             )
         if self.min_replicas > self.max_replicas:
             raise ConfigProblem(
@@ -712,3 +731,8 @@ class ModelConfig(StrictModel):
     @property
     def max_replicas(self) -> int:
         return self.autoscaling.max_replicas if self.autoscaling.enabled else self.replicas
+
+    @property
+    def scales_to_zero(self) -> bool:
+        """autoscaling on with min_replicas 0: the router holds its requests while it wakes."""
+        return self.autoscaling.enabled and self.autoscaling.min_replicas == 0

@@ -358,7 +358,8 @@ class PrometheusAdapterConfig(AddonConfig):
 
 
 class KedaConfig(AddonConfig):
-    """KEDA, for models with `autoscaling.backend: keda`. Off by default in every mode."""
+    """KEDA, for models with `autoscaling.backend: keda` (the default backend, and the one that scales
+    to zero). On by default in mode eks; off in mode existing, where a cluster usually runs its own."""
 
 
 class ArgoRolloutsConfig(AddonConfig):
@@ -408,7 +409,7 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
     "nvidia_device_plugin": (True, True),
     "dcgm_exporter": (True, True),
     "prometheus_adapter": (True, True),
-    "keda": (False, False),
+    "keda": (True, False),
     "argo_rollouts": (False, False),
     "efs_csi_driver": (True, False),
     "secrets_store_csi_driver": (True, False),
@@ -570,6 +571,13 @@ class PlatformConfig(StrictModel):
                     "autoscaling backend 'keda' needs the KEDA add-on; set addons.keda: true or use "
                     "backend 'hpa'",
                     at=("models", index, "autoscaling", "backend"),
+                )
+            if model.scales_to_zero and not self.router.enabled:
+                raise ConfigProblem(
+                    "a model at zero replicas needs something in front of it to hold its requests while "
+                    "it wakes and to count them (the signal that wakes it); that is the router, which "
+                    "is off: set router.enabled: true, or min_replicas: 1",
+                    at=("models", index, "autoscaling", "min_replicas"),
                 )
         self._served_names_unique()
         if self.cluster.mode == "existing" and self.storage.existing_efs_file_system_id is None:

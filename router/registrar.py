@@ -22,7 +22,7 @@ its router holds a request until a replica is up: asking it would cost the list 
 its router's worker list (`GET /workers`) is read first; with no worker the model is listed, without
 asking, to any request that carries an `Authorization` header. The key is checked by vLLM on every
 `/v1` route once the model is awake; the price is that a sleeping model's name is visible to any
-caller with a key (docs/security.md).
+caller with a key (docs/autoscaling.md, "What else changes for a to-zero model").
 
 Stdlib only (it runs in the router image). Run:
 

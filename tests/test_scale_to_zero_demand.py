@@ -28,9 +28,10 @@ LABELS = (
 
 
 def rendered_demand_query() -> str:
-    from tests.e2e.test_scale_to_zero import _rendered_scaled_object
+    from tests.conftest import rendered
 
-    [trigger] = [t for t in _rendered_scaled_object()["triggers"] if t["name"] == "router_demand"]
+    [scaled_object] = rendered(STACK).find("ScaledObject", namespace=f"vllm-{MODEL}")
+    [trigger] = [t for t in scaled_object["spec"]["triggers"] if t["name"] == "router_demand"]
     query: str = trigger["metadata"]["query"]
     return query
 

@@ -221,15 +221,22 @@ def router_demand_query(model_name: str, window_seconds: int) -> str:
     the trigger that wakes a model at zero and keeps it up until it has been idle that long.
 
     At zero the model has no pods and so no vLLM series; its router does: every held attempt counts
-    `vllm_router_request_errors_total` and every routed request `vllm_router_requests_total`. Their sum
-    now minus their sum `window_seconds` ago (0 when the series are younger than that, so the first
-    scrape after the first held request already reads above 0, which `increase()` would not) is the
-    model's demand in the window; clamped to 1, since KEDA would otherwise size replicas on it."""
+    `vllm_router_request_errors_total` and every routed request `vllm_router_requests_total`. The
+    model's demand in the window is their `increase()` (which handles a router container's restart:
+    counters start again) plus the value of every series that had no sample `window_seconds` ago (a
+    new router pod, or the first held request on a router that never failed before: `increase()`
+    needs two samples, so the first scrape would read nothing); clamped to 1, since KEDA would
+    otherwise size replicas on it. (A first form, now minus `offset`, read negative for a whole window
+    after a restart: tests/test_scale_to_zero_demand.py.)"""
     selector = (
         f'{{__name__=~"{router_metrics.REQUESTS_TOTAL}|{router_metrics.REQUEST_ERRORS_TOTAL}",'
         f'namespace="{ROUTER_NAMESPACE}",{MODEL_SERIES_LABEL}="{model_name}"}}'
     )
-    return f"clamp_max(sum({selector}) - (sum({selector} offset {window_seconds}s) or vector(0)), 1)"
+    window = f"{window_seconds}s"
+    return (
+        f"clamp_max((sum(increase({selector}[{window}])) or vector(0))"
+        f" + (sum({selector} unless {selector} offset {window}) or vector(0)), 1)"
+    )
 
 
 def to_quantity(value: float) -> str:

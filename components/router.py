@@ -194,7 +194,7 @@ def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
     hold = plan_model(model, config, model.gpu_group).wake.hold_seconds
     return [
         "--retry-max-retries",
-        str(hold_attempts(hold, config.router.max_retries)),
+        str(hold_attempts(hold)),
         "--retry-initial-backoff-ms",
         str(HOLD_INITIAL_BACKOFF_MS),
         "--retry-max-backoff-ms",

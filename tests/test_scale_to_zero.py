@@ -57,17 +57,11 @@ def test_keda_is_the_default_backend_and_only_it_may_scale_to_zero() -> None:
         AutoscalingConfig(enabled=True, backend="hpa", min_replicas=0)
 
 
-@pytest.mark.parametrize("hold_seconds", [30, 112, 240, 980, 3600])
-@pytest.mark.parametrize("front_attempts", [1, 3, 10])
-def test_the_model_routers_attempts_hold_a_request_its_share_of_the_hold(
-    hold_seconds: int, front_attempts: int
-) -> None:
-    attempts = hold_attempts(hold_seconds, front_attempts)
-    held = _held_seconds(attempts)
-    share = hold_seconds / front_attempts
-    # At least the share, and at most one longest backoff more (or the ramp for a very short share).
-    assert held >= share or attempts == 4
-    assert held < share + HOLD_MAX_BACKOFF_MS / 1000 or attempts == 4
+@pytest.mark.parametrize("hold_seconds", [30, 112, 240, 955, 3600])
+def test_the_model_routers_attempts_hold_a_request_the_whole_hold(hold_seconds: int) -> None:
+    held = _held_seconds(hold_attempts(hold_seconds))
+    # At least the hold, and at most one longest backoff more.
+    assert hold_seconds <= held < hold_seconds + HOLD_MAX_BACKOFF_MS / 1000
 
 
 def test_prod_to_zero_model_wakes_on_a_new_node_and_the_router_holds_it_longer() -> None:
@@ -103,10 +97,10 @@ def test_the_to_zero_models_router_renders_the_hold() -> None:
     args = _router_args(PROD_TO_ZERO)
     hold = plan_model(model, config, model.gpu_group).wake.hold_seconds
     assert args.count("--retry-max-retries") == 1
-    assert args[args.index("--retry-max-retries") + 1] == str(hold_attempts(hold, config.router.max_retries))
+    assert args[args.index("--retry-max-retries") + 1] == str(hold_attempts(hold))
     assert args[args.index("--retry-max-backoff-ms") + 1] == str(HOLD_MAX_BACKOFF_MS)
     assert args[args.index("--retry-jitter-factor") + 1] == "0"
-    assert _held_seconds(int(args[args.index("--retry-max-retries") + 1])) * config.router.max_retries >= hold
+    assert _held_seconds(int(args[args.index("--retry-max-retries") + 1])) >= hold
 
 
 def test_the_to_zero_scaled_object_wakes_on_router_demand_and_goes_to_zero_after_the_idle_window() -> None:
@@ -215,7 +209,7 @@ def test_the_demand_query_reads_one_from_the_first_held_request_and_zero_after_t
                     },
                 ],
                 "promql_expr_test": [
-                    {"expr": "demand", "eval_time": "2m", "exp_samples": []},
+                    {"expr": "demand", "eval_time": "2m", "exp_samples": [{"labels": "demand", "value": 0}]},
                     {"expr": "demand", "eval_time": "3m", "exp_samples": [{"labels": "demand", "value": 1}]},
                     {"expr": "demand", "eval_time": "8m", "exp_samples": [{"labels": "demand", "value": 1}]},
                     # Last change at minute 8; the window is 5 minutes.

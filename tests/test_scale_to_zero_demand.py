@@ -4,10 +4,10 @@ gives them, scraped every 15 s.
 
 The live path (first scrape, back to zero) is in tests/e2e/test_scale_to_zero.py. Here are the
 cases a test on loopback cannot wait for: a router that restarts after an idle night. Counters start
-again from zero; the query subtracts the value of W seconds ago, so it is negative until W has passed
-since the restart, whatever arrives meanwhile: a model at zero is then not woken, and its held
-requests end in 503. Those cases are strict xfails: they pass (and fail the suite) once the query
-handles counter resets.
+again from zero; the first form of the query subtracted the value of W seconds ago, so it read
+negative until W had passed since the restart, whatever arrived meanwhile: a model at zero was then
+not woken and its held requests ended in 503 (found here). The query now counts `increase()` plus the
+series that are new in the window, and these cases pass.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 STACK = "prod"
@@ -89,19 +88,11 @@ def test_an_idle_window_after_the_last_attempt_brings_demand_back_to_zero(tmp_pa
     demand_at(tmp_path, {pod("a"): "_x240 3 5 5x300"}, f"{after}s", 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the rendered query subtracts the old pod's count of W ago: negative for W after a rollout",
-)
 def test_a_held_request_on_a_replaced_router_pod_wakes_the_model(tmp_path: Path) -> None:
     # Pod a counted 500 attempts the day before and is replaced at minute 60; pod b holds a request.
     series = {pod("a"): "500x240 stale", pod("b"): "_x242 3 5 5x100"}
     demand_at(tmp_path, series, "60m45s", 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the rendered query does not handle a counter reset: negative for W after a container restart",
-)
 def test_a_held_request_after_the_router_container_restarts_wakes_the_model(tmp_path: Path) -> None:
     demand_at(tmp_path, {pod("a"): "500x240 3 5 5x100"}, "60m15s", 1)

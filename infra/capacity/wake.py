@@ -137,14 +137,18 @@ def derived_hold_seconds(expected_seconds: float, safety_factor: float) -> int:
     return HOLD_ROUNDING_SECONDS * math.ceil(expected_seconds * safety_factor / HOLD_ROUNDING_SECONDS)
 
 
-def hold_attempts(hold_seconds: int, front_attempts: int) -> int:
+def hold_attempts(hold_seconds: int) -> int:
     """`--retry-max-retries` of the model's router (vllm-router counts attempts: N of them are N - 1
-    backoffs) that holds a request about `hold_seconds` in all.
+    backoffs) that holds a request about `hold_seconds`: backoffs of 0.5, 1, then 2 s each (the
+    schedule above, no jitter).
 
-    The front router retries a 503 from the model's router (`router.max_retries` attempts), and each
-    of its attempts is held again, so the model's router holds `hold_seconds / front_attempts` per
-    attempt: backoffs of 0.5, 1, then 2 s each (the schedule above, no jitter)."""
-    per_attempt = hold_seconds / front_attempts
+    Each attempt of the front router holds the whole hold: the front counts a model router's 503 as
+    a failure and, with 10 in a row, opens its circuit for 60 s; a hold split over the front's attempts
+    would let a burst of held requests open it mid-wake (measured: tests/e2e/test_scale_to_zero.py,
+    and `--disable-circuit-breaker` does not reach workers registered through its API, as the
+    registrar registers them). So past the hold a request gets 503 after between one hold and
+    `router.max_retries` holds (the front's retries; fewer once its circuit is open)."""
+    per_attempt = float(hold_seconds)
     ramp = [HOLD_INITIAL_BACKOFF_MS / 1000]
     while ramp[-1] * HOLD_BACKOFF_MULTIPLIER < HOLD_MAX_BACKOFF_MS / 1000:
         ramp.append(ramp[-1] * HOLD_BACKOFF_MULTIPLIER)
@@ -173,21 +177,38 @@ def wake_problems(model: ModelConfig, index: int, config: PlatformConfig, wake: 
                 f"{math.ceil(expected)} or leave it unset (derived: {derived} s)",
             )
         )
-    timeouts = [(("router", "request_timeout_seconds"), config.router.request_timeout_seconds, "the router")]
+    # The front's request to the model's router lasts one hold; the client's connection, idle while a
+    # request is held, up to the front's attempts times it when no replica comes (hold_attempts).
+    longest = wake.hold_seconds * config.router.max_retries
+    timeouts = [
+        (
+            ("router", "request_timeout_seconds"),
+            config.router.request_timeout_seconds,
+            "the router",
+            wake.hold_seconds,
+            "the hold",
+        ),
+    ]
     if config.ingress.enabled:
         timeouts.append(
-            (("ingress", "idle_timeout_seconds"), config.ingress.idle_timeout_seconds, "the load balancer")
+            (
+                ("ingress", "idle_timeout_seconds"),
+                config.ingress.idle_timeout_seconds,
+                "the load balancer",
+                longest,
+                f"router.max_retries ({config.router.max_retries}) x the hold, the longest a held "
+                "request stays silent before its 503",
+            )
         )
-    for path, value, who in timeouts:
-        if value < wake.hold_seconds:
+    for path, value, who, least, what in timeouts:
+        if value < least:
             problems.append(
                 Problem(
                     path,
                     value,
-                    f"shorter than the wake hold of model '{model.name}' ({wake.hold_seconds} s, "
+                    f"shorter than {what} of model '{model.name}' ({least} s; hold {wake.hold_seconds} s, "
                     f"{wake.hold_source}): {who} would cut a held request before it is answered; raise it "
-                    f"to at least {wake.hold_seconds}, or lower "
-                    f"models[{index}].autoscaling.wake_hold_seconds",
+                    f"to at least {least}, or lower models[{index}].autoscaling.wake_hold_seconds",
                 )
             )
     return problems

@@ -29,14 +29,14 @@ Simulated links, not run:
 
 Substituted (the mechanics are the stack's, the clocks are shortened for a 2-core machine):
 - scrape interval and KEDA's polling interval: `SCRAPE_SECONDS` / `POLL_SECONDS` instead of 15 s;
-- the demand window W (`offset <W>s` in the rendered `router_demand` query, `idle_seconds_before_zero`,
-  900 s): `TEST_IDLE_SECONDS`. The rendered `cooldownPeriod` is kept.
-- the model router's hold is the rendered one (prod: 162 attempts, 321.5 s) unless it is shorter
+- the demand window W (`[<W>s]` and `offset <W>s` in the rendered `router_demand` query,
+  `idle_seconds_before_zero`, 900 s): `TEST_IDLE_SECONDS`. The rendered `cooldownPeriod` is kept.
+- the model router's hold is the rendered one (prod: 480 attempts, 955.5 s) unless it is shorter
   than `CPU_START_BOUND_SECONDS`, what the CPU server may need to start here; then
   `--retry-max-retries` is raised until it is not (the other hold flags stay as rendered);
 - the request past the bound runs on a second front + model router pair that no scaler watches (no
   replica ever starts), with the rendered flags except `--retry-max-retries`, lowered to hold
-  `PAST_BOUND_HOLD_SECONDS` per model-router attempt: the rendered hold (3 front attempts x 321.5 s)
+  `PAST_BOUND_HOLD_SECONDS` per model-router attempt: the rendered hold (up to 3 front attempts x 955.5 s)
   would keep the suite 16 minutes. The relation measured (front attempts x model-router hold) is what
   the rendered total follows.
 
@@ -507,6 +507,7 @@ def rendered_triggers() -> list[Trigger]:
         if trigger["name"] == "router_demand":
             window = query.split(" offset ", 1)[1].split(")", 1)[0]
             query = query.replace(f" offset {window}", f" offset {TEST_IDLE_SECONDS}s")
+            query = query.replace(f"[{window}]", f"[{TEST_IDLE_SECONDS}s]")
         triggers.append(
             Trigger(trigger["name"], query, float(trigger["metadata"].get("activationThreshold", "0")))
         )
@@ -741,15 +742,18 @@ def test_a_request_past_the_rendered_hold_gets_503_not_a_hang(past_bound: PastBo
     assert expected <= past_bound.elapsed <= expected * 1.1 + 15
 
 
-def test_the_fronts_circuit_breaker_cuts_the_hold_to_one_model_router_hold_under_concurrency(
+def test_many_requests_past_the_hold_get_503_after_one_hold_once_the_fronts_circuit_opens(
     past_bound: PastBound,
 ) -> None:
     """Measured, not wished: vllm-router 0.1.17's front counts each 503 of the model router as a
-    failure of that worker, and opens its circuit after `--cb-failure-threshold` (default 10)
-    consecutive ones, for `--cb-timeout-duration-secs` (default 60). So the front's retries multiply
-    the hold of one request alone; once ten held requests have failed together, every further
-    attempt is answered 503 at once, without any hold, until the circuit half-opens. The model
-    router's own hold is therefore the hold that many concurrent requests get."""
+    failure of that worker and opens its circuit after `--cb-failure-threshold` (default 10)
+    consecutive ones, for `--cb-timeout-duration-secs` (default 60); `--disable-circuit-breaker` on
+    the front does not reach workers registered through its API (tried: the circuit still opened).
+    So the front's retries multiply the hold of one request alone; once ten held requests have
+    failed together, each got one model-router hold and the next is answered 503 at once. That is
+    why the stack makes each model-router attempt hold the whole hold (infra/capacity/wake.py
+    `hold_attempts`): during a wake nothing fails, so the circuit stays closed; only past the hold
+    do requests fail, after between one and `router.max_retries` holds, never a hang."""
     assert past_bound.done.wait(timeout=30)
     hold = past_bound.model_hold_seconds
     _record(

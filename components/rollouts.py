@@ -276,9 +276,6 @@ def canary_strategy(model: ModelConfig, alb_ingress: bool) -> dict[str, Any]:
     strategy: dict[str, Any] = {
         "canaryService": CANARY_SERVICE,
         "stableService": STABLE_SERVICE,
-        # The stable side shrinks as the canary grows: at most one extra pod's GPUs at any weight
-        # (peak_replicas), instead of a second full set at promotion.
-        "dynamicStableScale": True,
         "abortScaleDownDelaySeconds": canary.abort_scale_down_delay_seconds,
         "steps": canary_steps(canary),
     }
@@ -290,6 +287,12 @@ def canary_strategy(model: ModelConfig, alb_ingress: bool) -> dict[str, Any]:
                 "servicePort": model.vllm.port,
             }
         }
+        # The stable side shrinks as the canary grows: at most one extra pod's GPUs at any weight
+        # (peak_replicas), instead of a second full set at promotion. Only with traffic routing:
+        # Argo Rollouts refuses the Rollout otherwise ("Canary dynamicStableScale can only be used
+        # with traffic routing", seen by tests/test_deploy_scale_to_zero.py), and a canary split by
+        # pod count (a to-zero model, no Ingress) already sizes stable and canary by the weight.
+        strategy["dynamicStableScale"] = True
     return strategy
 
 

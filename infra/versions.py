@@ -278,6 +278,17 @@ GO_TOOLS = (
         pinned_on="2026-12-03",
     ),
     GoToolPin(
+        wrapper="keda",
+        module="github.com/kedacore/keda/v2",
+        version="v2.20.2",
+        programs=("keda-operator",),
+        source="the operator KEDA_CHART deploys (KEDA 2.20.2, chart keda-2.20.2), run as a process so "
+        "ScaledObjects get a real scale loop (scale to zero, issue 35) in the cluster tests; its go.mod's "
+        "replace lines (k8s.io/* v0.35.5, controller-runtime v0.23.3, cel-go and the Prometheus modules) "
+        "are repeated in ours; version stamped with -ldflags as KEDA's Makefile does",
+        pinned_on="2026-12-03",
+    ),
+    GoToolPin(
         wrapper="pulumi",
         module="github.com/pulumi/pulumi/pkg/v3",
         version="v3.276.0",

@@ -69,9 +69,11 @@ def test_the_split_is_made_at_the_alb_between_the_stable_and_canary_services(pro
         canary = rollout(prod, model.namespace)["spec"]["strategy"]["canary"]
         assert canary["stableService"] == "vllm-stable" and canary["canaryService"] == "vllm-canary"
         if model.scales_to_zero:
-            # No own hostname (docs/autoscaling.md, "Scale to zero"): split by pod count behind the router.
-            assert "trafficRouting" not in canary
+            # No own hostname (docs/autoscaling.md, "Scale to zero"): split by pod count behind the router,
+            # and without dynamicStableScale, which Argo Rollouts refuses without traffic routing.
+            assert "trafficRouting" not in canary and "dynamicStableScale" not in canary
             continue
+        assert canary["dynamicStableScale"] is True
         assert canary["trafficRouting"] == {
             "alb": {"ingress": "vllm", "rootService": "vllm", "servicePort": model.vllm.port}
         }

@@ -21,7 +21,8 @@ kube_version="$(required kubernetes k8s.io/kubernetes)"
 kube_minor="$(echo "$kube_version" | cut -d. -f2)"
 pulumi_version="$(required pulumi github.com/pulumi/pulumi/pkg/v3)"
 provider_module_version="$(required pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
-for value in "$kube_version" "$pulumi_version" "$provider_module_version"; do
+keda_version="$(required keda github.com/kedacore/keda/v2)"
+for value in "$kube_version" "$pulumi_version" "$provider_module_version" "$keda_version"; do
   [ -n "$value" ] || { echo "tools: a pinned version could not be read from tools/*/go.mod" >&2; exit 1; }
 done
 
@@ -35,6 +36,8 @@ ldflags_pulumi="-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Versi
 # The provider reports the module version it was built from (a pseudo-version), not a release number
 # it is not: the engine is pointed at this binary by path (tests/cluster/pulumi_project.py).
 ldflags_provider="-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${provider_module_version#v}"
+# KEDA's Makefile stamps the same variable (its operator logs it and reports it in keda_build_info).
+ldflags_keda="-s -w -X github.com/kedacore/keda/v2/version.Version=$keda_version"
 
 build() {
   local name="$1" flags="$2"
@@ -65,8 +68,9 @@ build() {
       else
         go build -trimpath -ldflags "$flags" -o "$out/bin/" "$@" || exit 1
       fi
-      # go build names etcd's main package after its module directory (server).
+      # go build names a main package after its directory: etcd's is server, KEDA's is operator.
       if [ "$name" = etcd ]; then mv "$out/bin/server" "$out/bin/etcd" || exit 1; fi
+      if [ "$name" = keda ]; then mv "$out/bin/operator" "$out/bin/keda-operator" || exit 1; fi
     ) >"$cache/logs/$name.log" 2>&1; then
       echo "tools: FAILED to build $name; the end of $cache/logs/$name.log:" >&2
       tail -n 15 "$cache/logs/$name.log" >&2
@@ -94,6 +98,7 @@ build kubernetes "$ldflags_kubernetes" k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
   k8s.io/kubernetes/cmd/kubectl || status=1
 build argo-rollouts "-s -w" github.com/argoproj/argo-rollouts/cmd/rollouts-controller || status=1
+build keda "$ldflags_keda" github.com/kedacore/keda/v2/cmd/operator || status=1
 build pulumi-kubernetes "$ldflags_provider" || status=1
 build pulumi "$ldflags_pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi || status=1
 echo "$cache/bin"

@@ -12,6 +12,8 @@ and KWOK, each built by tools/build.sh. What is switched off, and why:
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -365,4 +367,49 @@ def start_rollouts_controller(cluster: Cluster) -> None:
             "--loglevel=info",
         ],
         log=cluster.workdir / "logs" / "rollouts-controller.log",
+    )
+
+
+KEDA_NAMESPACE = "keda"
+"""Where the pinned KEDA chart installs its operator (components/cluster_addons.py)."""
+
+
+def start_keda_operator(cluster: Cluster, *, http_timeout_ms: int = 3000) -> None:
+    """KEDA's operator, run as a process against the cluster (the chart's operator pod is only
+    KWOK's), so ScaledObjects get a real scale loop: its Prometheus scalers, activation, cooldown and
+    the 0 <-> 1 scaling it does itself, and the HPA it creates for 1 <-> N. Start it once its CRDs
+    exist. What it cannot have here:
+    - a ServiceAccount: it runs with the fixture's admin kubeconfig, as the rollouts controller does;
+    - cert rotation and webhook/APIService patching (`--enable-cert-rotation=false`, the default): they
+      serve KEDA's admission webhooks and metrics adapter, whose pods KWOK only pretends to run;
+    - its gRPC metrics service's own certificates: that server (which KEDA's metrics adapter dials;
+      the adapter does not run here) must load `ca.crt`, `tls.crt`, `tls.key` from `--cert-dir` or the
+      operator exits, so it is given the fixture CA and the API server's pair."""
+    pki = cluster.workdir / "pki"
+    certs = cluster.workdir / "keda-certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    for source, target in (("ca.crt", "ca.crt"), ("apiserver.crt", "tls.crt"), ("apiserver.key", "tls.key")):
+        shutil.copyfile(pki / source, certs / target)
+    cluster.netns.start(
+        [
+            _binary("keda-operator"),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--leader-elect=false",
+            "--enable-cert-rotation=false",
+            f"--cert-dir={certs}",
+            "--metrics-bind-address=127.0.0.1:18080",
+            "--health-probe-bind-address=127.0.0.1:18081",
+            "--metrics-service-bind-address=127.0.0.1:19666",
+            "--zap-log-level=info",
+        ],
+        log=cluster.workdir / "logs" / "keda-operator.log",
+        env={
+            **os.environ,
+            # Every namespace, as the chart's operator watches; its cluster-scoped objects' Secrets
+            # (ClusterTriggerAuthentication) live in the chart's namespace.
+            "WATCH_NAMESPACE": "",
+            "POD_NAMESPACE": KEDA_NAMESPACE,
+            "KEDA_CLUSTER_OBJECT_NAMESPACE": KEDA_NAMESPACE,
+            "KEDA_HTTP_DEFAULT_TIMEOUT": str(http_timeout_ms),
+        },
     )

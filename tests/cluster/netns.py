@@ -3,12 +3,15 @@
 An API server dials Service, webhook and pod addresses (10.x) on its own; inside this namespace
 those connects fail at once ("Network is unreachable") and nothing leaves the machine. Processes
 are started with `ip netns exec`, each in its own session so it is stopped by its process id.
+Names a test needs to resolve inside (a rendered Service address) go in the namespace's own hosts
+file, `/etc/netns/<name>/hosts`, which `ip netns exec` bind-mounts over /etc/hosts for what it starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 STOP_GRACE_SECONDS = 10.0
+NETNS_ETC = Path("/etc/netns")
 
 
 class NetworkNamespace:
@@ -41,6 +45,20 @@ class NetworkNamespace:
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
+        shutil.rmtree(NETNS_ETC / self.name, ignore_errors=True)
+
+    def resolve(self, hosts: dict[str, str]) -> None:
+        """Make `hosts` (name -> address) resolve for every process started from now on, through the
+        namespace's own /etc/hosts (`ip netns exec` bind-mounts `/etc/netns/<name>/hosts` over it);
+        removed with the namespace."""
+        folder = NETNS_ETC / self.name
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "127.0.0.1 localhost",
+            "::1 localhost",
+            *(f"{address} {name}" for name, address in hosts.items()),
+        ]
+        (folder / "hosts").write_text("\n".join(lines) + "\n")
 
     def command(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.name, *argv]

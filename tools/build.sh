@@ -59,8 +59,12 @@ build() {
     if ! (
       cd "$work" || exit 1
       if [ "$name" = pulumi-kubernetes ]; then
-        # The schema and Terraform mapping the provider serves, from the module itself.
+        # The schema and Terraform mapping the provider serves, from the module itself: downloaded
+        # (and checked against go.sum) first, since `go list -m` names no folder for a module that
+        # is not in the module cache yet (a clean machine).
+        go mod download github.com/pulumi/pulumi-kubernetes/provider/v4 || exit 1
         moddir="$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)" || exit 1
+        [ -n "$moddir" ] || { echo "no module folder for pulumi-kubernetes/provider/v4" >&2; exit 1; }
         cp "$moddir/cmd/pulumi-resource-kubernetes/schema.json" \
           "$moddir/cmd/pulumi-resource-kubernetes/terraform-mapping.json" . || exit 1
         chmod u+w schema.json terraform-mapping.json

@@ -40,7 +40,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 test: setup-test lint
-	$(BIN)/python -m pytest tests model-cache/tests
+	$(BIN)/python -m pytest --durations=25 tests model-cache/tests
 
 clean:
 	rm -rf out

@@ -237,13 +237,13 @@ def _wake_lines(wake: WakePlan) -> list[str]:
         [name, f"{warm[name].seconds:.0f}" if name in warm else "-", f"{new[name].seconds:.0f}"]
         for name in names
     ]
-    rows.append(
-        ["= first token", f"{wake.seconds('warm_node'):.0f}", f"{wake.seconds('new_node'):.0f}"]
-    )
+    rows.append(["= first token", f"{wake.seconds('warm_node'):.0f}", f"{wake.seconds('new_node'):.0f}"])
     lines += _table(["step", "warm node", "new node"], rows, right={1, 2})
     expected = wake.expected_case.replace("_", " ")
-    why = "its GPU group may be at zero nodes (min_size 0)" if wake.expected_case == "new_node" else (
-        "its GPU group keeps nodes (min_size > 0)"
+    why = (
+        "its GPU group may be at zero nodes (min_size 0)"
+        if wake.expected_case == "new_node"
+        else ("its GPU group keeps nodes (min_size > 0)")
     )
     lines += [
         f"  expected: {expected} ({wake.expected_seconds:.0f} s), since {why}",

@@ -221,7 +221,7 @@ def ask_model_router(
     `parent` set to the model; vLLM may list more names for one process). A to-zero model whose
     router has no worker is not asked (see the module's docstring): listed for any key, 401 without."""
     if worker.scale_to_zero and model_router_is_empty(worker, timeout_seconds):
-        return (SLEEPING if authorization else 401), sleeping_entries(worker) if authorization else []
+        return (SLEEPING, sleeping_entries(worker)) if authorization else (401, [])
     headers = {"Authorization": authorization} if authorization else {}
     request = urllib.request.Request(worker.url.rstrip("/") + MODELS_PATH, headers=headers)
     try:

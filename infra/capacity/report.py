@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from infra.capacity import memory
 from infra.capacity.plan import ModelPlan, PlatformPlan
 from infra.capacity.startup import PHASES
-from infra.capacity.time_to_serve import WARM_POD_READY_TARGET_SECONDS, ServingTimes
-from infra.capacity.wake import WakePlan
+from infra.capacity.time_to_serve import WARM_POD_READY_TARGET_SECONDS, ServingTimes, Step
+from infra.capacity.wake import Case, WakePlan
 from infra.versions import VLLM_VERSION
 
 GIB = 1 << 30
@@ -258,20 +258,21 @@ def _wake_lines(wake: WakePlan) -> list[str]:
     return lines
 
 
+def _steps_json(steps: Iterable[Step]) -> list[dict[str, Any]]:
+    return [
+        {"name": s.name, "stage": s.stage, "seconds": round(s.seconds, 1), "source": s.source} for s in steps
+    ]
+
+
 def _wake_json(wake: WakePlan) -> dict[str, Any]:
-    def case(steps: Any) -> dict[str, Any]:
-        return {
-            "steps": [
-                {"name": s.name, "stage": s.stage, "seconds": round(s.seconds, 1), "source": s.source}
-                for s in steps
-            ],
-            "first_token_seconds": round(sum(s.seconds for s in steps), 1),
-        }
+    def case(name: Case) -> dict[str, Any]:
+        steps = wake.warm_node if name == "warm_node" else wake.new_node
+        return {"steps": _steps_json(steps), "first_token_seconds": round(wake.seconds(name), 1)}
 
     return {
         "scales_to_zero": wake.scales_to_zero,
-        "warm_node": case(wake.warm_node),
-        "new_node": case(wake.new_node),
+        "warm_node": case("warm_node"),
+        "new_node": case("new_node"),
         "expected_case": wake.expected_case,
         "hold_seconds": wake.hold_seconds,
         "hold_source": wake.hold_source,
@@ -283,10 +284,7 @@ def _wake_json(wake: WakePlan) -> dict[str, Any]:
 def _serving_json(serving: ServingTimes) -> dict[str, Any]:
     def case(steps: Any) -> dict[str, Any]:
         return {
-            "steps": [
-                {"name": s.name, "stage": s.stage, "seconds": round(s.seconds, 1), "source": s.source}
-                for s in steps.steps
-            ],
+            "steps": _steps_json(steps.steps),
             "pod_ready_seconds": round(steps.pod_ready_seconds, 1),
             "total_seconds": round(steps.seconds(), 1),
         }

@@ -56,11 +56,15 @@ class WakePlan:
     """GPUs the model's group keeps at its min_size whatever the models do (0 when it can reach zero)."""
 
     def seconds(self, case: Case) -> float:
-        return sum(step.seconds for step in (self.warm_node if case == "warm_node" else self.new_node))
+        return _total(self.warm_node if case == "warm_node" else self.new_node)
 
     @property
     def expected_seconds(self) -> float:
         return self.seconds(self.expected_case)
+
+
+def _total(steps: tuple[Step, ...]) -> float:
+    return sum(step.seconds for step in steps)
 
 
 def _wake_signal(model: ModelConfig, config: PlatformConfig) -> list[Step]:
@@ -109,7 +113,7 @@ def wake_plan(
     new = (*signal, *_steps_after_signal(serving.new_node), _router_reaches_pod())
     group = config.node_groups.gpu[gpu_group or model.gpu_group]
     expected: Case = "new_node" if group.min_size == 0 else "warm_node"
-    expected_seconds = sum(step.seconds for step in (new if expected == "new_node" else warm))
+    expected_seconds = _total(new if expected == "new_node" else warm)
     configured = model.autoscaling.wake_hold_seconds
     if configured is not None:
         hold, source = configured, "autoscaling.wake_hold_seconds"
@@ -148,13 +152,12 @@ def hold_attempts(hold_seconds: int) -> int:
     and `--disable-circuit-breaker` does not reach workers registered through its API, as the
     registrar registers them). So past the hold a request gets 503 after between one hold and
     `router.max_retries` holds (the front's retries; fewer once its circuit is open)."""
-    per_attempt = float(hold_seconds)
     ramp = [HOLD_INITIAL_BACKOFF_MS / 1000]
     while ramp[-1] * HOLD_BACKOFF_MULTIPLIER < HOLD_MAX_BACKOFF_MS / 1000:
         ramp.append(ramp[-1] * HOLD_BACKOFF_MULTIPLIER)
     backoffs = len(ramp)
-    if per_attempt > sum(ramp):
-        backoffs += math.ceil((per_attempt - sum(ramp)) / (HOLD_MAX_BACKOFF_MS / 1000))
+    if hold_seconds > sum(ramp):
+        backoffs += math.ceil((hold_seconds - sum(ramp)) / (HOLD_MAX_BACKOFF_MS / 1000))
     return backoffs + 1
 
 

@@ -47,7 +47,11 @@ from tests.cluster.fixtures import (
 )
 from tests.cluster.netns import stop_process
 from tests.cluster.placement import node_groups_by_node
-from tests.support.vllm_router import RouterVenvMissingError, require_router_python
+from tests.support.vllm_router import (
+    RouterVenvMissingError,
+    require_router_python,
+    without_kubernetes_discovery,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -60,12 +64,6 @@ SCRAPE_SECONDS = 5
 AT_REST_SECONDS = 30
 """How long the model must stay at zero with no demand: six of KEDA's polls."""
 ARTEFACT = REPO / "out" / "deploy-tests" / "scale-to-zero.json"
-SERVICE_DISCOVERY_OPTIONS = {
-    "--service-discovery": 0,
-    "--selector": None,  # its values run to the next option
-    "--service-discovery-namespace": 1,
-    "--service-discovery-port": 1,
-}
 
 
 def _to_zero_stack(path: Path) -> Path:
@@ -94,16 +92,7 @@ def _model_router_arguments(objects: list[dict[str, Any]], container_name: str) 
     ]
     containers = router["spec"]["template"]["spec"]["containers"]
     (container,) = [c for c in containers if c["name"] == container_name]
-    args, kept, skip_values = list(container["args"]), [], False
-    for arg in args:
-        if arg in SERVICE_DISCOVERY_OPTIONS:
-            skip_values = True
-            continue
-        if skip_values and not arg.startswith("--"):
-            continue
-        skip_values = False
-        kept.append(arg)
-    return kept
+    return without_kubernetes_discovery(container["args"])
 
 
 def _option(args: list[str], name: str) -> str:

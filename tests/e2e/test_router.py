@@ -50,6 +50,7 @@ from tests.support.vllm_router import (
     require_router_python,
     start_router,
     stop_router,
+    without_kubernetes_discovery,
 )
 from tests.support.vllm_server import (
     RunningVllmServer,
@@ -88,25 +89,12 @@ def rendered_registrar_workers(stack: str = "dev") -> list[dict]:
 def loopback_arguments(rendered_args: list[str], worker_urls: list[str] | None = None) -> list[str]:
     """Rendered arguments without host/ports (the helper picks loopback ones) and with faster
     probes; with `worker_urls`, those servers instead of the Kubernetes discovery."""
-    args, index = [], 0
-    dropped_pairs = {
-        "--host",
-        "--port",
-        "--prometheus-host",
-        "--prometheus-port",
-        "--service-discovery-namespace",
-        "--service-discovery-port",
-    }
-    while index < len(rendered_args):
-        token = rendered_args[index]
+    rest, args, index = without_kubernetes_discovery(rendered_args), [], 0
+    dropped_pairs = {"--host", "--port", "--prometheus-host", "--prometheus-port"}
+    while index < len(rest):
+        token = rest[index]
         if token in dropped_pairs:
             index += 2
-        elif token == "--service-discovery":
-            index += 1
-        elif token == "--selector":
-            index += 1
-            while index < len(rendered_args) and not rendered_args[index].startswith("--"):
-                index += 1
         elif token in TEST_HEALTH_ARGS:
             args += [token, TEST_HEALTH_ARGS[token]]
             index += 2

@@ -89,6 +89,29 @@ class RunningRouter:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+DISCOVERY_OPTIONS_WITH_VALUE = ("--service-discovery-namespace", "--service-discovery-port")
+
+
+def without_kubernetes_discovery(args: Sequence[str]) -> list[str]:
+    """Rendered router arguments without the Kubernetes discovery (`--service-discovery`, its
+    `--selector` values, namespace and port): a router outside a cluster has no API to watch."""
+    kept, index = [], 0
+    while index < len(args):
+        token = args[index]
+        if token in DISCOVERY_OPTIONS_WITH_VALUE:
+            index += 2
+        elif token == "--service-discovery":
+            index += 1
+        elif token == "--selector":
+            index += 1
+            while index < len(args) and not args[index].startswith("--"):
+                index += 1
+        else:
+            kept.append(token)
+            index += 1
+    return kept
+
+
 def start_router(
     args: Sequence[str], *, log_path: Path, host: str = "127.0.0.1", startup_timeout_seconds: float = 60
 ) -> RunningRouter:

@@ -3,7 +3,8 @@
 #               pinned charts in the chart cache, it renders our objects and every release's values and
 #               lists the releases it could not expand)
 #   make test   set up everything the suite needs (venvs, promtool, vLLM CPU build, checkov, the Go
-#               programs of the deploy tests via tools/build.sh) and run it
+#               programs of the deploy tests via tools/build.sh) and run it, in lanes that overlap
+#               the Go build, the Python set-up, the deploy tests and the rest (scripts/run-suite.sh)
 #   make charts download and verify the pinned Helm charts into the chart cache (needs the network;
 #               `vllm-platform charts pull --from-git DIR` builds them from git mirrors instead)
 SHELL := /bin/bash
@@ -39,8 +40,8 @@ setup-test: setup
 lint: setup
 	$(BIN)/ruff check .
 
-test: setup-test lint
-	$(BIN)/python -m pytest --durations=25 tests model-cache/tests
+test:
+	bash scripts/run-suite.sh
 
 clean:
 	rm -rf out

@@ -289,6 +289,18 @@ GO_TOOLS = (
         pinned_on="2026-12-03",
     ),
     GoToolPin(
+        wrapper="karpenter-kwok",
+        module="sigs.k8s.io/karpenter",
+        version="v1.14.1",
+        programs=("karpenter-kwok",),
+        source="Karpenter's KWOK provider (package sigs.k8s.io/karpenter/kwok, the core of the pinned "
+        "karpenter chart 1.14.1's AWS release), run as a process so Karpenter pools get real "
+        "NodeClaims and KWOK nodes (issue 41). The release pins a core pseudo-version the proxy "
+        "refuses; core v1.14.1 is the tag it is built on, needs no replace lines; v1.15.0 needs Go "
+        "1.26.9, newer than this machine's. Built now so CI's time counts it (issue 40, item 7)",
+        pinned_on="2026-12-04",
+    ),
+    GoToolPin(
         wrapper="pulumi",
         module="github.com/pulumi/pulumi/pkg/v3",
         version="v3.276.0",

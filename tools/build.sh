@@ -22,7 +22,8 @@ kube_minor="$(echo "$kube_version" | cut -d. -f2)"
 pulumi_version="$(required pulumi github.com/pulumi/pulumi/pkg/v3)"
 provider_module_version="$(required pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
 keda_version="$(required keda github.com/kedacore/keda/v2)"
-for value in "$kube_version" "$pulumi_version" "$provider_module_version" "$keda_version"; do
+karpenter_version="$(required karpenter-kwok sigs.k8s.io/karpenter)"
+for value in "$kube_version" "$pulumi_version" "$provider_module_version" "$keda_version" "$karpenter_version"; do
   [ -n "$value" ] || { echo "tools: a pinned version could not be read from tools/*/go.mod" >&2; exit 1; }
 done
 
@@ -38,6 +39,8 @@ ldflags_pulumi="-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Versi
 ldflags_provider="-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${provider_module_version#v}"
 # KEDA's Makefile stamps the same variable (its operator logs it and reports it in keda_build_info).
 ldflags_keda="-s -w -X github.com/kedacore/keda/v2/version.Version=$keda_version"
+# Karpenter's operator logs and reports this variable (unset it says "unspecified").
+ldflags_karpenter="-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=$karpenter_version"
 
 build() {
   local name="$1" flags="$2"
@@ -75,6 +78,8 @@ build() {
       # go build names a main package after its directory: etcd's is server, KEDA's is operator.
       if [ "$name" = etcd ]; then mv "$out/bin/server" "$out/bin/etcd" || exit 1; fi
       if [ "$name" = keda ]; then mv "$out/bin/operator" "$out/bin/keda-operator" || exit 1; fi
+      # Karpenter's KWOK provider is a package named kwok: renamed so it cannot shadow KWOK itself.
+      if [ "$name" = karpenter-kwok ]; then mv "$out/bin/kwok" "$out/bin/karpenter-kwok" || exit 1; fi
     ) >"$cache/logs/$name.log" 2>&1; then
       echo "tools: FAILED to build $name; the end of $cache/logs/$name.log:" >&2
       tail -n 15 "$cache/logs/$name.log" >&2
@@ -103,6 +108,7 @@ build kubernetes "$ldflags_kubernetes" k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kubectl || status=1
 build argo-rollouts "-s -w" github.com/argoproj/argo-rollouts/cmd/rollouts-controller || status=1
 build keda "$ldflags_keda" github.com/kedacore/keda/v2/cmd/operator || status=1
+build karpenter-kwok "$ldflags_karpenter" sigs.k8s.io/karpenter/kwok || status=1
 build pulumi-kubernetes "$ldflags_provider" || status=1
 build pulumi "$ldflags_pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi || status=1
 echo "$cache/bin"

@@ -13,17 +13,25 @@ live server is the one pod the HPA averages over, so the replica floor here is 1
 
 Windows are compressed to keep the test short on two cores (scrape and sync every 2 s instead of
 15 s); the mechanics (what is scraped, what is queried, the formula) are those of the stack.
-Bounded: one server on loopback, a fixed number of requests, each with a timeout.
+
+The load does not depend on the machine's speed: a closed loop keeps `IN_FLIGHT` requests open (each
+one answered is replaced at once), so with `--max-num-seqs 2` about `IN_FLIGHT - 2` wait whatever
+the time a request takes, and the loop runs until a sync has seen the queue at its target and the
+recommendation above one pod, then stops and lets it drain. (A single fixed burst, as this test
+first had, drained within two syncs on a fast quiet machine and the queue read 0.) Bounded: one
+server on loopback, at most `MAX_REQUESTS` requests and `LOAD_DEADLINE_SECONDS`, each with a timeout;
+the load it took is printed.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +51,16 @@ POD = "vllm-7d9f8c6b5-live0"
 SERVED_NAME = "tiny-live"
 SYNC_SECONDS = 2.0
 """Scrape interval and HPA sync period of this test (the stack's are 15 s; compressed, see above)."""
-BURST_REQUESTS = 12
-"""With 2 running at a time, up to 10 wait: twice the prod queue target of 5 per pod."""
-TOKENS_PER_REQUEST = 1536
-"""Long enough that the queue stays above the target for several scrapes on two cores."""
+IN_FLIGHT = 12
+"""Requests kept open by the closed loop: with 2 running at a time, 10 wait, twice the prod queue
+target of 5 per pod."""
+TOKENS_PER_REQUEST = 256
+"""Only the time a request takes depends on this; the queue depth does not (closed loop)."""
+MAX_REQUESTS = 400
+LOAD_DEADLINE_SECONDS = 300
+"""Bounds of the load: it stops once the signal is seen, or at either bound (then the test fails)."""
+SYNCS_AT_TARGET = 2
+"""Consecutive syncs that must see the queue at its target before the load stops."""
 REQUEST_TIMEOUT_SECONDS = 300
 STARTUP_TIMEOUT_SECONDS = 400
 
@@ -199,6 +213,62 @@ class Autoscaler:
         )
 
 
+@dataclass
+class ClosedLoopLoad:
+    """`IN_FLIGHT` threads, each sending one request after another until `stop` is set or the bounds
+    are reached: the number of open requests stays at `IN_FLIGHT` however long each one takes."""
+
+    base_url: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    statuses: Counter[int | str] = field(default_factory=Counter)
+    sent: int = 0
+    started: float = field(default_factory=time.monotonic)
+    threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _take_one(self) -> bool:
+        with self._lock:
+            if self.stop.is_set() or self.sent >= MAX_REQUESTS:
+                return False
+            if time.monotonic() - self.started > LOAD_DEADLINE_SECONDS:
+                return False
+            self.sent += 1
+            return True
+
+    def _worker(self) -> None:
+        while self._take_one():
+            try:
+                status: int | str = _complete(self.base_url)
+            except Exception as error:  # recorded, asserted on below
+                status = type(error).__name__
+            with self._lock:
+                self.statuses[status] += 1
+
+    def __enter__(self) -> ClosedLoopLoad:
+        self.started = time.monotonic()
+        self.threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(IN_FLIGHT)]
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=REQUEST_TIMEOUT_SECONDS)
+        assert not any(thread.is_alive() for thread in self.threads), "a request outlived its timeout"
+
+    @property
+    def exhausted(self) -> bool:
+        with self._lock:
+            return self.sent >= MAX_REQUESTS or time.monotonic() - self.started > LOAD_DEADLINE_SECONDS
+
+    def summary(self) -> str:
+        return (
+            f"load: {self.sent} requests sent ({IN_FLIGHT} kept open, {TOKENS_PER_REQUEST} tokens each) "
+            f"in {time.monotonic() - self.started:.1f} s; answers {dict(self.statuses)}"
+        )
+
+
 def test_replicas_follow_the_queue_up_and_back_down(
     live_server: RunningVllmServer,
     prometheus: RecordedPrometheus,
@@ -215,14 +285,16 @@ def test_replicas_follow_the_queue_up_and_back_down(
         idle = autoscaler.sync("idle")
         assert idle.desired in (None, 1), autoscaler.report()
 
-    # The ramp: BURST_REQUESTS at once, two run, the rest wait.
-    with ThreadPoolExecutor(max_workers=BURST_REQUESTS) as pool:
-        futures = [pool.submit(_complete, live_server.base_url) for _ in range(BURST_REQUESTS)]
-        while not all(future.done() for future in futures):
+    # The load: IN_FLIGHT requests kept open until SYNCS_AT_TARGET syncs in a row have seen the
+    # queue at its target (and so a recommendation above one pod), or a bound is reached.
+    at_target = 0
+    with ClosedLoopLoad(live_server.base_url) as load:
+        while at_target < SYNCS_AT_TARGET and not load.exhausted:
             time.sleep(SYNC_SECONDS)
-            autoscaler.sync("load")
-        statuses = [future.result(timeout=REQUEST_TIMEOUT_SECONDS) for future in futures]
-    assert statuses == [200] * BURST_REQUESTS
+            step = autoscaler.sync("load")
+            at_target = at_target + 1 if step.waiting is not None and step.waiting >= target else 0
+    print(load.summary())
+    assert set(load.statuses) == {200}, load.summary()
 
     # After: the queue drains and the recommendation comes back to one pod.
     deadline = time.monotonic() + 60
@@ -238,9 +310,9 @@ def test_replicas_follow_the_queue_up_and_back_down(
     for metric, rule in autoscaler.rules.items():
         found = prometheus.series(rule["seriesQuery"])
         assert {series["pod"] for series in found} == {POD}, (metric, rule["seriesQuery"], found)
-    load = [step for step in autoscaler.syncs if step.phase == "load" and step.desired is not None]
-    assert load, report
-    peak = max(load, key=lambda step: step.desired or 0)
+    assert at_target == SYNCS_AT_TARGET, f"the queue never held its target: {load.summary()}\n{report}"
+    load_syncs = [step for step in autoscaler.syncs if step.phase == "load" and step.desired is not None]
+    peak = max(load_syncs, key=lambda step: step.desired or 0)
     # Several API servers answered /metrics, and the queue they report is the engine's own.
     assert api_server_count > 1
     assert peak.waiting is not None and peak.waiting >= target, report

@@ -59,8 +59,6 @@ TOKENS_PER_REQUEST = 256
 MAX_REQUESTS = 400
 LOAD_DEADLINE_SECONDS = 300
 """Bounds of the load: it stops once the signal is seen, or at either bound (then the test fails)."""
-SYNCS_AT_TARGET = 2
-"""Consecutive syncs that must see the queue at its target before the load stops."""
 REQUEST_TIMEOUT_SECONDS = 300
 STARTUP_TIMEOUT_SECONDS = 400
 
@@ -285,14 +283,15 @@ def test_replicas_follow_the_queue_up_and_back_down(
         idle = autoscaler.sync("idle")
         assert idle.desired in (None, 1), autoscaler.report()
 
-    # The load: IN_FLIGHT requests kept open until SYNCS_AT_TARGET syncs in a row have seen the
-    # queue at its target (and so a recommendation above one pod), or a bound is reached.
-    at_target = 0
+    # The load: IN_FLIGHT requests kept open until a sync has seen the queue at its target and the
+    # recommendation above one pod, or a bound is reached. (The gauge is read at sync instants from
+    # several API processes, so single reads may dip while requests are replaced; the loop waits.)
+    seen = False
     with ClosedLoopLoad(live_server.base_url) as load:
-        while at_target < SYNCS_AT_TARGET and not load.exhausted:
+        while not seen and not load.exhausted:
             time.sleep(SYNC_SECONDS)
             step = autoscaler.sync("load")
-            at_target = at_target + 1 if step.waiting is not None and step.waiting >= target else 0
+            seen = step.waiting is not None and step.waiting >= target and (step.desired or 0) > 1
     print(load.summary())
     assert set(load.statuses) == {200}, load.summary()
 
@@ -310,7 +309,7 @@ def test_replicas_follow_the_queue_up_and_back_down(
     for metric, rule in autoscaler.rules.items():
         found = prometheus.series(rule["seriesQuery"])
         assert {series["pod"] for series in found} == {POD}, (metric, rule["seriesQuery"], found)
-    assert at_target == SYNCS_AT_TARGET, f"the queue never held its target: {load.summary()}\n{report}"
+    assert seen, f"no sync saw the queue at its target within the load's bounds: {load.summary()}\n{report}"
     load_syncs = [step for step in autoscaler.syncs if step.phase == "load" and step.desired is not None]
     peak = max(load_syncs, key=lambda step: step.desired or 0)
     # Several API servers answered /metrics, and the queue they report is the engine's own.

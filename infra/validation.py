@@ -42,8 +42,9 @@ def platform_checks() -> list[PlatformCheck]:
     from components.rollouts import rollout_problems
     from components.router import router_problems
     from components.secrets import secret_reference_problems
-    from components.vllm_arguments import server_argument_problems
+    from components.vllm_arguments import listener_flag_problems, server_argument_problems
     from infra.capacity.plan import capacity_problems, scale_to_zero_problems
+    from infra.signal_checks import query_window_problems, signal_source_problems
 
     return [
         capacity_problems,
@@ -54,6 +55,7 @@ def platform_checks() -> list[PlatformCheck]:
         gpu_registration_problems,
         addon_mode_problems,
         server_argument_problems,
+        listener_flag_problems,
         secret_reference_problems,
         ingress_host_problems,
         preload_source_problems,
@@ -73,6 +75,8 @@ def platform_checks() -> list[PlatformCheck]:
         aws_api_limit_problems,
         secret_isolation_problems,
         to_zero_hostname_problems,
+        signal_source_problems,
+        query_window_problems,
     ]
 
 

@@ -8,11 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from infra.aws.api_limits import operation_model, request_violations, shape_violations
 from infra.config.loader import load_stack_config, stack_file_for
 from infra.config.platform import PlatformConfig
+from infra.signal_checks import query_window_problems, range_seconds, signal_source_problems
 from infra.validation import (
     aws_api_limit_problems,
     platform_problems,
@@ -239,3 +241,106 @@ def test_a_to_zero_model_needs_no_hostname_where_every_other_model_does(tmp_path
         config["models"][1]["ingress_host"] = "llama-70b.llm.example.com"
 
     assert platform_problems(prod_with(tmp_path, edit)) == []
+
+
+# --- every signal an autoscaler or alert reads is produced, at an interval its ranges resolve --------
+
+
+def test_range_selectors_are_read_in_seconds_and_subqueries_are_not_scrapes() -> None:
+    query = "rate(a[5m]) + increase(b[1h30m]) + deriv((c)[10m:30s]) + d[90s] + e[500ms]"
+    assert list(range_seconds(query)) == [("[5m]", 300), ("[1h30m]", 5400), ("[90s]", 90), ("[500ms]", 0.5)]
+
+
+@pytest.mark.parametrize(("idle", "refused"), [(239, True), (240, False)])
+def test_the_wake_triggers_idle_window_must_hold_two_scrapes(
+    tmp_path: Path, idle: int, refused: bool
+) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["monitoring"]["scrape_interval_seconds"] = 120
+        config["models"][2]["autoscaling"]["idle_seconds_before_zero"] = idle
+
+    problems = query_window_problems(prod_with(tmp_path, edit))
+    if not refused:
+        assert problems == []
+        return
+    assert key_paths(problems) == ["vllm-platform:models[2].autoscaling.idle_seconds_before_zero"]
+    assert f"reads a range of [{idle}s]" in problems[0].message
+    assert (
+        "raise it to at least 240, or lower monitoring.scrape_interval_seconds to 119 or less"
+        in problems[0].message
+    )
+
+
+def test_every_alert_range_holds_two_scrapes_at_the_slowest_scrape_interval(tmp_path: Path) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["monitoring"]["scrape_interval_seconds"] = 120  # the schema's maximum
+
+    config = prod_with(tmp_path, edit)
+    assert config.monitoring.alerts.enabled
+    assert query_window_problems(config) == []
+
+
+def test_an_alert_range_below_two_scrapes_is_refused_at_the_scrape_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No shipped alert has a range under 240 s; one rendered with 3m must still be caught.
+    from components import alert_rules
+
+    monkeypatch.setattr(alert_rules, "RATE_WINDOW", "3m")
+
+    def edit(config: dict[str, Any]) -> None:
+        config["monitoring"]["scrape_interval_seconds"] = 120
+
+    problems = query_window_problems(prod_with(tmp_path, edit))
+    assert problems and set(key_paths(problems)) == {"vllm-platform:monitoring.scrape_interval_seconds"}
+    assert "alert VllmTimeToFirstTokenHigh reads a range of [3m] (180 s)" in problems[0].message
+
+
+def _existing_prometheus_without_operator(config: dict[str, Any]) -> None:
+    config["monitoring"] = {
+        "prometheus": "existing",
+        "existing_prometheus_url": "http://prometheus.observability.svc:9090",
+        "existing_prometheus_operator": False,
+    }
+    config.pop("addons", None)
+
+
+def test_a_to_zero_models_wake_signal_needs_the_routers_pod_monitor(tmp_path: Path) -> None:
+    problems = signal_source_problems(prod_with(tmp_path, _existing_prometheus_without_operator))
+    assert key_paths(problems) == ["vllm-platform:models[2].autoscaling.min_replicas"]
+    assert 'vllm_router_requests_total with model="qwen2-5-7b-tp2"' in problems[0].message
+    assert "monitoring.existing_prometheus_operator: false" in problems[0].message
+
+
+def test_an_existing_prometheus_operator_scrapes_the_wake_signal(tmp_path: Path) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        _existing_prometheus_without_operator(config)
+        config["monitoring"]["existing_prometheus_operator"] = True
+
+    assert signal_source_problems(prod_with(tmp_path, edit)) == []
+
+
+def test_series_gaps_name_what_produces_each_exporters_series(tmp_path: Path) -> None:
+    from components.scrape import series_gaps
+
+    def edit(config: dict[str, Any]) -> None:
+        _existing_prometheus_without_operator(config)
+        config["addons"] = {"dcgm_exporter": False, "keda": True, "argo_rollouts": True}
+        config["models"][0]["vllm"]["extra_args"] = ["--disable-log-stats"]
+
+    config = prod_with(tmp_path, edit)
+    assert set(series_gaps(config, config.models[0])) == {"vllm", "dcgm", "router"}
+    assert set(series_gaps(config, config.models[1])) == {"dcgm", "router"}
+    assert set(series_gaps(load_stack_config("prod"), load_stack_config("prod").models[0])) == set()
+
+
+def test_statistics_off_is_refused_where_alerts_canaries_and_autoscalers_read_them(tmp_path: Path) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["models"][1]["vllm"]["extra_args"] = ["--disable-log-stats"]
+
+    config = prod_with(tmp_path, edit)
+    problems = signal_source_problems(config)
+    assert key_paths(problems) == ["vllm-platform:models[1].vllm.extra_args[0]"]
+    assert "its canary analysis and its alerts (latency, errors, queue, KV cache)" in problems[0].message
+    metric_paths = key_paths(platform_problems(config))
+    assert "vllm-platform:models[1].autoscaling.metrics[0].metric" in metric_paths

@@ -57,6 +57,26 @@ def test_eks_label_limits_are_read_from_botocores_model_not_written_here() -> No
     ]
 
 
+def test_what_botocores_own_validator_refuses_is_refused_here_and_also_the_maxima_it_leaves_to_aws() -> None:
+    """botocore's client-side ParamValidator checks minimum lengths only (the rest is the service's);
+    EKS itself then refuses the maxima at `pulumi up`. Both must be found before."""
+    from botocore.validate import ParamValidator
+
+    request = {
+        "clusterName": "c",
+        "nodegroupName": "n",
+        "subnets": [],
+        "nodeRole": "r",
+        "labels": {"a" * 70: "", "b": "x"},
+        "taints": [{"key": "", "value": "", "effect": "NO_SCHEDULE"}],
+    }
+    report = ParamValidator().validate(request, operation_model("eks", "CreateNodegroup").input_shape)
+    botocore_finds = report.generate_report()
+    assert "labels." + "a" * 70 in botocore_finds and "taints[0].key" in botocore_finds
+    ours = {violation.at for violation in request_violations("eks", "CreateNodegroup", request)}
+    assert ours == {("labels", "a" * 70), ("taints", 0, "key"), ("labels", "a" * 70, "key")}
+
+
 def test_shape_check_covers_counts_enums_and_numbers() -> None:
     tags = operation_model("eks", "CreateNodegroup").input_shape.members["tags"]
     assert [v.limit for v in shape_violations(tags, {f"k{i}": "v" for i in range(51)})] == [

@@ -364,3 +364,20 @@ def test_statistics_off_is_refused_where_alerts_canaries_and_autoscalers_read_th
     assert "its canary analysis and its alerts (latency, errors, queue, KV cache)" in problems[0].message
     metric_paths = key_paths(platform_problems(config))
     assert "vllm-platform:models[1].autoscaling.metrics[0].metric" in metric_paths
+
+
+def test_limits_the_config_schema_states_agree_with_botocores_model() -> None:
+    """Bounds that live in the schema (so a stack file is refused while it is parsed) are AWS's own:
+    a tenant's WAF rate limit (wafv2 RateBasedStatement.Limit) and a Secrets Manager secret name
+    (CreateSecret.Name, 1-512 characters; its character set is the API reference's, not in the model)."""
+    from botocore.session import get_session
+
+    from infra.config.tenants import WAF_MAXIMUM_RATE_LIMIT, WAF_MINIMUM_RATE_LIMIT
+    from infra.validation import _SECRETS_MANAGER_NAME
+
+    limit = get_session().get_service_model("wafv2").shape_for("RateBasedStatement").members["Limit"]
+    assert (limit.metadata["min"], limit.metadata["max"]) == (WAF_MINIMUM_RATE_LIMIT, WAF_MAXIMUM_RATE_LIMIT)
+    name = operation_model("secretsmanager", "CreateSecret").input_shape.members["Name"]
+    longest, shortest = "a" * name.metadata["max"], "a" * name.metadata["min"]
+    assert _SECRETS_MANAGER_NAME.match(longest) and _SECRETS_MANAGER_NAME.match(shortest)
+    assert not _SECRETS_MANAGER_NAME.match(longest + "a")

@@ -1,4 +1,4 @@
-"""Two of the flags `validate` refuses (issue 40), run on the real pinned vLLM (0.32.0, CPU build):
+"""Three of the flags `validate` refuses (issue 40), run on the real pinned vLLM (0.32.0, CPU build):
 
 - `--uds`: the server answers on the Unix socket and nothing listens on `--host`/`--port`, so the
   probes (HTTP GET /health on the port), the router and the load balancer would reach nothing
@@ -7,8 +7,10 @@
   the autoscaler's queue and KV-cache signals, the alerts and the dashboards would read nothing
   (components/scrape.py series_gaps).
 
-One server with both flags (a start costs about a minute and a half on the 2-core machine); it is
-stopped by its process group, and every wait is bounded.
+- `--api-server-count 0`: vLLM runs headless (engine only) and the port stays closed.
+
+One server with the first two flags, one with the third (69 s and 39 s on the 2-core machine,
+2026-12-04); each is stopped by its process group, and every wait is bounded.
 """
 
 from __future__ import annotations
@@ -130,3 +132,38 @@ def test_without_statistics_metrics_holds_no_vllm_series_even_after_a_request(
     )
     assert vllm_series == [], vllm_series
     assert "http_requests_total" in metrics, "the HTTP instrumentation still exports: /metrics itself works"
+
+
+HEADLESS_LOG_LINE = "in headless mode"
+"""vLLM 0.32.0's run_headless logs `Launching N data parallel engine(s) in headless mode, ...`."""
+
+
+def test_with_api_server_count_0_vllm_runs_headless_and_nothing_listens_on_the_port(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    arguments = [
+        str(tiny_model_dir),
+        "--load-format", "dummy",
+        "--max-model-len", "512",
+        "--enforce-eager",
+        "--api-server-count", "0",
+    ]  # fmt: skip
+    assert [flag for flag, _ in listener_problems(arguments[1:])] == ["--api-server-count"]
+    server = start_vllm_server(arguments, log_path=tmp_path / "vllm-serve.log")
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while HEADLESS_LOG_LINE not in server.log_path.read_text(errors="replace"):
+            assert server.process.poll() is None, f"vLLM exited first:\n{server.log_tail()}"
+            assert time.monotonic() < deadline, (
+                f"no headless start in {STARTUP_TIMEOUT_SECONDS} s:\n{server.log_tail()}"
+            )
+            time.sleep(1)
+        # The engine is starting without any API server: the probes' port is closed now and stays so
+        # (checked for 20 s while the engine loads).
+        until = time.monotonic() + 20
+        while time.monotonic() < until:
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+            time.sleep(2)
+    finally:
+        stop_vllm_server(server)

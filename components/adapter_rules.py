@@ -298,6 +298,8 @@ def _metric_name_problem(name: str) -> str | None:
 def _exporter_problem(signal: ScalingSignal, config: PlatformConfig, model: ModelConfig) -> str | None:
     if not config.monitoring.enabled and signal.exporter != "router":
         return None  # said once, at autoscaling.enabled (autoscaling_pipeline_problems)
+    if signal.exporter == "vllm":
+        return None  # a server flag that stops vLLM's series is said once, at the flag (signal_checks)
     gap = series_gaps(config, model).get(signal.exporter)
     if gap is not None:
         return f"{signal.series} {gap}"

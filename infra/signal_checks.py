@@ -118,6 +118,7 @@ def _too_short(what: str, written: str, seconds: float, scrape: int, fix: str) -
 def signal_source_problems(config: PlatformConfig) -> list[Problem]:
     """The readers of a signal that no `autoscaling.metrics` entry names, against what the stack
     produces (`series_gaps`; the listed metrics are checked in components/adapter_rules.py)."""
+    from components.adapter_rules import SIGNALS
     from components.scrape import series_gaps
     from components.vllm_arguments import disables_statistics, flag_name
 
@@ -138,19 +139,22 @@ def signal_source_problems(config: PlatformConfig) -> list[Problem]:
                 )
             )
         flag = disables_statistics(model.vllm.extra_args)
-        if flag is not None:
+        if "vllm" in gaps and flag is not None:
             readers = ["the platform's dashboards"]
             if config.monitoring.alerts.enabled:
                 readers.insert(0, "its alerts (latency, errors, queue, KV cache)")
             if model.rollout.strategy == "canary":
                 readers.insert(0, "its canary analysis")
+            scaled_on = [m.metric for m in model.autoscaling.metrics if SIGNALS[m.metric].exporter == "vllm"]
+            if model.autoscaling.enabled and scaled_on:
+                readers.insert(0, f"its autoscaler ({', '.join(scaled_on)})")
             position = next(i for i, token in enumerate(model.vllm.extra_args) if flag_name(token) == flag)
             problems.append(
                 Problem(
                     ("models", index, "vllm", "extra_args", position),
                     flag,
                     f"with {flag} vLLM keeps no statistics and exports none of its vllm:* series, which "
-                    f"{' and '.join(readers)} read (and its autoscaler, where it scales on them): remove it",
+                    f"{', '.join(readers[:-1])} and {readers[-1]} read: remove it",
                 )
             )
     return problems

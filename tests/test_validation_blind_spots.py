@@ -361,9 +361,12 @@ def test_statistics_off_is_refused_where_alerts_canaries_and_autoscalers_read_th
     config = prod_with(tmp_path, edit)
     problems = signal_source_problems(config)
     assert key_paths(problems) == ["vllm-platform:models[1].vllm.extra_args[0]"]
-    assert "its canary analysis and its alerts (latency, errors, queue, KV cache)" in problems[0].message
-    metric_paths = key_paths(platform_problems(config))
-    assert "vllm-platform:models[1].autoscaling.metrics[0].metric" in metric_paths
+    assert (
+        "its autoscaler (vllm:num_requests_waiting, vllm:kv_cache_usage_perc), its canary analysis, its "
+        "alerts (latency, errors, queue, KV cache) and the platform's dashboards read: remove it"
+    ) in problems[0].message
+    # Said once, at the flag: not again at each metric the autoscaler lists.
+    assert key_paths(platform_problems(config)) == ["vllm-platform:models[1].vllm.extra_args[0]"]
 
 
 def test_limits_the_config_schema_states_agree_with_botocores_model() -> None:

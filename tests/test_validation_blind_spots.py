@@ -384,3 +384,15 @@ def test_limits_the_config_schema_states_agree_with_botocores_model() -> None:
     longest, shortest = "a" * name.metadata["max"], "a" * name.metadata["min"]
     assert _SECRETS_MANAGER_NAME.match(longest) and _SECRETS_MANAGER_NAME.match(shortest)
     assert not _SECRETS_MANAGER_NAME.match(longest + "a")
+
+
+def test_cluster_requests_values_are_checked_too() -> None:
+    found = request_violations(
+        "eks",
+        "CreateCluster",
+        {"name": "-vllm", "logging": {"clusterLogging": [{"types": ["api", "kubelet"]}]}},
+    )
+    assert [(v.at, v.limit.split(":")[0]) for v in found] == [
+        (("name",), "ClusterName"),
+        (("logging", "clusterLogging", 0, "types", 1), "LogType"),
+    ]

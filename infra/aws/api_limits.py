@@ -12,7 +12,7 @@ Covered (every value of these requests that comes from the stack file):
   (taintKey 1-63, taintValue 0-63, effect), `tags`, `scalingConfig`.
 - Auto Scaling `CreateOrUpdateTags` (the Cluster Autoscaler's node-template tags, one per label and
   taint of a group): TagKey 1-128, TagValue 0-256.
-- EKS `CreateCluster` `name`.
+- EKS `CreateCluster` `name` and `logging` (the control-plane log types).
 Node group names have no limit in the model (the API documents none there), so none is checked.
 """
 
@@ -109,9 +109,15 @@ def aws_api_limit_problems(config: PlatformConfig) -> list[Problem]:
     assert config.cluster.name is not None  # resolve_stack_defaults fills it
     cluster_name = config.cluster.name
     problems: list[Problem] = []
-    for violation in request_violations("eks", "CreateCluster", {"name": cluster_name}):
+    logging = config.cluster.control_plane_logging
+    cluster_request = {"name": cluster_name, "logging": {"clusterLogging": [{"types": list(logging)}]}}
+    for violation in request_violations("eks", "CreateCluster", cluster_request):
         limit = f"EKS CreateCluster takes {violation.limit} (botocore's eks model)"
-        problems.append(Problem(("cluster", "name"), cluster_name, limit))
+        if violation.at[0] == "logging":
+            index = violation.at[-1]
+            problems.append(Problem(("cluster", "control_plane_logging", index), violation.value, limit))
+        else:
+            problems.append(Problem(("cluster", "name"), cluster_name, limit))
     for spec in node_group_specs(cluster_name, config.node_groups):
         if spec.name == SYSTEM_GROUP:
             group_path: tuple[str | int, ...] = ("node_groups", "system")

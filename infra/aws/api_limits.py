@@ -188,6 +188,8 @@ def _node_group_problem(
                 "Kubernetes allows: give it one (e.g. 'true') or remove the label",
             )
         return Problem(path, violation.value, f"the label value: {limit}; shorten it")
+    if at[0] == "taints" and len(at) < 3:
+        return Problem((*group_path, "taints"), violation.value, f"{limit}; use fewer taints")
     if at[0] == "taints":
         index, field = at[1], at[2]
         fix = "shorten it; every GPU workload tolerates the same taint, so nothing else changes"

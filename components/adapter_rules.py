@@ -40,7 +40,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from components.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
-from components.scrape import creates_monitor_objects
+from components.scrape import series_gaps
 from infra import dcgm_metrics, router_metrics, vllm_metrics
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
@@ -296,34 +296,14 @@ def _metric_name_problem(name: str) -> str | None:
 
 
 def _exporter_problem(signal: ScalingSignal, config: PlatformConfig, model: ModelConfig) -> str | None:
-    if signal.exporter == "dcgm" and not config.addons.dcgm_exporter.enabled:
-        return (
-            f"{signal.series} comes from the DCGM exporter, which is off; set addons.dcgm_exporter: true "
-            "or scale on vLLM's metrics only"
-        )
-    if signal.exporter == "router":
-        return _router_signal_problem(signal, config, model)
-    return None
-
-
-def _router_signal_problem(signal: ScalingSignal, config: PlatformConfig, model: ModelConfig) -> str | None:
-    if not config.router.enabled:
-        return (
-            f"{signal.series} comes from the router, which is off; set router.enabled: true or scale "
-            "on vLLM's metrics (vllm:num_requests_waiting, vllm:num_requests_running)"
-        )
-    if not config.monitoring.enabled:
-        return (
-            f"{signal.series} reaches the autoscaler through Prometheus, but monitoring.enabled is "
-            "false; set monitoring.enabled: true or remove this metric"
-        )
-    if not creates_monitor_objects(config.monitoring):
-        return (
-            f"{signal.series} needs the router's PodMonitor (it labels each model router's series with "
-            "`model`), which is not created with monitoring.existing_prometheus_operator: false; set it "
-            "to true (a Prometheus Operator selects the PodMonitor) or scale on vLLM's metrics"
-        )
-    if model.autoscaling.backend == "hpa" and config.addons.keda.enabled:
+    if not config.monitoring.enabled and signal.exporter != "router":
+        return None  # said once, at autoscaling.enabled (autoscaling_pipeline_problems)
+    if signal.exporter == "vllm":
+        return None  # a server flag that stops vLLM's series is said once, at the flag (signal_checks)
+    gap = series_gaps(config, model).get(signal.exporter)
+    if gap is not None:
+        return f"{signal.series} {gap}"
+    if signal.exporter == "router" and model.autoscaling.backend == "hpa" and config.addons.keda.enabled:
         return (
             f"{signal.series} is an External metric: with backend 'hpa' the Prometheus Adapter would "
             "serve external.metrics.k8s.io, which KEDA (addons.keda) serves in this stack; use "

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from components.labels import PART_OF
-from infra.config.platform import MonitoringConfig
+from infra.config.models import ModelConfig
+from infra.config.platform import MonitoringConfig, PlatformConfig
 
 
 @dataclass(frozen=True)
@@ -34,3 +35,47 @@ def scrape_settings(monitoring: MonitoringConfig) -> ScrapeSettings:
         interval_seconds=monitoring.scrape_interval_seconds,
         labels=monitor_labels(monitoring),
     )
+
+
+def series_gaps(config: PlatformConfig, model: ModelConfig) -> dict[str, str]:
+    """Why the stack, as configured, produces none of an exporter's series for `model`, by exporter
+    (`vllm`, `dcgm`, `router`; components/adapter_rules.py `ScalingSignal.exporter`): the words after
+    "<series> ", each with its fix. An exporter absent from the result is scraped.
+
+    What produces each: vLLM's `vllm:*` series come from the server's own stat loggers, scraped by the
+    PodMonitor `vllm` (or the hand-written job of docs/autoscaling.md without a Prometheus Operator);
+    DCGM's from the exporter add-on with pod attribution, scraped by its chart's ServiceMonitor (or the
+    hand-written job); a model router's from its `route-<model>` container, whose series get their
+    `model` label only from the PodMonitor `vllm-router` (no hand-written job gives it)."""
+    from components.vllm_arguments import disables_statistics
+
+    if not config.monitoring.enabled:
+        return dict.fromkeys(
+            ("vllm", "dcgm", "router"),
+            "reaches the autoscaler through Prometheus, but monitoring.enabled is false (nothing is "
+            "scraped); set monitoring.enabled: true",
+        )
+    gaps: dict[str, str] = {}
+    flag = disables_statistics(model.vllm.extra_args)
+    if flag is not None:
+        gaps["vllm"] = (
+            f"is never exported: vllm.extra_args has {flag}, with which vLLM keeps no statistics and "
+            "exports none of its vllm:* series; remove it"
+        )
+    if not config.addons.dcgm_exporter.enabled:
+        gaps["dcgm"] = (
+            "comes from the DCGM exporter, which is off; set addons.dcgm_exporter: true or scale on "
+            "vLLM's metrics only"
+        )
+    if not config.router.enabled:
+        gaps["router"] = (
+            "comes from the router, which is off; set router.enabled: true or scale on vLLM's metrics "
+            "(vllm:num_requests_waiting, vllm:num_requests_running)"
+        )
+    elif not creates_monitor_objects(config.monitoring):
+        gaps["router"] = (
+            "needs the router's PodMonitor (it labels each model router's series with `model`), which "
+            "is not created with monitoring.existing_prometheus_operator: false; set it to true (a "
+            "Prometheus Operator selects the PodMonitor)"
+        )
+    return gaps

@@ -278,3 +278,154 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
             if message not in typed_findings:
                 problems.append(Problem(extra_at, list(model.vllm.extra_args), message))
     return problems
+
+
+# --- what probes, router and load balancer need of the server's flags ------------------------------
+
+API_REACHERS = (
+    "the startup, readiness and liveness probes (HTTP GET /health on the container port), the router "
+    "and the Service / load balancer (plain HTTP to <pod IP>:vllm.port)"
+)
+"""Everything that reaches a vLLM pod: `--host 0.0.0.0 --port <vllm.port>` is the platform's own
+(RESERVED_FLAGS), and these must find an OpenAI HTTP API on it."""
+
+
+@dataclass(frozen=True)
+class ListenerRule:
+    """A `vllm serve` flag (by its parser `dest`) that, set as `breaks` says, takes the API off the
+    port the probes, router and load balancer use (issue 40)."""
+
+    dest: str
+    breaks: str
+    """`on`: any use of the flag (a switch turned on, or any value); `below-1`: a number below 1;
+    `above-1`: a number above 1; `above-0`: a number above 0."""
+    effect: str
+    fix: str
+
+
+LISTENER_RULES: tuple[ListenerRule, ...] = (
+    ListenerRule("headless", "on", "starts the engine without any API server (headless mode)",
+                 "remove it: a pod is one whole replica, API server included"),
+    ListenerRule("api_server_count", "below-1",
+                 "starts no API-server process (vLLM runs headless with fewer than 1)",
+                 "remove it (one API server) or give a number of at least 1"),
+    ListenerRule("uds", "on", "serves the API on a Unix socket and ignores --host and --port",
+                 "remove it: the pod must listen on vllm.port"),
+    ListenerRule("grpc", "on", "serves vLLM's gRPC API instead of the OpenAI HTTP API",
+                 "remove it: the router and clients speak the OpenAI HTTP API"),
+    *(
+        ListenerRule(dest, "on", "makes the server speak TLS (or ask for client certificates) on its port",
+                     "remove it: TLS ends at the load balancer (ingress.certificate_arn), and the probes, "
+                     "the router and the load balancer's targets speak plain HTTP to the pod")
+        for dest in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "ssl_ciphers",
+                     "enable_ssl_refresh")
+    ),
+    ListenerRule("nnodes", "above-1", "spreads one replica over several pods (nodes) and waits for them",
+                 "remove it: a replica is one pod of gpus_per_replica GPUs"),
+    ListenerRule("node_rank", "above-0", "makes this pod a headless worker of another node's replica",
+                 "remove it: a replica is one pod of gpus_per_replica GPUs"),
+    *(
+        ListenerRule(dest, "on", "makes the pod one data-parallel rank of a replica spread over pods",
+                     "remove it: one pod holds gpus_per_replica GPUs for tensor parallelism only; scale out "
+                     "with replicas")
+        for dest in ("data_parallel_rank", "data_parallel_start_rank", "data_parallel_external_lb",
+                     "data_parallel_hybrid_lb", "data_parallel_multi_port_external_lb")
+    ),
+)
+"""Every flag of the pinned vLLM that decides where and how the API listens; the others that look like
+it are in LISTENER_FLAGS_THAT_KEEP_THE_PORT, and tests/test_vllm_listener_flags.py keeps the two lists
+covering every such flag of the snapshot, so a vLLM bump that adds one fails a test."""
+
+LISTENER_FLAGS_THAT_KEEP_THE_PORT: dict[str, str] = {
+    "host": "the platform's own (--host 0.0.0.0), reserved",
+    "port": "the platform's own (vllm.port), reserved",
+    "middleware": "the platform's own (the API-key middleware), reserved",
+    "api_key": "reserved: the key comes from the secret store",
+    "root_path": "only the ASGI root_path FastAPI reports behind a path-prefixing proxy; routes stay at /",
+    "grpc_port": "used only with --grpc (refused)",
+    "disable_fastapi_docs": "removes /docs and /openapi.json only",
+    "enable_offline_docs": "serves the docs' assets locally only",
+    "disable_uvicorn_access_log": "logging only",
+    "uvicorn_log_level": "logging only",
+    "disable_access_log_for_endpoints": "logging only",
+    "allowed_origins": "CORS headers only",
+    "allowed_methods": "CORS headers only",
+    "allowed_headers": "CORS headers only",
+    "allow_credentials": "CORS headers only",
+    "h11_max_incomplete_event_size": "a request-size bound of the HTTP parser",
+    "h11_max_header_count": "a header-count bound of the HTTP parser",
+    "enable_request_id_headers": "adds a response header only",
+    "sse_keep_alive_interval": "comments on idle streams only",
+    "enable_server_load_tracking": "a load counter only",
+    "data_parallel_address": "used only with data parallelism (-dp, reserved)",
+    "data_parallel_rpc_port": "used only with data parallelism (-dp, reserved)",
+    "data_parallel_size_local": "used only with data parallelism (-dp, reserved)",
+    "data_parallel_backend": "used only with data parallelism (-dp, reserved)",
+    "data_parallel_supervisor_port": "used only with --data-parallel-multi-port-external-lb (refused)",
+    "master_addr": "used only with --nnodes above 1 (refused)",
+    "master_port": "used only with --nnodes above 1 (refused)",
+}
+
+
+def _flag_values(arguments: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """The last flag given for each parser `dest`, as (flag as written, its value or None for a switch;
+    `--no-x` gives "false"), read with the pinned vLLM's snapshot so aliases (`-asc`) and underscores
+    count (an unknown flag is the parser check's to report)."""
+    from infra.vllm_flags import load_server_flags
+
+    options = load_server_flags().options
+    found: dict[str, tuple[str, str | None]] = {}
+    for index, token in enumerate(arguments):
+        name = flag_name(token)
+        option = options.get(name) if name else None
+        if name is None or option is None:
+            continue
+        inline = token.split("=", 1)[1] if "=" in token else None
+        if not option.takes_value:
+            found[option.dest] = (name, "false" if name.startswith("--no-") else None)
+        elif inline is not None:
+            found[option.dest] = (name, inline)
+        elif index + 1 < len(arguments):
+            found[option.dest] = (name, arguments[index + 1])
+    return found
+
+
+def _breaks(rule: ListenerRule, value: str | None) -> bool:
+    if rule.breaks == "on":
+        return value != "false"
+    try:
+        number = int(value or "")
+    except ValueError:
+        return False  # not a number: the parser check reports it
+    return {"below-1": number < 1, "above-1": number > 1, "above-0": number > 0}[rule.breaks]
+
+
+def listener_problems(arguments: Sequence[str]) -> list[tuple[str, str]]:
+    """(flag, sentence) for every flag in `arguments` that takes the API off the pod's port."""
+    values = _flag_values(arguments)
+    found = []
+    for rule in LISTENER_RULES:
+        if rule.dest in values and _breaks(rule, values[rule.dest][1]):
+            flag, value = values[rule.dest]
+            shown = flag if value is None else f"{flag} {value}"
+            found.append((flag, f"{shown} {rule.effect}, so {API_REACHERS} reach nothing; {rule.fix}"))
+    return found
+
+
+def listener_flag_problems(config: PlatformConfig) -> list[Problem]:
+    """Validate-time check: no server flag in `vllm.extra_args` takes the API off the pod's port."""
+    problems = []
+    for index, model in enumerate(config.models):
+        extra = model.vllm.extra_args
+        for flag, message in listener_problems(extra):
+            position = next(i for i, token in enumerate(extra) if flag_name(token) == flag)
+            at = ("models", index, "vllm", "extra_args", position)
+            problems.append(Problem(at, extra[position], message))
+    return problems
+
+
+def disables_statistics(arguments: Sequence[str]) -> str | None:
+    """The flag in `arguments` (`--disable-log-stats`) with which vLLM 0.32.0 starts no stat logger, so
+    `/metrics` holds none of its `vllm:*` series; None when absent (or turned off again)."""
+    flag, value = _flag_values(arguments).get("disable_log_stats", (None, None))
+    return flag if flag is not None and value != "false" else None

@@ -42,8 +42,9 @@ def platform_checks() -> list[PlatformCheck]:
     from components.rollouts import rollout_problems
     from components.router import router_problems
     from components.secrets import secret_reference_problems
-    from components.vllm_arguments import server_argument_problems
+    from components.vllm_arguments import listener_flag_problems, server_argument_problems
     from infra.capacity.plan import capacity_problems, scale_to_zero_problems
+    from infra.signal_checks import query_window_problems, signal_source_problems
 
     return [
         capacity_problems,
@@ -54,6 +55,7 @@ def platform_checks() -> list[PlatformCheck]:
         gpu_registration_problems,
         addon_mode_problems,
         server_argument_problems,
+        listener_flag_problems,
         secret_reference_problems,
         ingress_host_problems,
         preload_source_problems,
@@ -70,11 +72,17 @@ def platform_checks() -> list[PlatformCheck]:
         secret_name_problems,
         rollout_problems,
         router_problems,
+        aws_api_limit_problems,
+        secret_isolation_problems,
+        to_zero_hostname_problems,
+        signal_source_problems,
+        query_window_problems,
     ]
 
 
 def ingress_host_problems(config: PlatformConfig) -> list[Problem]:
-    """With ingress on, every model needs a hostname: models share one load balancer by host."""
+    """With ingress on, every model needs a hostname: models share one load balancer by host (a
+    model that scales to zero has none: to_zero_hostname_problems)."""
     if not config.ingress.enabled or (config.router.enabled and not config.router.per_model_hostnames):
         return []
     return [
@@ -85,8 +93,18 @@ def ingress_host_problems(config: PlatformConfig) -> list[Problem]:
             "<name>.<domain>) or models[].ingress_host, or set ingress.enabled: false",
         )
         for index, model in enumerate(config.models)
-        if model.ingress_host is None
+        if model.ingress_host is None and not model.scales_to_zero
     ]
+
+
+def aws_api_limit_problems(config: PlatformConfig) -> list[Problem]:
+    """Mode `eks`: the values the AWS layer sends, against the AWS APIs' limits in botocore's model
+    (infra/aws/api_limits.py; imported only here, since the AWS layer is only for mode `eks`)."""
+    if config.cluster.mode != "eks":
+        return []
+    from infra.aws.api_limits import aws_api_limit_problems as problems
+
+    return problems(config)
 
 
 def platform_problems(config: PlatformConfig) -> list[Problem]:
@@ -589,6 +607,112 @@ def secret_name_problems(config: PlatformConfig) -> list[Problem]:
                         "separated by '/', "
                         "without a leading or trailing '/' (e.g. 'secret/data/vllm/llama')"
                     ),
+                )
+            )
+    return problems
+
+
+def secret_readers(config: PlatformConfig) -> dict[str, set[tuple[str, str]]]:
+    """Who reads which fields of the secret store: `(secret name, key)` per reader, as the IRSA roles
+    (infra/aws/irsa.py) and the SecretProviderClasses grant and mount them."""
+    from infra.config.tenants import model_key_secrets
+
+    readers: dict[str, set[tuple[str, str]]] = {}
+    for model in config.models:
+        refs = [*model_key_secrets(config, model), model.hf_token_secret]
+        readers[f"model '{model.name}'"] = {(ref.name, ref.key) for ref in refs if ref is not None}
+    monitoring = config.monitoring
+    if monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack":
+        if monitoring.alertmanager and monitoring.alertmanager_config_secret is not None:
+            ref = monitoring.alertmanager_config_secret
+            readers["Alertmanager"] = {(ref.name, ref.key)}
+        if monitoring.grafana and monitoring.grafana_admin_secret is not None:
+            name = monitoring.grafana_admin_secret
+            readers["Grafana"] = {(name, "admin-user"), (name, "admin-password")}
+    return readers
+
+
+def _secret_field_paths(config: PlatformConfig) -> dict[tuple[str, str], tuple[str | int, ...]]:
+    """The first key path of the stack file that names each `(secret, key)`."""
+    paths: dict[tuple[str, str], tuple[str | int, ...]] = {}
+    for at, ref in secret_refs(config):
+        paths.setdefault((ref.name, ref.key), at)
+    monitoring = config.monitoring
+    if monitoring.alertmanager_config_secret is not None:
+        ref = monitoring.alertmanager_config_secret
+        paths.setdefault((ref.name, ref.key), ("monitoring", "alertmanager_config_secret", "name"))
+    if monitoring.grafana_admin_secret is not None:
+        for key in ("admin-user", "admin-password"):
+            paths.setdefault((monitoring.grafana_admin_secret, key), ("monitoring", "grafana_admin_secret"))
+    return paths
+
+
+def secret_isolation_problems(config: PlatformConfig) -> list[Problem]:
+    """Every secret a pod may read holds only what that pod may know (issue 40).
+
+    Secrets Manager and Vault grant a whole secret: IAM's GetSecretValue (the CSI driver's AWS provider
+    fetches the whole secret and picks the key with jmesPath) and a Vault policy's path. Keys kept as
+    fields of one shared secret would let every reader of that secret read them all, so a model
+    whose role may read it could read every tenant's key there: the per-model separation would be
+    void. With `kubernetes-secret` each pod mounts only the keys it names, so fields may share a
+    Secret there.
+    """
+    store = config.security.secret_store.provider
+    if store == "kubernetes-secret":
+        return []
+    grant = (
+        "IAM grants a Secrets Manager secret whole (GetSecretValue returns every field)"
+        if store == "aws-secrets-manager"
+        else "a Vault policy grants a secret path whole"
+    )
+    readers = secret_readers(config)
+    fields: dict[str, set[str]] = {}
+    for read in readers.values():
+        for name, key in read:
+            fields.setdefault(name, set()).add(key)
+    paths = _secret_field_paths(config)
+    problems: list[Problem] = []
+    reported: set[tuple[str, str]] = set()
+    for reader, read in readers.items():
+        for name in sorted({name for name, _ in read}):
+            for key in sorted(fields[name]):
+                if (name, key) in read or (name, key) in reported:
+                    continue
+                reported.add((name, key))
+                owners = " and ".join(
+                    other for other, other_read in readers.items() if (name, key) in other_read
+                )
+                own = ", ".join(repr(k) for n, k in sorted(read) if n == name)
+                problems.append(
+                    Problem(
+                        paths[(name, key)],
+                        name,
+                        f"field '{key}' of this secret is for {owners} only, but {reader} reads the same "
+                        f"secret (for {own}) "
+                        f"and {grant}: its pods could read this field too. Keep each key in a secret of "
+                        f"its own (e.g. '{name}/{key}'), so every secret a pod may read holds only what that "
+                        "pod may know",
+                    )
+                )
+    return problems
+
+
+def to_zero_hostname_problems(config: PlatformConfig) -> list[Problem]:
+    """A model that scales to zero has no hostname of its own: the load balancer would answer it 503 at
+    once while no pod exists, so its Ingress is not rendered (components/model_service.py
+    `serves_own_hostname`) and only the router, which holds requests while it wakes, reaches it."""
+    problems = []
+    for index, model in enumerate(config.models):
+        if model.scales_to_zero and model.ingress_host is not None:
+            endpoint = f"https://{config.router.host}" if config.router.host else "the router's endpoint"
+            problems.append(
+                Problem(
+                    ("models", index, "ingress_host"),
+                    model.ingress_host,
+                    "this model scales to zero (autoscaling.min_replicas 0), so it gets no Ingress of its "
+                    "own and nothing would serve this host; remove ingress_host and call it through "
+                    f'{endpoint} with "model": "{model.openai_model_name}" (the router holds requests '
+                    "while it wakes), or set min_replicas: 1 to keep a hostname",
                 )
             )
     return problems

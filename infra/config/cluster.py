@@ -105,7 +105,8 @@ class TaintConfig(StrictModel):
     """A node taint."""
 
     key: Annotated[str, Field(min_length=1, max_length=253)]
-    """Taint key, e.g. `nvidia.com/gpu`."""
+    """Taint key, e.g. `nvidia.com/gpu`; in mode `eks` at most 63 characters in all (EKS's limit, from
+    botocore's model, checked at validate time)."""
     value: Annotated[str, Field(max_length=63)] = ""
     """Taint value; empty means a key-only taint (tolerated with `Exists`)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
@@ -208,7 +209,7 @@ class SystemNodeGroupConfig(StrictModel):
     disk_size_gib: Annotated[int, Field(ge=20)] = 50
     """Root volume size in GiB."""
     labels: Labels = {}
-    """Extra Kubernetes labels on the nodes."""
+    """Extra Kubernetes labels on the nodes; in mode `eks`, keys and values of 1-63 characters in all."""
 
     @model_validator(mode="after")
     def _sizes_ordered(self) -> SystemNodeGroupConfig:
@@ -241,7 +242,9 @@ class GpuNodeGroupConfig(StrictModel):
     taints: Annotated[list[TaintConfig], Field(min_length=1)] = [DEFAULT_GPU_TAINT]
     """Node taints; every GPU workload tolerates exactly these. Default `nvidia.com/gpu=true:NoSchedule`."""
     labels: Labels = {}
-    """Extra Kubernetes labels (the stack adds `vllm-platform/gpu-group` and `vllm-platform/gpu-model`)."""
+    """Extra Kubernetes labels (the stack adds `vllm-platform/gpu-group` and `vllm-platform/gpu-model`).
+    In mode `eks`, keys and values of 1-63 characters in all (EKS refuses a longer prefixed key and an
+    empty value; botocore's model, checked at validate time)."""
     local_nvme: LocalNvmeConfig = LocalNvmeConfig()
     """Instance-store NVMe assembled and mounted for the node-local model copy."""
     ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"

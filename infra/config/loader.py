@@ -170,7 +170,9 @@ def resolve_stack_defaults(config: PlatformConfig, stack: str) -> PlatformConfig
             update["api_key_secret"] = SecretRefConfig(name=f"vllm-platform/{stack}/{model.name}/api-key")
         if model.needs_hf_token and model.hf_token_secret is None:
             update["hf_token_secret"] = SecretRefConfig(name=f"vllm-platform/{stack}/{model.name}/hf-token")
-        if model.ingress_host is None and config.ingress.enabled and config.ingress.domain:
+        # A model at zero has no hostname of its own (to_zero_hostname_problems): only the router's.
+        own_host = config.ingress.enabled and config.ingress.domain and not model.scales_to_zero
+        if model.ingress_host is None and own_host:
             update["ingress_host"] = f"{model.name}.{config.ingress.domain}"
         models.append(model.model_copy(update=update))
     router = config.router

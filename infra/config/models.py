@@ -323,7 +323,8 @@ class AutoscalingConfig(StrictModel):
     idle_seconds_before_zero: Annotated[int, Field(ge=60, le=86400)] = 900
     """min_replicas 0: seconds without a request through the router (and nothing queued or running in
     vLLM) before the last replica goes. 15 minutes: a wake costs about a minute of waiting on a warm
-    node, so only a model idle for much longer than that should give its GPUs back."""
+    node, so only a model idle for much longer than that should give its GPUs back. At least twice
+    monitoring.scrape_interval_seconds: the wake trigger's increase() needs two samples in the window."""
     wake_hold_seconds: Annotated[int, Field(ge=30, le=3600)] | None = None
     """min_replicas 0: how long the router holds a request for the model while it wakes, before it
     answers 503. null = the predicted wake time (`vllm-platform plan`) × startup.safety_factor; a
@@ -427,7 +428,10 @@ class VllmEngineConfig(StrictModel):
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     """Container port of the OpenAI API, `/health` and `/metrics`."""
     extra_args: list[str] = []
-    """Further `vllm serve` flags, checked against the pinned vLLM's own parser at validate time."""
+    """Further `vllm serve` flags, checked against the pinned vLLM's own parser at validate time, and
+    against what the probes, router and load balancer need: flags that take the API off
+    `0.0.0.0:<port>` over plain HTTP (`--headless`, `--api-server-count 0`, `--uds`, `--grpc`, TLS,
+    multi-node) and `--disable-log-stats` (no `vllm:*` series) are refused (docs/checks.md)."""
     nccl_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_NCCL_ENV))
     """NCCL settings in the environment of pods with gpus_per_replica > 1 (docs/tensor-parallel.md).
     Keys given here replace or add to the defaults NCCL_DEBUG=WARN, NCCL_IB_DISABLE=1 and
@@ -679,7 +683,9 @@ class ModelConfig(StrictModel):
     hf_token_secret: SecretRefConfig | None = None
     """Needed when source.requires_hf_token; defaults like api_key_secret with `hf-token`."""
     ingress_host: Hostname | None = None
-    """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on."""
+    """Public hostname; defaults to `<name>.<ingress.domain>` when ingress is on. None for a model that
+    scales to zero: it has no Ingress of its own (only the router holds its requests while it wakes),
+    so a hostname set here is refused."""
     router_policy: RoutingPolicy | None = None
     """How the router spreads this model's requests over its replicas; null = router.default_policy."""
     lora: LoraConfig | None = None

@@ -221,7 +221,9 @@ class MonitoringConfig(StrictModel):
     namespace: Annotated[str, dns_label(63)] = "monitoring"
     """Namespace of kube-prometheus-stack, the Prometheus Adapter and the vLLM PodMonitor."""
     scrape_interval_seconds: Annotated[int, Field(ge=5, le=120)] = 15
-    """How often vLLM and DCGM are scraped: the freshest an autoscaling signal can be."""
+    """How often vLLM, DCGM and the router are scraped: the freshest an autoscaling signal can be. Every
+    range an autoscaler or alert reads (a to-zero model's idle window, a canary's analysis window) must
+    be at least twice this: rate() and increase() need two samples."""
     retention_days: Annotated[int, Field(ge=1, le=365)] = 15
     """kube-prometheus-stack: how long Prometheus keeps samples."""
     prometheus_storage_gib: Annotated[int, Field(ge=1, le=10000)] = 10

@@ -261,7 +261,9 @@ def wake_gate_callers(config: PlatformConfig, model: ModelConfig) -> list[dict[s
     else:
         callers.append({"name": "model key", "files": [_model_key_file(model).file], "models": served})
     if config.security.operator_key_secret is not None:
-        callers.append({"name": "operator", "files": [secrets.OPERATOR_KEY_FILE], "models": served})
+        callers.append(
+            {"name": "operator", "files": [secrets.OPERATOR_KEY_FILE], "models": served, "every_route": True}
+        )
     return callers
 
 
@@ -298,11 +300,13 @@ def wake_retry_after_seconds(config: PlatformConfig, model: ModelConfig) -> int:
 
 def wake_gate_config(config: PlatformConfig) -> dict[str, Any]:
     """What router/wake_gate.py reads: one gate per to-zero model, in front of the model's router."""
-    from components.server_auth import max_body_bytes
+    from components.server_auth import inference_routes, max_body_bytes
 
     return {
         "keys_dir": ROUTER_KEYS_MOUNT_PATH,
         "max_body_bytes": max_body_bytes(config),
+        # The pod's own list (its middleware's INFERENCE_ROUTES): the gate refuses the rest as it does.
+        "inference_routes": sorted(inference_routes()),
         "upstream_timeout_seconds": config.router.request_timeout_seconds,
         "models": [
             {

@@ -93,6 +93,8 @@ class Caller:
     """The served names of this model the caller may use."""
     key_prefix: str | None = None
     """A tenant's keys must start with it (else ignored, as the pod ignores them)."""
+    every_route: bool = False
+    """The operator key: every route, as on the pod; others only the inference routes."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,9 @@ class GateConfig:
     models: tuple[GatedModel, ...]
     max_body_bytes: int
     upstream_timeout_seconds: float
+    inference_routes: frozenset[str] = frozenset()
+    """The routes a tenant or model key may POST to (the pod middleware's INFERENCE_ROUTES); any
+    other route needs the operator key there, so it is refused here too rather than held."""
 
 
 def gate_config(raw: Mapping[str, Any]) -> GateConfig:
@@ -120,6 +125,7 @@ def gate_config(raw: Mapping[str, Any]) -> GateConfig:
         keys_dir=Path(raw["keys_dir"]),
         max_body_bytes=int(raw["max_body_bytes"]),
         upstream_timeout_seconds=float(raw["upstream_timeout_seconds"]),
+        inference_routes=frozenset(raw["inference_routes"]),
         models=tuple(
             GatedModel(
                 model=m["model"],
@@ -128,7 +134,13 @@ def gate_config(raw: Mapping[str, Any]) -> GateConfig:
                 served_names=tuple(m["served_names"]),
                 retry_after_seconds=int(m["retry_after_seconds"]),
                 callers=tuple(
-                    Caller(c["name"], tuple(c["files"]), frozenset(c["models"]), c.get("key_prefix"))
+                    Caller(
+                        c["name"],
+                        tuple(c["files"]),
+                        frozenset(c["models"]),
+                        c.get("key_prefix"),
+                        bool(c.get("every_route", False)),
+                    )
                     for c in m["callers"]
                 ),
             )
@@ -215,16 +227,29 @@ def _is_json(content_type: str | None, body: bytes) -> bool:
     return body.lstrip()[:1] in (b"{", b"[")
 
 
+MODELS_PATH = "/v1/models"
+
+
 def refusal(
-    model: GatedModel, caller: Caller | None, method: str, content_type: str | None, body: bytes
+    model: GatedModel,
+    caller: Caller | None,
+    method: str,
+    path: str,
+    content_type: str | None,
+    body: bytes,
+    inference_routes: frozenset[str],
 ) -> Refusal | None:
-    """Why this request may not reach the model's hold, or None. The key first (a stranger's body is
-    never parsed), then the served name it names, resolved as vLLM resolves it: the JSON body's
-    `model`, empty or absent meaning the default (the first served name)."""
+    """Why this request may not reach the model's hold, or None; as the model's pods would answer it
+    awake (components/pod_files/vllm_platform_auth.py). The key first (a stranger's body is never
+    parsed); then the route: a tenant or model key may only POST to an inference route; then the
+    served name the JSON body names, resolved as vLLM resolves it: its `model`, empty or absent
+    meaning the default (the first served name)."""
     if caller is None:
         return Refusal(401, "Incorrect API key provided.", "invalid_api_key")
-    if method != "POST" or not body:
+    if caller.every_route:
         return None
+    if method != "POST" or path not in inference_routes:
+        return Refusal(403, "This route needs the operator key.", "operator_route")
     if not _is_json(content_type, body):
         # A multipart upload (audio) names its model in a form field not read here: as the pod does,
         # only a caller that may use every served name passes.
@@ -246,6 +271,26 @@ def refusal(
     if name not in caller.models:
         return Refusal(403, f"This key may not use the model `{name}`.", "model_not_allowed")
     return None
+
+
+def model_list(model: GatedModel, caller: Caller) -> dict[str, Any]:
+    """`GET /v1/models` for this caller, answered here in vLLM's shape (adapters with `parent`): the
+    served names it may call, without asking, so without waking, the model."""
+    default = model.served_names[0]
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "vllm",
+                "parent": None if name == default else default,
+            }
+            for name in model.served_names
+            if name in caller.models
+        ],
+    }
 
 
 class GateHandler(http.server.BaseHTTPRequestHandler):

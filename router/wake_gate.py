@@ -301,11 +301,24 @@ class GateHandler(http.server.BaseHTTPRequestHandler):
     timeout = 120  # an idle or stalled client connection does not hold a thread
 
     def do_GET(self) -> None:
-        self.handle_request()
+        try:
+            self.handle_request()
+        except Exception:  # one bad request must not leave the front's connection unanswered
+            LOG.exception("%s %s for %s failed", self.command, self.path, self.server.gated.model)
+            self.close_connection = True
+            if not self.answered:
+                self.reply(500, openai_error("The wake gate failed.", "internal_error", "server_error"))
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_GET
 
+    answered = False
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.answered = True
+        super().send_response(code, message)
+
     def handle_request(self) -> None:
+        self.answered = False
         gated, path = self.server.gated, urllib.parse.urlsplit(self.path).path
         if path == LIVENESS_PATH and self.command in ("GET", "HEAD"):
             self.reply(200, {"status": "ok"})
@@ -314,18 +327,30 @@ class GateHandler(http.server.BaseHTTPRequestHandler):
             body = self.read_body()
         except ConnectionError:
             self.close_connection = True
+            self.answered = True  # nobody left to answer
             return
         if body is None:
             return
-        if not (path in PASSED_WITHOUT_KEY and self.command in ("GET", "HEAD")):
-            caller = self.server.keys.caller_for(presented_key(self.headers.get("Authorization")))
-            refused = refusal(gated, caller, self.command, self.headers.get("Content-Type"), body)
-            if refused is not None:
-                LOG.debug(
-                    "%s %s for %s: %d %s", self.command, path, gated.model, refused.status, refused.code
-                )
-                self.reply(refused.status, openai_error(refused.message, refused.code))
-                return
+        if path in PASSED_WITHOUT_KEY and self.command in ("GET", "HEAD"):
+            self.forward(body)
+            return
+        caller = self.server.keys.caller_for(presented_key(self.headers.get("Authorization")))
+        if caller is not None and path == MODELS_PATH and self.command == "GET":
+            self.reply(200, model_list(gated, caller))
+            return
+        refused = refusal(
+            gated,
+            caller,
+            self.command,
+            path,
+            self.headers.get("Content-Type"),
+            body,
+            self.server.config.inference_routes,
+        )
+        if refused is not None:
+            LOG.debug("%s %s for %s: %d %s", self.command, path, gated.model, refused.status, refused.code)
+            self.reply(refused.status, openai_error(refused.message, refused.code))
+            return
         self.forward(body)
 
     def read_body(self) -> bytes | None:

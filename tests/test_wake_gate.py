@@ -267,3 +267,45 @@ def test_without_tenants_the_gate_checks_the_models_own_key() -> None:
     assert [(f.file, f.ref.name) for f in router.wake_gate_key_files(untenanted)] == [
         (f"{model.name}.api-key", "vllm-platform/prod/qwen/api-key")
     ]
+
+
+def test_the_gate_answers_over_http_without_reaching_the_model_router(tmp_path: Path) -> None:
+    """The handler end to end on loopback: refusals in OpenAI's shape at once, `/v1/models` from the
+    keys, and a valid request forwarded (here to a port nobody listens on: 502, never a hang)."""
+    import threading
+
+    import httpx
+
+    from router.wake_gate import GateConfig, GateServer
+    from tests.support.vllm_server import free_port
+
+    (tmp_path / "search.key0").write_text("tk-search_good\n")
+    model = GatedModel(
+        "qwen", 0, f"http://127.0.0.1:{free_port('127.0.0.1')}", (BASE, ADAPTER), (SEARCH,), 636
+    )
+    config = GateConfig(
+        tmp_path, (model,), max_body_bytes=1024, upstream_timeout_seconds=5, inference_routes=INFERENCE
+    )
+    server = GateServer(("127.0.0.1", 0), model, config, KeyRing(tmp_path, model.callers))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    good = {"Authorization": "Bearer tk-search_good"}
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            refused = client.post("/v1/chat/completions", json={"model": BASE})
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+            assert refused.json()["error"]["code"] == "invalid_api_key"
+            unknown = client.post("/v1/chat/completions", headers=good, json={"model": "nope"})
+            assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "model_not_found")
+            too_large = client.post("/v1/chat/completions", headers=good, content=b"{" + b" " * 2048 + b"}")
+            assert too_large.status_code == 413
+            listed = client.get("/v1/models", headers=good)
+            assert [e["id"] for e in listed.json()["data"]] == [BASE, ADAPTER]
+            assert client.get("/liveness").status_code == 200
+            forwarded = client.post("/v1/chat/completions", headers=good, json={"model": BASE})
+            assert forwarded.status_code == 502
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

@@ -19,10 +19,11 @@ lists exactly the models it is valid for.
 
 A model that scales to zero (`scale_to_zero: true`, issue 35) has no vLLM to ask while it sleeps, and
 its router holds a request until a replica is up: asking it would cost the list the whole hold. So
-its router's worker list (`GET /workers`) is read first; with no worker the model is listed, without
-asking, to any request that carries an `Authorization` header. The key is checked by vLLM on every
-`/v1` route once the model is awake; the price is that a sleeping model's name is visible to any
-caller with a key (docs/autoscaling.md, "What else changes for a to-zero model").
+its router's worker list (`GET /workers`) is read first; with no worker its wake gate
+(`front_url`, router/wake_gate.py; issue 40) is asked instead, which answers `/v1/models` itself from
+the keys the model's pods accept, so a sleeping model is listed exactly for the keys that may call it
+and nothing wakes it. (A worker without a gate is listed, without asking, to any request that
+carries an `Authorization` header.)
 
 Stdlib only (it runs in the router image). Run:
 
@@ -231,11 +232,15 @@ def ask_model_router(
     """One model router's `GET /v1/models` with the client's key: (status or None if unreachable,
     the entries for the names it routes: the model and its LoRA adapters, which vLLM lists with
     `parent` set to the model; vLLM may list more names for one process). A to-zero model whose
-    router has no worker is not asked (see the module's docstring): listed for any key, 401 without."""
+    router has no worker is not asked (see the module's docstring): its wake gate answers for it from
+    the keys its pods accept, without waking it; without a gate, listed for any key, 401 without."""
+    url = worker.url
     if worker.scale_to_zero and model_router_is_empty(worker, timeout_seconds):
-        return (SLEEPING, sleeping_entries(worker)) if authorization else (401, [])
+        if not worker.front_url:
+            return (SLEEPING, sleeping_entries(worker)) if authorization else (401, [])
+        url = worker.front_url  # router/wake_gate.py answers GET /v1/models itself
     headers = {"Authorization": authorization} if authorization else {}
-    request = urllib.request.Request(worker.url.rstrip("/") + MODELS_PATH, headers=headers)
+    request = urllib.request.Request(url.rstrip("/") + MODELS_PATH, headers=headers)
     try:
         with _LOCAL_OPENER.open(request, timeout=timeout_seconds) as response:
             status, listed = response.status, json.loads(response.read())

@@ -415,6 +415,7 @@ def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
             result.done.set()
 
     thread = threading.Thread(target=send, name="past-bound", daemon=True)
+    result.started = time.monotonic()  # the tests' deadlines count from here, even before send() runs
     thread.start()
     try:
         yield result
@@ -795,6 +796,13 @@ def test_the_model_at_zero_is_listed_with_a_key_without_waking_it(chain: Chain, 
     assert listed.status_code == 200, listed.text
     assert [e["id"] for e in listed.json()["data"]] == [chain.served_name]
     assert httpx.get(f"{models_endpoint}/v1/models", timeout=30).status_code == 401
+    # Issue 40: the wake gate answers for the sleeping model from the keys its pods accept, so a wrong
+    # key or another tenant's key does not see it.
+    for other in (key + "x", list(chain.keys.values())[-1]):
+        refused = httpx.get(
+            f"{models_endpoint}/v1/models", headers={"Authorization": f"Bearer {other}"}, timeout=30
+        )
+        assert refused.status_code == 401, refused.text
     time.sleep(3 * POLL_SECONDS)
     assert chain.scaler.replicas == 0 and chain.replicas == [], chain.scaler.events
 

@@ -80,6 +80,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 """Headers of one connection only (RFC 9110 7.6.1), and the two http.client sets itself."""
+SET_HERE = frozenset({"server", "date"})
+"""Response headers the gate's own `send_response` writes: not copied from the router's answer."""
 STREAM_CHUNK_BYTES = 64 * 1024
 
 
@@ -415,7 +417,7 @@ class GateHandler(http.server.BaseHTTPRequestHandler):
 
     def relay(self, response: http.client.HTTPResponse) -> None:
         self.send_response(response.status, response.reason)
-        headers = [(k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP]
+        headers = [(k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP | SET_HERE]
         for name, value in headers:
             self.send_header(name, value)
         if response.status == 503 and not any(k.lower() == "retry-after" for k, _ in headers):

@@ -6,10 +6,10 @@ The backend is a small stdlib server standing in for vLLM's timing only (it answ
 streams N SSE chunks back to back), so what differs between the two paths is the gate's hop alone.
 Loopback only; every process is stopped by its process group. Run from the repository root:
 
-    VLLM_ROUTER_VENV=.venv-router PYTHONPATH=. .venv/bin/python bench/router/wake_gate_overhead.py [--requests 200]
+    VLLM_ROUTER_VENV=.venv-router PYTHONPATH=. .venv/bin/python bench/router/wake_gate_overhead.py
 
-It prints, per path, the median and p95 of a short request's round trip (sequential), and the
-chunks per second of CONCURRENT streams of CHUNKS chunks each.
+(`--requests N`, default 200). It prints, per path, the median and p95 of a short request's round
+trip (sequential), and the chunks per second of CONCURRENT streams of CHUNKS chunks each.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import concurrent.futures
 import http.server
 import json
+import socket
 import statistics
 import tempfile
 import threading
@@ -36,6 +37,10 @@ CONCURRENT, CHUNKS = 16, 256
 
 class Backend(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as vLLM's uvicorn does
 
     def do_GET(self) -> None:
         body = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()

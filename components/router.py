@@ -64,6 +64,7 @@ from components.network_policy import (
     prometheus_peer,
 )
 from components.scrape import ScrapeSettings
+from components.server_auth import inference_routes, max_body_bytes
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -300,8 +301,6 @@ def wake_retry_after_seconds(config: PlatformConfig, model: ModelConfig) -> int:
 
 def wake_gate_config(config: PlatformConfig) -> dict[str, Any]:
     """What router/wake_gate.py reads: one gate per to-zero model, in front of the model's router."""
-    from components.server_auth import inference_routes, max_body_bytes
-
     return {
         "keys_dir": ROUTER_KEYS_MOUNT_PATH,
         "max_body_bytes": max_body_bytes(config),

@@ -674,11 +674,11 @@ def stranger_kinds(chain: Chain) -> dict[str, tuple[str | None, str]]:
     }
 
 
-def short_chat(base_url: str, key: str | None, model: str) -> int | None:
+def short_chat(client: httpx.Client, base_url: str, key: str | None, model: str) -> int | None:
     """A one-token chat request's status; None if it got no answer within 30 s (it was held)."""
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     try:
-        return httpx.post(
+        return client.post(
             f"{base_url}/v1/chat/completions",
             headers=headers,
             json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
@@ -717,8 +717,12 @@ def strangers(chain: Chain) -> Strangers:
     held, routed = _errors(chain.model_router), _routed(chain.model_router)
     started_at, started = time.time(), time.monotonic()
     sends = [kind for kind in kinds for _ in range(STRANGER_REQUESTS // len(kinds))]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda kind: (kind, short_chat(chain.front.base_url, *kinds[kind])), sends))
+    # One client, its connections kept alive, as an SDK sends them (a new client per request costs the
+    # test itself tens of milliseconds each here).
+    with httpx.Client() as client, concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(
+            pool.map(lambda kind: (kind, short_chat(client, chain.front.base_url, *kinds[kind])), sends)
+        )
     seconds = time.monotonic() - started
     # Any demand they made would show within a scrape and a poll (the wake reads 1 at the first scrape).
     time.sleep(2 * SCRAPE_SECONDS + 2 * POLL_SECONDS + 1)
@@ -771,10 +775,11 @@ def wake(chain: Chain, models_endpoint: str) -> Wake:
         json={"model": chain.served_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
         timeout=60,
     )
-    strangers_direct = {
-        kind: short_chat(replica.server.base_url, key, model)
-        for kind, (key, model) in stranger_kinds(chain).items()
-    }
+    with httpx.Client() as client:
+        strangers_direct = {
+            kind: short_chat(client, replica.server.base_url, key, model)
+            for kind, (key, model) in stranger_kinds(chain).items()
+        }
     return Wake(
         sent_at,
         answers,

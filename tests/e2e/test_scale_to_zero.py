@@ -2,7 +2,7 @@
 
 The prod stack's to-zero model (`qwen2-5-7b-tp2`, KEDA, `min_replicas: 0`) as a router pod runs it:
 
-    client ──► front router ──► the model's router (hold flags, NO worker at first) ──► vLLM (once awake)
+    client ──► front router ──► wake gate ──► the model's router (hold flags, NO worker at first) ──► vLLM
                                         │ /metrics (PodMonitor labels)
                                         ▼
                   Debian's Prometheus ◄── the scaler loop (KEDA's rules over the rendered triggers)
@@ -10,9 +10,12 @@ The prod stack's to-zero model (`qwen2-5-7b-tp2`, KEDA, `min_replicas: 0`) as a 
 Real: vllm-router 0.1.17 for both routers, with the arguments the prod stack renders for the
 `router` and `route-qwen2-5-7b-tp2` containers (host and ports moved to loopback, the Kubernetes
 discovery removed as in tests/e2e/test_router.py); the registrar's `reconcile` and its models server
-(router/registrar.py) over the rendered registrar worker; Debian's Prometheus scraping the model
-router's metrics port with the rendered PodMonitor endpoint's relabelling and the labels the
-Prometheus Operator adds (namespace, pod, container), and the vLLM pod through file-based discovery;
+(router/registrar.py) over the rendered registrar worker; the wake gate (router/wake_gate.py, issue
+40) started as its container starts it, from the rendered `wake-gate.json`, reading the same key
+files as the vLLM pod (only its port, the model router's URL and the key folder moved to loopback);
+Debian's Prometheus scraping the model router's metrics port with the rendered PodMonitor endpoint's
+relabelling and the labels the Prometheus Operator adds (namespace, pod, container), the front's
+metrics port (the PodMonitor's first endpoint), and the vLLM pod through file-based discovery;
 vLLM 0.32.0's CPU build serving the tiny model as the model's pod in tenants mode (the rendered
 middleware, tenants file and environment; the CPU-adjusted dev engine flags, as tests/e2e/test_tenants.py).
 

@@ -202,7 +202,8 @@ def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
     backoff hold the request for the model's wake hold, and the retry after the pod is Ready reaches it
     within the longest backoff (infra/capacity/wake.py). Each held attempt counts
     `vllm_router_request_errors_total{error_type="no_available_workers"}`: the signal that wakes the
-    model (components/autoscaling.py `router_demand_query`)."""
+    model (components/autoscaling.py `router_demand_query`). Only requests the model's wake gate let
+    through get here (router/wake_gate.py: a key the model accepts, a served name of it)."""
     from infra.capacity.plan import plan_model
     from infra.capacity.wake import (
         HOLD_BACKOFF_MULTIPLIER,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,12 @@ def test_the_gate_answers_over_http_without_reaching_the_model_router(tmp_path: 
             assert client.get("/liveness").status_code == 200
             forwarded = client.post("/v1/chat/completions", headers=good, json={"model": BASE})
             assert forwarded.status_code == 502
+            # The CSI driver rewrites the file on rotation: the running gate follows within a second.
+            (tmp_path / "search.key0").write_text("tk-search_rotated\n")
+            time.sleep(1.1)
+            assert client.get("/v1/models", headers=good).status_code == 401
+            rotated = {"Authorization": "Bearer tk-search_rotated"}
+            assert client.get("/v1/models", headers=rotated).status_code == 200
     finally:
         server.shutdown()
         server.server_close()

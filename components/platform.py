@@ -14,6 +14,7 @@ from components.monitoring import Monitoring, MonitoringArgs
 from components.operations import Operations, OperationsArgs
 from components.router import Router, RouterArgs
 from components.scrape import scrape_settings
+from components.service_accounts import ROUTER_SERVICE_ACCOUNT
 from infra.capacity import PlatformPlan
 from infra.config import PlatformConfig
 
@@ -122,13 +123,18 @@ class KubernetesPlatform(pulumi.ComponentResource):
         if args.config.router.enabled:
             router = Router(
                 f"{name}-router",
-                RouterArgs(config=args.config, scrape=scrape_settings(config.monitoring),
-                           model_namespaces=model_namespaces,
-                           load_balancer_cidrs=args.context.load_balancer_source_cidrs,
-                           web_acl_arn=args.context.web_acl_arn, depends_on=[
-                    *self.addons_ready,
-                    *([monitoring.prometheus_release] if monitoring.prometheus_release else []),
-                ]),
+                RouterArgs(
+                    config=args.config,
+                    scrape=scrape_settings(config.monitoring),
+                    model_namespaces=model_namespaces,
+                    load_balancer_cidrs=args.context.load_balancer_source_cidrs,
+                    web_acl_arn=args.context.web_acl_arn,
+                    service_account_role_arn=args.context.role_arn_for(*ROUTER_SERVICE_ACCOUNT),
+                    depends_on=[
+                        *self.addons_ready,
+                        *([monitoring.prometheus_release] if monitoring.prometheus_release else []),
+                    ],
+                ),
                 opts=child,
             )
             router_endpoint = {"in_cluster": router.in_cluster_url}

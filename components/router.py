@@ -10,6 +10,11 @@
     │                   found by upstream's Kubernetes discovery), 127.0.0.1:8100+i
     │     registrar     registers each route-<model> with the front (router/registrar.py) and answers
     │                   /v1/models on :8090 in OpenAI's shape, asking each model with the client's key
+    │     wake-gate     (with a to-zero model) one port per such model, :8200+i, routed to by the front
+    │                   instead of route-<model>: only a request with a key the model accepts, naming
+    │                   one of its served names, goes on to the router's hold (router/wake_gate.py);
+    │                   the keys come from the secret store through the CSI driver (SecretProviderClass
+    │                   vllm-router-keys), mounted into this container only
     ├── Service vllm-router, PodDisruptionBudget vllm-router, Ingress vllm-router (host router.host:
     │   /v1/models to the registrar, the rest of /v1 to the front)
     └── PodMonitor vllm-router (in the monitoring namespace): the router's own metrics
@@ -21,7 +26,9 @@ why it, how a request travels, and how the canary split and the router agree. Pu
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +36,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import probes
+from components import probes, secrets
 from components.labels import (
     MODEL_SERIES_LABEL,
     PART_OF,
@@ -39,6 +46,7 @@ from components.labels import (
     router_selector_labels,
 )
 from components.model_service import (
+    IRSA_SKIP_CONTAINERS_ANNOTATION,
     PUBLIC_API_PATH,
     container_security_context,
     load_balancer_annotations,
@@ -56,9 +64,11 @@ from components.network_policy import (
     prometheus_peer,
 )
 from components.scrape import ScrapeSettings
+from components.server_auth import inference_routes, max_body_bytes
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
+from infra.config.tenants import tenants_on
 from infra.versions import VLLM_ROUTER_IMAGE
 
 ROUTER_NAME = ROUTER_APP_NAME
@@ -87,6 +97,16 @@ SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 POD_READER_ROLE = "vllm-router-pods"
 FRONT_POLICY = "round_robin"
 """The front has one worker per model in each pod (that model's router), so its policy never chooses."""
+REGISTRAR_CONFIG_CHECKSUM_ANNOTATION = "vllm-platform.dev/registrar-config-sha256"
+WAKE_GATE_CONTAINER = "wake-gate"
+WAKE_GATE_BASE_PORT = 8200
+"""To-zero model i's wake gate listens on :8200+i (router/wake_gate.py); the front routes the model there."""
+WAKE_GATE_CONFIG_FILE = "wake-gate.json"
+WAKE_GATE_SCRIPT = "/opt/registrar/wake_gate.py"
+ROUTER_KEYS_PROVIDER_CLASS = "vllm-router-keys"
+ROUTER_KEYS_VOLUME = "router-keys"
+ROUTER_KEYS_MOUNT_PATH = "/mnt/router-keys"
+"""The wake gate's key folder: the keys the to-zero models' pods accept, one file each."""
 
 
 def router_labels() -> dict[str, str]:
@@ -182,7 +202,8 @@ def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
     backoff hold the request for the model's wake hold, and the retry after the pod is Ready reaches it
     within the longest backoff (infra/capacity/wake.py). Each held attempt counts
     `vllm_router_request_errors_total{error_type="no_available_workers"}`: the signal that wakes the
-    model (components/autoscaling.py `router_demand_query`)."""
+    model (components/autoscaling.py `router_demand_query`). Only requests the model's wake gate let
+    through get here (router/wake_gate.py: a key the model accepts, a served name of it)."""
     from infra.capacity.plan import plan_model
     from infra.capacity.wake import (
         HOLD_BACKOFF_MULTIPLIER,
@@ -206,8 +227,104 @@ def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
     ]
 
 
+def gated_models(config: PlatformConfig) -> list[tuple[int, ModelConfig]]:
+    """(index, model) of every model that may be at zero replicas: each gets a wake gate."""
+    return [(index, model) for index, model in enumerate(config.models) if model.scales_to_zero]
+
+
+def wake_gate_port(index: int) -> int:
+    return WAKE_GATE_BASE_PORT + index
+
+
+def _model_key_file(model: ModelConfig) -> secrets.SecretFile:
+    """Without tenants: the model's own key, as the gate's file `<model>.api-key`."""
+    assert model.api_key_secret is not None  # filled by the loader (resolve_stack_defaults)
+    return secrets.SecretFile(model.api_key_secret, f"{model.name}.api-key")
+
+
+def wake_gate_callers(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]:
+    """Who may wake `model`: exactly whom its pods accept (infra/config/tenants.py `model_key_secrets`),
+    each with the key files the gate reads and the served names of `model` it may call."""
+    served = config.served_names(model)
+    callers: list[dict[str, Any]] = []
+    if config.tenants:
+        for tenant in tenants_on(config, model):
+            callers.append(
+                {
+                    "name": tenant.name,
+                    "files": [
+                        secrets.tenant_key_file_name(tenant.name, n)
+                        for n in range(len(tenant.api_key_secrets))
+                    ],
+                    "models": [name for name in served if name in tenant.models],
+                    "key_prefix": tenant.prefix,
+                }
+            )
+    else:
+        callers.append({"name": "model key", "files": [_model_key_file(model).file], "models": served})
+    if config.security.operator_key_secret is not None:
+        callers.append(
+            {"name": "operator", "files": [secrets.OPERATOR_KEY_FILE], "models": served, "every_route": True}
+        )
+    return callers
+
+
+def wake_gate_key_files(config: PlatformConfig) -> list[secrets.SecretFile]:
+    """Every key the wake gates read, once each: what the SecretProviderClass mounts (and the IRSA role
+    of the router's service account may read). Nothing when no model scales to zero."""
+    files: dict[str, secrets.SecretFile] = {}
+    for _, model in gated_models(config):
+        if config.tenants:
+            for tenant in tenants_on(config, model):
+                for n, ref in enumerate(tenant.api_key_secrets):
+                    files.setdefault(
+                        secrets.tenant_key_file_name(tenant.name, n),
+                        secrets.SecretFile(ref, secrets.tenant_key_file_name(tenant.name, n)),
+                    )
+        else:
+            key = _model_key_file(model)
+            files.setdefault(key.file, key)
+        operator = config.security.operator_key_secret
+        if operator is not None:
+            files.setdefault(
+                secrets.OPERATOR_KEY_FILE, secrets.SecretFile(operator, secrets.OPERATOR_KEY_FILE)
+            )
+    return list(files.values())
+
+
+def wake_retry_after_seconds(config: PlatformConfig, model: ModelConfig) -> int:
+    """`Retry-After` on the 503 past the hold: the model's predicted wake (`vllm-platform plan`), the
+    time a replica asked for at the request's start should take to serve."""
+    from infra.capacity.plan import plan_model
+
+    return math.ceil(plan_model(model, config, model.gpu_group).wake.expected_seconds)
+
+
+def wake_gate_config(config: PlatformConfig) -> dict[str, Any]:
+    """What router/wake_gate.py reads: one gate per to-zero model, in front of the model's router."""
+    return {
+        "keys_dir": ROUTER_KEYS_MOUNT_PATH,
+        "max_body_bytes": max_body_bytes(config),
+        # The pod's own list (its middleware's INFERENCE_ROUTES): the gate refuses the rest as it does.
+        "inference_routes": sorted(inference_routes()),
+        "upstream_timeout_seconds": config.router.request_timeout_seconds,
+        "models": [
+            {
+                "model": model.name,
+                "port": wake_gate_port(index),
+                "model_router_url": f"http://127.0.0.1:{model_router_port(index)}",
+                "served_names": config.served_names(model),
+                "retry_after_seconds": wake_retry_after_seconds(config, model),
+                "callers": wake_gate_callers(config, model),
+            }
+            for index, model in gated_models(config)
+        ],
+    }
+
+
 def registrar_config(config: PlatformConfig) -> dict[str, Any]:
-    """What router/registrar.py reads: the front router, and each model's router as its worker."""
+    """What router/registrar.py reads: the front router, and each model's router as its worker (a
+    to-zero model's through its wake gate)."""
     return {
         "router_url": f"http://127.0.0.1:{ROUTER_PORT}",
         "interval_seconds": config.router.registration_interval_seconds,
@@ -221,10 +338,27 @@ def registrar_config(config: PlatformConfig) -> dict[str, Any]:
                 "served_names": config.served_names(model),
                 # Listed by /v1/models while it has no replica, without waking it (router/registrar.py).
                 "scale_to_zero": model.scales_to_zero,
+                # The front routes a to-zero model to its wake gate, which passes only valid keys on to
+                # the hold (router/wake_gate.py, issue 40).
+                **(
+                    {"front_url": f"http://127.0.0.1:{wake_gate_port(index)}"} if model.scales_to_zero else {}
+                ),
             }
             for index, model in enumerate(config.models)
         ],
     }
+
+
+def registrar_config_checksum(config: PlatformConfig) -> str:
+    return hashlib.sha256(json.dumps(registrar_config_map_data(config), sort_keys=True).encode()).hexdigest()
+
+
+def registrar_config_map_data(config: PlatformConfig) -> dict[str, str]:
+    """The ConfigMap both sidecars read (code and keys are elsewhere: no secret here)."""
+    data = {REGISTRAR_CONFIG_FILE: json.dumps(registrar_config(config), indent=2, sort_keys=True)}
+    if gated_models(config):
+        data[WAKE_GATE_CONFIG_FILE] = json.dumps(wake_gate_config(config), indent=2, sort_keys=True)
+    return data
 
 
 def router_problems(config: PlatformConfig) -> list[Problem]:
@@ -322,8 +456,11 @@ def model_router_container(config: PlatformConfig, model: ModelConfig, index: in
         "command": ["vllm-router"],
         "args": args,
         "ports": [
-            {"name": model_router_metrics_port_name(index), "containerPort": model_router_metrics_port(index),
-             "protocol": "TCP"}
+            {
+                "name": model_router_metrics_port_name(index),
+                "containerPort": model_router_metrics_port(index),
+                "protocol": "TCP",
+            }
         ],
         "livenessProbe": _liveness(model_router_port(index)),
         # Stays up while the front drains, so streams in flight keep their backend.
@@ -364,6 +501,56 @@ def registrar_container(config: PlatformConfig) -> dict[str, Any]:
     }
 
 
+def wake_gate_container(config: PlatformConfig) -> dict[str, Any]:
+    """The to-zero models' wake gates (router/wake_gate.py): the only container that mounts keys. On
+    the request path of those models (a localhost hop, streamed), so it gets a router's resources."""
+    (first_index, _), *_ = gated_models(config)
+    return {
+        "name": WAKE_GATE_CONTAINER,
+        "image": VLLM_ROUTER_IMAGE.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "python",
+            WAKE_GATE_SCRIPT,
+            "--config",
+            f"{REGISTRAR_CONFIG_DIR}/{WAKE_GATE_CONFIG_FILE}",
+        ],
+        # Reached from the front on localhost only; declared so the pod's ports say what listens.
+        "ports": [
+            {"name": f"gate-{index}", "containerPort": wake_gate_port(index), "protocol": "TCP"}
+            for index, _ in gated_models(config)
+        ],
+        # Its own answer, never the model's: a model at zero must not take the pod out of service.
+        "livenessProbe": _liveness(wake_gate_port(first_index)),
+        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
+        "resources": _router_resources(config),
+        "securityContext": container_security_context(read_only_root_filesystem=True),
+        "volumeMounts": [
+            {"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True},
+            {"name": ROUTER_KEYS_VOLUME, "mountPath": ROUTER_KEYS_MOUNT_PATH, "readOnly": True},
+        ],
+    }
+
+
+def router_keys_volume(config: PlatformConfig) -> dict[str, Any]:
+    """The wake gate's key folder: the CSI driver's mount of SecretProviderClass vllm-router-keys, or
+    (`kubernetes-secret`) Secrets of the same names in namespace vllm-router, projected; both are
+    updated in place on rotation."""
+    store = config.security.secret_store
+    if secrets.uses_csi(store):
+        return secrets.csi_volume(ROUTER_KEYS_VOLUME, ROUTER_KEYS_PROVIDER_CLASS)
+    return secrets.tenant_keys_volume(store, wake_gate_key_files(config)) | {"name": ROUTER_KEYS_VOLUME}
+
+
+def router_keys_provider_class_spec(config: PlatformConfig) -> dict[str, Any] | None:
+    """The SecretProviderClass of the wake gate's keys; None without a to-zero model or without CSI."""
+    files = wake_gate_key_files(config)
+    store = config.security.secret_store
+    if not files or not secrets.uses_csi(store):
+        return None
+    return secrets.tenant_keys_provider_class_spec(store, files, config.cluster.region)
+
+
 def _spread(topology_key: str, when_unsatisfiable: str) -> dict[str, Any]:
     return {
         "maxSkew": 1,
@@ -376,6 +563,7 @@ def _spread(topology_key: str, when_unsatisfiable: str) -> dict[str, Any]:
 
 def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
     router = config.router
+    gated = bool(gated_models(config))
     return {
         "replicas": router.replicas,
         "selector": {"matchLabels": router_selector_labels()},
@@ -385,7 +573,14 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
         "template": {
             "metadata": {
                 "labels": router_labels(),
-                "annotations": {"kubectl.kubernetes.io/default-container": ROUTER_CONTAINER},
+                "annotations": {
+                    "kubectl.kubernetes.io/default-container": ROUTER_CONTAINER,
+                    # The sidecars read their config once, at start: a changed config rolls the pods.
+                    REGISTRAR_CONFIG_CHECKSUM_ANNOTATION: registrar_config_checksum(config),
+                    # The service account's IAM role (to-zero models' keys) is the CSI driver's, which
+                    # requests its own token: no container gets AWS credentials (EKS pod identity webhook).
+                    **({IRSA_SKIP_CONTAINERS_ANNOTATION: ",".join(container_names(config))} if gated else {}),
+                },
             },
             "spec": {
                 "serviceAccountName": ROUTER_NAME,
@@ -402,9 +597,11 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
                     router_container(config),
                     *(model_router_container(config, model, i) for i, model in enumerate(config.models)),
                     registrar_container(config),
+                    *([wake_gate_container(config)] if gated else []),
                 ],
                 "volumes": [
                     {"name": "registrar-config", "configMap": {"name": f"{ROUTER_NAME}-registrar"}},
+                    *([router_keys_volume(config)] if gated else []),
                     {
                         "name": "api-token",
                         "projected": {
@@ -423,6 +620,15 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
             },
         },
     }
+
+
+def container_names(config: PlatformConfig) -> list[str]:
+    return [
+        ROUTER_CONTAINER,
+        *(model_router_container_name(model) for model in config.models),
+        REGISTRAR_CONTAINER,
+        *([WAKE_GATE_CONTAINER] if gated_models(config) else []),
+    ]
 
 
 def service_spec() -> dict[str, Any]:
@@ -590,6 +796,9 @@ class RouterArgs:
     admitted to the router's port with an ALB."""
     web_acl_arn: pulumi.Input[str] | None = None
     """The tenants' WAF web ACL (ClusterContext.web_acl_arn), named by the router's Ingress too."""
+    service_account_role_arn: pulumi.Input[str] | None = None
+    """The IAM role of the router's service account (IRSA, ClusterContext.role_arn_for): with a to-zero
+    model and Secrets Manager, it may read the keys the wake gate checks, nothing else."""
     depends_on: Sequence[pulumi.Resource] = ()
     """Add-ons first: the load balancer controller's webhooks, the monitoring CRDs."""
 
@@ -623,12 +832,27 @@ class Router(pulumi.ComponentResource):
             kubernetes.networking.v1.NetworkPolicy(
                 f"{name}-netpol-{policy_name}", metadata=meta(policy_name), spec=policy_spec, opts=inside
             )
+        account_meta = meta(ROUTER_NAME)
+        if args.service_account_role_arn is not None:
+            account_meta["annotations"] = {"eks.amazonaws.com/role-arn": args.service_account_role_arn}
         account = kubernetes.core.v1.ServiceAccount(
             f"{name}-service-account",
-            metadata=meta(ROUTER_NAME),
+            metadata=account_meta,
             automount_service_account_token=False,
             opts=inside,
         )
+        pod_needs: list[pulumi.Resource] = []
+        if (keys_spec := router_keys_provider_class_spec(config)) is not None:
+            pod_needs.append(
+                kubernetes.apiextensions.CustomResource(
+                    f"{name}-keys-provider",
+                    api_version=secrets.SPC_API_VERSION,
+                    kind="SecretProviderClass",
+                    metadata=meta(ROUTER_KEYS_PROVIDER_CLASS),
+                    spec=keys_spec,
+                    opts=after_addons,
+                )
+            )
         in_models = pulumi.ResourceOptions(parent=self, depends_on=[account, *args.model_namespaces])
         for model in config.models:
             kubernetes.rbac.v1.Role(
@@ -651,7 +875,7 @@ class Router(pulumi.ComponentResource):
         registrar = kubernetes.core.v1.ConfigMap(
             f"{name}-registrar-config",
             metadata=meta(f"{ROUTER_NAME}-registrar"),
-            data={REGISTRAR_CONFIG_FILE: json.dumps(registrar_config(config), indent=2, sort_keys=True)},
+            data=registrar_config_map_data(config),
             opts=inside,
         )
         kubernetes.apps.v1.Deployment(
@@ -659,7 +883,7 @@ class Router(pulumi.ComponentResource):
             metadata=meta(ROUTER_NAME),
             spec=deployment_spec(config),
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[namespace, account, registrar, *args.depends_on]
+                parent=self, depends_on=[namespace, account, registrar, *pod_needs, *args.depends_on]
             ),
         )
         kubernetes.core.v1.Service(

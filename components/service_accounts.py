@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from components.labels import ROUTER_APP_NAME, ROUTER_NAMESPACE
 from infra.config import ModelConfig
 
 
@@ -44,6 +45,11 @@ EBS_CSI_CONTROLLER = ServiceAccountRef("kube-system", "ebs-csi-controller-sa")
 # names in the chart values (`alertmanager.serviceAccount.name`, `grafana.serviceAccount.name`).
 ALERTMANAGER_SERVICE_ACCOUNT_NAME = "kube-prometheus-stack-alertmanager"
 GRAFANA_SERVICE_ACCOUNT_NAME = "kube-prometheus-stack-grafana"
+
+
+# The router pods' account (components/router.py): with a to-zero model and Secrets Manager, its role
+# may read the keys the wake gate checks (router/wake_gate.py), through the CSI driver.
+ROUTER_SERVICE_ACCOUNT = ServiceAccountRef(ROUTER_NAMESPACE, ROUTER_APP_NAME)
 
 
 def alertmanager_service_account(monitoring_namespace: str) -> ServiceAccountRef:

@@ -19,10 +19,11 @@ lists exactly the models it is valid for.
 
 A model that scales to zero (`scale_to_zero: true`, issue 35) has no vLLM to ask while it sleeps, and
 its router holds a request until a replica is up: asking it would cost the list the whole hold. So
-its router's worker list (`GET /workers`) is read first; with no worker the model is listed, without
-asking, to any request that carries an `Authorization` header. The key is checked by vLLM on every
-`/v1` route once the model is awake; the price is that a sleeping model's name is visible to any
-caller with a key (docs/autoscaling.md, "What else changes for a to-zero model").
+its router's worker list (`GET /workers`) is read first; with no worker its wake gate
+(`front_url`, router/wake_gate.py; issue 40) is asked instead, which answers `/v1/models` itself from
+the keys the model's pods accept, so a sleeping model is listed exactly for the keys that may call it
+and nothing wakes it. (A worker without a gate is listed, without asking, to any request that
+carries an `Authorization` header.)
 
 Stdlib only (it runs in the router image). Run:
 
@@ -30,9 +31,11 @@ Stdlib only (it runs in the router image). Run:
 
 The config (rendered by components/router.py) is
 `{"router_url": ..., "interval_seconds": 5, "models_port": 8090, "workers": [{"url", "model_id",
-"policy", "served_names", "scale_to_zero"}]}`; `served_names` are the model's name and its LoRA
-adapters' names (PlatformConfig.served_names), each routed by the front to the model's router;
-`scale_to_zero` (default false) marks a model whose replicas may all be gone.
+"policy", "served_names", "scale_to_zero", "front_url"}]}`; `served_names` are the model's name and its
+LoRA adapters' names (PlatformConfig.served_names), each routed by the front to the model's router;
+`scale_to_zero` (default false) marks a model whose replicas may all be gone; `front_url` (optional)
+is where the front routes the model instead of its router: a to-zero model's wake gate
+(router/wake_gate.py), which passes only requests with a valid key on to the router's hold.
 """
 
 from __future__ import annotations
@@ -65,6 +68,13 @@ class Worker:
     """Every `model` the worker serves: model_id, then the model's LoRA adapters; () = model_id only."""
     scale_to_zero: bool = False
     """The model may have no replica; its router then holds requests (issue 35)."""
+    front_url: str = ""
+    """Where the front routes the model: its wake gate (router/wake_gate.py) for a to-zero model, so
+    only a valid key reaches the hold (issue 40); '' = `url`, the model's router itself."""
+
+    @property
+    def routed_url(self) -> str:
+        return self.front_url or self.url
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -122,7 +132,7 @@ class RouterClient:
             self._request(
                 "POST",
                 "/workers",
-                {"url": worker.url, "model_id": name, "labels": {"policy": worker.policy}},
+                {"url": worker.routed_url, "model_id": name, "labels": {"policy": worker.policy}},
             )
 
     def remove(self, url: str) -> None:
@@ -130,8 +140,8 @@ class RouterClient:
 
 
 def reconcile(router: RouterClient, desired: Mapping[str, Worker]) -> tuple[list[str], list[str]]:
-    """Make the router's workers equal `desired` (by URL), each routed under all its served names;
-    returns (added, removed) URLs.
+    """Make the router's workers equal `desired` (by the URL the front routes to, `routed_url`), each
+    routed under all its served names; returns (added, removed) URLs.
 
     A name the front stops serving cannot be taken back: 0.1.17 keeps routing a removed worker's
     names to its URL (measured), where vLLM answers 404 for a name it does not serve.
@@ -153,16 +163,19 @@ def reconcile(router: RouterClient, desired: Mapping[str, Worker]) -> tuple[list
 
 
 def desired_workers(config: Mapping[str, Any]) -> dict[str, Worker]:
-    return {
-        w["url"]: Worker(
+    """The front's workers, keyed by the URL it routes each model to."""
+    workers = [
+        Worker(
             url=w["url"],
             model_id=w["model_id"],
             policy=w["policy"],
             served_names=tuple(w.get("served_names") or [w["model_id"]]),
             scale_to_zero=bool(w.get("scale_to_zero", False)),
+            front_url=w.get("front_url") or "",
         )
         for w in config["workers"]
-    }
+    ]
+    return {worker.routed_url: worker for worker in workers}
 
 
 MODELS_PATH = "/v1/models"
@@ -219,11 +232,15 @@ def ask_model_router(
     """One model router's `GET /v1/models` with the client's key: (status or None if unreachable,
     the entries for the names it routes: the model and its LoRA adapters, which vLLM lists with
     `parent` set to the model; vLLM may list more names for one process). A to-zero model whose
-    router has no worker is not asked (see the module's docstring): listed for any key, 401 without."""
+    router has no worker is not asked (see the module's docstring): its wake gate answers for it from
+    the keys its pods accept, without waking it; without a gate, listed for any key, 401 without."""
+    url = worker.url
     if worker.scale_to_zero and model_router_is_empty(worker, timeout_seconds):
-        return (SLEEPING, sleeping_entries(worker)) if authorization else (401, [])
+        if not worker.front_url:
+            return (SLEEPING, sleeping_entries(worker)) if authorization else (401, [])
+        url = worker.front_url  # router/wake_gate.py answers GET /v1/models itself
     headers = {"Authorization": authorization} if authorization else {}
-    request = urllib.request.Request(worker.url.rstrip("/") + MODELS_PATH, headers=headers)
+    request = urllib.request.Request(url.rstrip("/") + MODELS_PATH, headers=headers)
     try:
         with _LOCAL_OPENER.open(request, timeout=timeout_seconds) as response:
             status, listed = response.status, json.loads(response.read())

@@ -20,6 +20,7 @@ from components.service_accounts import (
     CLUSTER_AUTOSCALER,
     EBS_CSI_CONTROLLER,
     EFS_CSI_CONTROLLER,
+    ROUTER_SERVICE_ACCOUNT,
     ServiceAccountRef,
     alertmanager_service_account,
     grafana_service_account,
@@ -724,6 +725,9 @@ def _expected_accounts(config: PlatformConfig) -> set[str]:
             accounts.add(alertmanager_service_account(config.monitoring.namespace).key)
         if config.monitoring.grafana:
             accounts.add(grafana_service_account(config.monitoring.namespace).key)
+        # The router's wake gate reads the keys of the models that scale to zero (issue 40).
+        if config.router.enabled and any(model.scales_to_zero for model in config.models):
+            accounts.add(ROUTER_SERVICE_ACCOUNT.key)
     for model in config.models:
         uses_secrets_manager = config.security.secret_store.provider == "aws-secrets-manager"
         if model.source.s3_uri or uses_secrets_manager:

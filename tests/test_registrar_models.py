@@ -164,6 +164,41 @@ def test_a_model_at_zero_is_listed_for_any_key_without_asking_its_held_router() 
     assert elapsed < asleep.delay_seconds / 2, f"the list waited on the hold: {elapsed:.1f}s"
 
 
+def test_a_model_at_zero_behind_its_wake_gate_is_listed_only_for_the_keys_its_pods_accept(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: with a wake gate (`front_url`), the sleeping model is listed by the gate from the keys
+    its pods accept, never for any other key, and its held router is still not asked."""
+    from router.wake_gate import Caller, GateConfig, GatedModel, GateServer, KeyRing
+
+    asleep = StandIn("zeta", "key-z", delay_seconds=30, workers=(), adapters=("zeta-sql",))
+    router_server = serve(asleep)
+    router_url = f"http://127.0.0.1:{router_server.server_port}"
+    (tmp_path / "sql.key0").write_text("tk-sql_key\n")
+    caller = Caller("sql", ("sql.key0",), frozenset({"zeta-sql"}), "tk-sql_")
+    gated = GatedModel("zeta", 0, router_url, ("zeta", "zeta-sql"), (caller,), 60)
+    config = GateConfig(tmp_path, (gated,), 1024, 5, frozenset({"/v1/chat/completions"}))
+    gate = GateServer(("127.0.0.1", 0), gated, config, KeyRing(tmp_path, gated.callers))
+    threading.Thread(target=gate.serve_forever, daemon=True).start()
+    try:
+        worker = Worker(
+            router_url,
+            "zeta",
+            "x",
+            served_names=("zeta", "zeta-sql"),
+            scale_to_zero=True,
+            front_url=f"http://127.0.0.1:{gate.server_port}",
+        )
+        answers = [list_models([worker], key) for key in ("Bearer tk-sql_key", "Bearer any-key", None)]
+    finally:
+        for server in (gate, router_server):
+            server.shutdown()
+            server.server_close()
+    assert answers[0] == (200, {"object": "list", "data": [sleeping("zeta-sql", "zeta")]})
+    assert [status for status, _ in answers[1:]] == [401, 401]
+    assert asleep.received == [] and set(asleep.paths) == {"/workers"}
+
+
 def test_a_model_at_zero_with_a_replica_again_is_asked_with_the_key() -> None:
     awake = StandIn("zeta", "key-z", workers=("http://10.0.0.7:8000",))
     server = serve(awake)

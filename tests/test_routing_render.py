@@ -88,6 +88,8 @@ def test_front_routes_by_model_name_and_each_model_has_its_own_router(prod: Rend
             "policy": "round_robin",
             "served_names": [m.openai_model_name],
             "scale_to_zero": m.scales_to_zero,
+            # A to-zero model is routed through its wake gate (router/wake_gate.py, issue 40).
+            **({"front_url": f"http://127.0.0.1:{8200 + i}"} if m.scales_to_zero else {}),
         }
         for i, m in enumerate(config.models)
     ]

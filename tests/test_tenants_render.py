@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from components import secrets, server_auth
-from infra.aws.tenant_limits import RATE_LIMITED_BODY_KEY
+from infra.aws.tenant_limits import RATE_LIMITED_BODY_KEY, WITHOUT_TENANT_KEY_RULE
 from infra.config import ConfigError, stack_file_for
 from infra.config.tenants import tenant_warnings, tenants_on
 from infra.stack_checks import load_stack
@@ -124,7 +124,9 @@ def test_the_waf_limits_each_tenants_keys_per_key_and_never_holds_a_key() -> Non
     inputs = acl.inputs
     assert inputs["scope"] == "REGIONAL" and inputs["defaultAction"] == {"allow": {}}
     rules = {rule["name"]: rule for rule in inputs["rules"]}
-    assert set(rules) == {f"tenant-{t.name}-rate" for t in config.tenants if t.requests_per_minute}
+    assert set(rules) == {f"tenant-{t.name}-rate" for t in config.tenants if t.requests_per_minute} | {
+        WITHOUT_TENANT_KEY_RULE
+    }
     for tenant in config.tenants:
         rule = rules[f"tenant-{tenant.name}-rate"]
         statement = rule["statement"]["rateBasedStatement"]
@@ -144,6 +146,30 @@ def test_the_waf_limits_each_tenants_keys_per_key_and_never_holds_a_key() -> Non
     assert all(ref.name not in text for t in config.tenants for ref in t.api_key_secrets)
     body = json.loads(inputs["customResponseBodies"][0]["content"])
     assert body["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_the_waf_also_bounds_requests_without_a_tenants_key_per_client_address() -> None:
+    """Issue 40: no key, another scheme or a key of no tenant is counted per client IP and answered
+    429 past `ingress.requests_without_tenant_key_per_minute`; a tenant's key never counts here."""
+    render = rendered("prod")
+    config = config_of(render)
+    [acl] = render.aws(WEB_ACL)
+    (rule,) = [r for r in acl.inputs["rules"] if r["name"] == WITHOUT_TENANT_KEY_RULE]
+    assert rule["priority"] == max(r["priority"] for r in acl.inputs["rules"])
+    statement = rule["statement"]["rateBasedStatement"]
+    assert statement["aggregateKeyType"] == "IP"
+    assert statement["limit"] == config.ingress.requests_without_tenant_key_per_minute == 60
+    negated = statement["scopeDownStatement"]["notStatement"]["statement"]["orStatement"]["statements"]
+    assert [m["byteMatchStatement"]["searchString"] for m in negated] == [
+        f"bearer {t.prefix}" for t in config.tenants
+    ]
+    assert all(
+        [t["type"] for t in m["byteMatchStatement"]["textTransformations"]]
+        == ["COMPRESS_WHITE_SPACE", "LOWERCASE"]
+        for m in negated
+    )
+    assert rule["action"]["block"]["customResponse"]["responseCode"] == 429
+    assert rule["visibilityConfig"]["sampledRequestsEnabled"] is False
 
 
 def test_every_ingress_of_the_alb_names_the_tenants_web_acl() -> None:

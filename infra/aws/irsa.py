@@ -19,6 +19,7 @@ from components.service_accounts import (
     CLUSTER_AUTOSCALER,
     EBS_CSI_CONTROLLER,
     EFS_CSI_CONTROLLER,
+    ROUTER_SERVICE_ACCOUNT,
     ServiceAccountRef,
     alertmanager_service_account,
     grafana_service_account,
@@ -108,6 +109,7 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
         )
     if secrets_manager:
         specs += _monitoring_secret_roles(config, location)
+        specs += _router_secret_roles(config, location)
     if addons.aws_load_balancer_controller.enabled:
         specs.append(
             ServiceAccountRoleSpec(AWS_LOAD_BALANCER_CONTROLLER, policy=load_balancer_controller_policy())
@@ -141,6 +143,20 @@ def _monitoring_secret_roles(config: PlatformConfig, location: AwsLocation) -> l
         )
         specs.append(ServiceAccountRoleSpec(account, policy=policy))
     return specs
+
+
+def _router_secret_roles(config: PlatformConfig, location: AwsLocation) -> list[ServiceAccountRoleSpec]:
+    """With a to-zero model, the router pods' wake gate checks the keys that model's pods accept
+    (components/router.py `wake_gate_key_files`): its account may read exactly those entries."""
+    from components.router import wake_gate_key_files
+
+    if not config.router.enabled:
+        return []
+    names = tuple(dict.fromkeys(secret.ref.name for secret in wake_gate_key_files(config)))
+    if not names:
+        return []
+    policy = model_access_policy(location=location, s3_bucket=None, s3_prefix=None, secret_names=names)
+    return [ServiceAccountRoleSpec(ROUTER_SERVICE_ACCOUNT, policy=policy)]
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,56 @@ def _visibility(metric: str) -> dict[str, Any]:
     return {"cloudwatch_metrics_enabled": True, "metric_name": metric, "sampled_requests_enabled": False}
 
 
+RATE_LIMITED = {
+    "block": {
+        "custom_response": {
+            "response_code": 429,
+            "custom_response_body_key": RATE_LIMITED_BODY_KEY,
+            "response_headers": [{"name": "retry-after", "value": str(EVALUATION_WINDOW_SECONDS)}],
+        }
+    }
+}
+WITHOUT_TENANT_KEY_RULE = "requests-without-a-tenant-key"
+
+
+def _tenant_key(tenant_prefix: str) -> dict[str, Any]:
+    """A request whose Authorization starts with `bearer <prefix>`, as the middleware reads it."""
+    return {
+        "byte_match_statement": {
+            "field_to_match": {"single_header": {"name": "authorization"}},
+            "positional_constraint": "STARTS_WITH",
+            "search_string": f"bearer {tenant_prefix}",
+            "text_transformations": _NORMALISED,
+        }
+    }
+
+
+def without_tenant_key_rule(config: PlatformConfig, priority: int) -> dict[str, Any]:
+    """Requests that carry no tenant's key prefix, limited per client address (issue 40): no key,
+    another scheme, a key of no tenant. The vLLM pods and the wake gate refuse them anyway; WAF
+    bounds what a client sends of them. (A made-up key *with* a tenant's prefix is its own count in
+    that tenant's rule, and gets 401.)"""
+    matches = [_tenant_key(tenant.prefix) for tenant in config.tenants]
+    any_tenant = matches[0] if len(matches) == 1 else {"or_statement": {"statements": matches}}
+    return {
+        "name": WITHOUT_TENANT_KEY_RULE,
+        "priority": priority,
+        "action": RATE_LIMITED,
+        "statement": {
+            "rate_based_statement": {
+                "limit": config.ingress.requests_without_tenant_key_per_minute,
+                "evaluation_window_sec": EVALUATION_WINDOW_SECONDS,
+                "aggregate_key_type": "IP",
+                "scope_down_statement": {"not_statement": {"statement": any_tenant}},
+            }
+        },
+        "visibility_config": _visibility(WITHOUT_TENANT_KEY_RULE),
+    }
+
+
 def tenant_rate_rules(config: PlatformConfig) -> list[dict[str, Any]]:
-    """One rate-based rule per tenant with `requests_per_minute` (pulumi_aws WebAclRule inputs)."""
+    """One rate-based rule per tenant with `requests_per_minute`, and one per client address for
+    requests with no tenant's key (pulumi_aws WebAclRule inputs)."""
     rules = []
     limited = [tenant for tenant in config.tenants if tenant.requests_per_minute is not None]
     for priority, tenant in enumerate(limited):
@@ -64,17 +112,7 @@ def tenant_rate_rules(config: PlatformConfig) -> list[dict[str, Any]]:
             {
                 "name": f"tenant-{tenant.name}-rate",
                 "priority": priority,
-                "action": {
-                    "block": {
-                        "custom_response": {
-                            "response_code": 429,
-                            "custom_response_body_key": RATE_LIMITED_BODY_KEY,
-                            "response_headers": [
-                                {"name": "retry-after", "value": str(EVALUATION_WINDOW_SECONDS)}
-                            ],
-                        }
-                    }
-                },
+                "action": RATE_LIMITED,
                 "statement": {
                     "rate_based_statement": {
                         "limit": tenant.requests_per_minute,
@@ -86,19 +124,14 @@ def tenant_rate_rules(config: PlatformConfig) -> list[dict[str, Any]]:
                         "custom_keys": [
                             {"header": {"name": "authorization", "text_transformations": _NORMALISED}}
                         ],
-                        "scope_down_statement": {
-                            "byte_match_statement": {
-                                "field_to_match": {"single_header": {"name": "authorization"}},
-                                "positional_constraint": "STARTS_WITH",
-                                "search_string": f"bearer {tenant.prefix}",
-                                "text_transformations": _NORMALISED,
-                            }
-                        },
+                        "scope_down_statement": _tenant_key(tenant.prefix),
                     }
                 },
                 "visibility_config": _visibility(f"tenant-{tenant.name}-rate"),
             }
         )
+    if rules:
+        rules.append(without_tenant_key_rule(config, len(rules)))
     return rules
 
 

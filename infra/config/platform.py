@@ -114,6 +114,11 @@ class IngressConfig(StrictModel):
     ) = None
     """Class `alb`: an AWS WAF (v2, regional) web ACL to attach to the load balancer, e.g. one with a
     rate-based rule per client IP (docs/security.md); unset: none."""
+    requests_without_tenant_key_per_minute: Annotated[int, Field(ge=10, le=2_000_000_000)] = 60
+    """With tenants' rate limits (the web ACL the stack creates): most requests per minute from one
+    client address whose `Authorization` carries no tenant's key prefix (no key, another scheme, a
+    key of no tenant), answered 429 by AWS WAF past it. They are refused anyway (401 from the vLLM
+    pods or, for a model at zero, the router's wake gate); this bounds what they cost."""
 
 
 """vllm-router 0.1.17's policies that work in its multi-model mode (docs/routing.md, "Policies")."""

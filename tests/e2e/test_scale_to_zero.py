@@ -2,7 +2,7 @@
 
 The prod stack's to-zero model (`qwen2-5-7b-tp2`, KEDA, `min_replicas: 0`) as a router pod runs it:
 
-    client ──► front router ──► the model's router (hold flags, NO worker at first) ──► vLLM (once awake)
+    client ──► front router ──► wake gate ──► the model's router (hold flags, NO worker at first) ──► vLLM
                                         │ /metrics (PodMonitor labels)
                                         ▼
                   Debian's Prometheus ◄── the scaler loop (KEDA's rules over the rendered triggers)
@@ -10,9 +10,12 @@ The prod stack's to-zero model (`qwen2-5-7b-tp2`, KEDA, `min_replicas: 0`) as a 
 Real: vllm-router 0.1.17 for both routers, with the arguments the prod stack renders for the
 `router` and `route-qwen2-5-7b-tp2` containers (host and ports moved to loopback, the Kubernetes
 discovery removed as in tests/e2e/test_router.py); the registrar's `reconcile` and its models server
-(router/registrar.py) over the rendered registrar worker; Debian's Prometheus scraping the model
-router's metrics port with the rendered PodMonitor endpoint's relabelling and the labels the
-Prometheus Operator adds (namespace, pod, container), and the vLLM pod through file-based discovery;
+(router/registrar.py) over the rendered registrar worker; the wake gate (router/wake_gate.py, issue
+40) started as its container starts it, from the rendered `wake-gate.json`, reading the same key
+files as the vLLM pod (only its port, the model router's URL and the key folder moved to loopback);
+Debian's Prometheus scraping the model router's metrics port with the rendered PodMonitor endpoint's
+relabelling and the labels the Prometheus Operator adds (namespace, pod, container), the front's
+metrics port (the PodMonitor's first endpoint), and the vLLM pod through file-based discovery;
 vLLM 0.32.0's CPU build serving the tiny model as the model's pod in tenants mode (the rendered
 middleware, tenants file and environment; the CPU-adjusted dev engine flags, as tests/e2e/test_tenants.py).
 
@@ -71,9 +74,12 @@ from tests.support.recorded_prometheus import RecordedPrometheus, running_promet
 from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningRouter,
+    RunningWakeGate,
     models_server,
     require_router_python,
     start_router,
+    start_wake_gate,
+    stop_process_group,
     stop_router,
 )
 from tests.support.vllm_server import (
@@ -103,6 +109,8 @@ busy, tests/e2e/conftest.py) with a margin."""
 PAST_BOUND_HOLD_SECONDS = 35.0
 STARTUP_TIMEOUT_SECONDS = 400
 CONCURRENT_REQUESTS = 32
+STRANGER_REQUESTS = 200
+"""Requests without a valid key sent at zero (issue 40), spread evenly over the kinds of `stranger_kinds`."""
 CB_FAILURE_THRESHOLD = 10
 """vllm-router 0.1.17's default `--cb-failure-threshold` (the rendered front sets none)."""
 CIRCUIT_BURST = 12
@@ -152,6 +160,28 @@ def _rendered_registrar_entry() -> dict[str, Any]:
     """The registrar config's worker for the to-zero model."""
     (entry,) = [w for w in rendered_registrar_workers(STACK) if w["url"].endswith(_port_of(ROUTE_CONTAINER))]
     return entry
+
+
+def _rendered_wake_gate_config() -> dict[str, Any]:
+    """The wake gate's config (the router ConfigMap's wake-gate.json, components/router.py)."""
+    from tests.conftest import rendered
+
+    (config_map,) = rendered(STACK).find("ConfigMap", namespace=ROUTER_NAMESPACE)
+    config: dict[str, Any] = json.loads(config_map["data"]["wake-gate.json"])
+    return config
+
+
+def _rendered_retry_after_seconds() -> int:
+    (gated,) = [m for m in _rendered_wake_gate_config()["models"] if m["model"] == MODEL]
+    seconds: int = gated["retry_after_seconds"]
+    return seconds
+
+
+def _gated_entry(entry: dict[str, Any], model_router: RunningRouter, gate: RunningWakeGate) -> dict[str, Any]:
+    """The rendered registrar worker with loopback URLs: the model's router, and its wake gate as
+    the URL the front routes the model to (`front_url`)."""
+    assert entry.get("front_url"), "a to-zero model is routed through its wake gate"
+    return {**entry, "url": model_router.base_url, "front_url": gate.base_url}
 
 
 def _port_of(container: str) -> str:
@@ -257,10 +287,14 @@ class Scaler:
 class Chain:
     front: RunningRouter
     model_router: RunningRouter
+    gate: RunningWakeGate
     worker: Worker
     scaler: Scaler
     prometheus: RecordedPrometheus
     keys: dict[str, str]
+    """Tenant -> a key of it; the first tenants are allowed on the model, the last is not."""
+    prefixes: dict[str, str]
+    """Tenant -> its key prefix."""
     replicas: list[Replica]
     model_args: list[str]
     served_name: str
@@ -292,6 +326,11 @@ class PastBound:
     """One request right after the burst."""
     front_circuit_opened: float = 0.0
     """The front's `vllm_router_cb_state_transitions_total{to="open"}` for the model router."""
+    retry_after: str | None = None
+    """The `Retry-After` of the single request's 503."""
+    burst_retry_after: list[tuple[str | None, str | None]] = field(default_factory=list)
+    """(Retry-After, Server) of each burst answer: the gate's own answers name it as their server."""
+    after_burst_retry_after: tuple[str | None, str | None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -313,23 +352,39 @@ def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
     model_args[model_args.index("--retry-max-retries") + 1] = "1"
     model_args = with_hold(model_args, PAST_BOUND_HOLD_SECONDS)  # substituted (module docstring)
     logs = tmp_path_factory.mktemp("past-bound-routers")
+    # A valid key of a tenant allowed on the model: only such a request passes the wake gate to the hold.
+    from infra.stack_checks import load_stack
+
+    tenant = next(t for t in load_stack(STACK).tenants if t.name == "search")
+    keys_dir = logs / "router-keys"
+    keys_dir.mkdir()
+    key = f"{tenant.prefix}{secrets.token_urlsafe(24)}"
+    (keys_dir / pod_secrets.tenant_key_file_name(tenant.name, 0)).write_text(key + "\n")
     model_router = start_router(loopback_arguments(model_args), log_path=logs / "model.log")
     front = start_router(loopback_arguments(containers["router"]), log_path=logs / "front.log")
+    gate = start_wake_gate(
+        _rendered_wake_gate_config(),
+        MODEL,
+        model_router_url=model_router.base_url,
+        keys_dir=keys_dir,
+        log_path=logs / "wake-gate.log",
+    )
     result = PastBound(
         model_hold_seconds=hold_seconds(model_args),
         front_attempts=int(_option(containers["router"], "--retry-max-retries")),
     )
     entry = _rendered_registrar_entry()
     reconcile(
-        RouterClient(front.base_url), desired_workers({"workers": [{**entry, "url": model_router.base_url}]})
+        RouterClient(front.base_url),
+        desired_workers({"workers": [_gated_entry(entry, model_router, gate)]}),
     )
 
-    def held() -> tuple[int | None, float, str]:
+    def held() -> tuple[int | None, float, str, tuple[str | None, str | None]]:
         started = time.monotonic()
         try:
             response = httpx.post(
                 f"{front.base_url}/v1/chat/completions",
-                headers={"Authorization": "Bearer tk-search_unused"},
+                headers={"Authorization": f"Bearer {key}"},
                 json={
                     "model": entry["model_id"],
                     "messages": [{"role": "user", "content": "hi"}],
@@ -338,20 +393,29 @@ def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 timeout=3 * result.front_attempts * result.model_hold_seconds + 120,
             )
         except httpx.HTTPError as error:
-            return None, time.monotonic() - started, repr(error)
-        return response.status_code, time.monotonic() - started, response.text
+            return None, time.monotonic() - started, repr(error), (None, None)
+        elapsed = time.monotonic() - started
+        headers = response.headers
+        return (
+            response.status_code,
+            elapsed,
+            response.text,
+            (headers.get("retry-after"), headers.get("server")),
+        )
 
     def send() -> None:
         try:
             before = _errors(model_router)
             result.started = time.monotonic()
-            result.status, result.elapsed, result.body = held()
+            result.status, result.elapsed, result.body, (result.retry_after, _) = held()
             result.error = result.body if result.status is None else None
             result.attempts_at_model_router = _errors(model_router) - before
             with concurrent.futures.ThreadPoolExecutor(max_workers=CIRCUIT_BURST) as pool:
-                answers = [pool.submit(held) for _ in range(CIRCUIT_BURST)]
-                result.burst = [answer.result()[:2] for answer in answers]
-            result.after_burst = held()[:2]
+                answers = [answer.result() for answer in [pool.submit(held) for _ in range(CIRCUIT_BURST)]]
+            result.burst = [answer[:2] for answer in answers]
+            result.burst_retry_after = [answer[3] for answer in answers]
+            status, seconds, _, result.after_burst_retry_after = held()
+            result.after_burst = (status, seconds)
             result.front_circuit_opened = sum(
                 float(line.rsplit(" ", 1)[1])
                 for line in httpx.get(front.metrics_url, timeout=30).text.splitlines()
@@ -361,12 +425,14 @@ def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
             result.done.set()
 
     thread = threading.Thread(target=send, name="past-bound", daemon=True)
+    result.started = time.monotonic()  # the tests' deadlines count from here, even before send() runs
     thread.start()
     try:
         yield result
     finally:
         thread.join(timeout=5)
         stop_router(front)
+        stop_process_group(gate.process)
         stop_router(model_router)
 
 
@@ -418,10 +484,20 @@ def chain(
         stack.callback(stop_router, model_router)
         front = start_router(loopback_arguments(containers["router"]), log_path=logs / "front.log")
         stack.callback(stop_router, front)
+        # The wake gate reads the same key files as the model's pods: the same store entries, mounted
+        # into the router pod's wake-gate container (SecretProviderClass vllm-router-keys).
+        gate = start_wake_gate(
+            _rendered_wake_gate_config(),
+            MODEL,
+            model_router_url=model_router.base_url,
+            keys_dir=keys_dir,
+            log_path=logs / "wake-gate.log",
+        )
+        stack.callback(stop_process_group, gate.process)
         entry = _rendered_registrar_entry()
         assert entry["model_id"] == served_name and entry.get("scale_to_zero") is True, entry
-        desired = desired_workers({"workers": [{**entry, "url": model_router.base_url}]})
-        assert reconcile(RouterClient(front.base_url), desired) == ([model_router.base_url], [])
+        desired = desired_workers({"workers": [_gated_entry(entry, model_router, gate)]})
+        assert reconcile(RouterClient(front.base_url), desired) == ([gate.base_url], [])
 
         labels = {"namespace": ROUTER_NAMESPACE, "pod": ROUTER_POD, "container": ROUTE_CONTAINER}
         config = {
@@ -436,6 +512,17 @@ def chain(
                         }
                     ],
                     "relabel_configs": _rendered_scrape_relabelings(),
+                },
+                # The front's own endpoint (the PodMonitor's first, no relabelling): it counts the
+                # requests the gate refuses, under no model, so they must not read as demand.
+                {
+                    "job_name": f"{ROUTER_NAMESPACE}/vllm-router-front",
+                    "static_configs": [
+                        {
+                            "targets": [urllib.parse.urlsplit(front.metrics_url).netloc],
+                            "labels": {**labels, "container": "router"},
+                        }
+                    ],
                 },
                 {
                     "job_name": f"{NAMESPACE}/vllm",
@@ -489,10 +576,12 @@ def chain(
         yield Chain(
             front,
             model_router,
+            gate,
             *desired.values(),
             scaler,
             prometheus,
             keys,
+            {t.name: t.prefix for t in load_stack(STACK).tenants},
             replicas,
             model_args,
             served_name,
@@ -572,6 +661,86 @@ def stream_chat(chain: Chain, key: str, text: str) -> Answer:
     )
 
 
+def stranger_kinds(chain: Chain) -> dict[str, tuple[str | None, str]]:
+    """Kind -> (bearer key or None, the body's `model`) of a request that must not wake the model."""
+    own_tenant, own_key = next(iter(chain.keys.items()))
+    other_key = list(chain.keys.values())[-1]
+    return {
+        "no key": (None, chain.served_name),
+        "not a key": ("x", chain.served_name),
+        "a made-up key with the tenant's prefix": (
+            f"{chain.prefixes[own_tenant]}{secrets.token_urlsafe(24)}",
+            chain.served_name,
+        ),
+        "another tenant's key": (other_key, chain.served_name),
+        "a name no model serves": (own_key, "no-such-model"),
+    }
+
+
+def short_chat(client: httpx.Client, base_url: str, key: str | None, model: str) -> int | None:
+    """A one-token chat request's status; None if it got no answer within 30 s (it was held)."""
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    try:
+        return client.post(
+            f"{base_url}/v1/chat/completions",
+            headers=headers,
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+            timeout=30,
+        ).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def _routed(router: RunningRouter) -> float:
+    text = httpx.get(router.metrics_url, timeout=30).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm_router_requests_total")
+    )
+
+
+@dataclass(frozen=True)
+class Strangers:
+    statuses: dict[str, list[int | None]]
+    """Kind (stranger_kinds) -> the status of each of its requests."""
+    seconds: float
+    held_attempts: float
+    """The model router's `no_available_workers` errors while they were sent: each is a held attempt."""
+    routed: float
+    """The model router's `vllm_router_requests_total` while they were sent."""
+    polls: list[dict[str, Any]]
+    """The scaler's polls from the first request to a scrape and a poll after the last."""
+
+
+@pytest.fixture(scope="module")
+def strangers(chain: Chain) -> Strangers:
+    assert chain.scaler.replicas == 0 and chain.replicas == [], "not at zero before the strangers"
+    kinds = stranger_kinds(chain)
+    held, routed = _errors(chain.model_router), _routed(chain.model_router)
+    started_at, started = time.time(), time.monotonic()
+    sends = [kind for kind in kinds for _ in range(STRANGER_REQUESTS // len(kinds))]
+    # One client, its connections kept alive, as an SDK sends them (a new client per request costs the
+    # test itself tens of milliseconds each here).
+    with httpx.Client() as client, concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(
+            pool.map(lambda kind: (kind, short_chat(client, chain.front.base_url, *kinds[kind])), sends)
+        )
+    seconds = time.monotonic() - started
+    # Any demand they made would show within a scrape and a poll (the wake reads 1 at the first scrape).
+    time.sleep(2 * SCRAPE_SECONDS + 2 * POLL_SECONDS + 1)
+    statuses: dict[str, list[int | None]] = {}
+    for kind, status in results:
+        statuses.setdefault(kind, []).append(status)
+    return Strangers(
+        statuses,
+        seconds,
+        _errors(chain.model_router) - held,
+        _routed(chain.model_router) - routed,
+        [poll for poll in chain.scaler.polls if poll["at"] >= started_at],
+    )
+
+
 @dataclass
 class Wake:
     sent_at: float
@@ -583,6 +752,8 @@ class Wake:
     """What the awake pod answers the other tenant's key directly (today's answer)."""
     models_awake: httpx.Response
     last_answer_at: float
+    strangers_direct: dict[str, int | None] = field(default_factory=dict)
+    """What the awake pod answers each kind of stranger_kinds directly."""
 
 
 @pytest.fixture(scope="module")
@@ -592,8 +763,8 @@ def wake(chain: Chain, models_endpoint: str) -> Wake:
     sent_at = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=CONCURRENT_REQUESTS + 2) as pool:
         futures = [pool.submit(stream_chat, chain, own, f"wake up {i}") for i in range(CONCURRENT_REQUESTS)]
-        wrong = pool.submit(stream_chat, chain, own + "x", "a wrong key, held")
-        other = pool.submit(stream_chat, chain, other_key, f"tenant {other_tenant}, held")
+        wrong = pool.submit(stream_chat, chain, own + "x", "a wrong key, refused by the wake gate")
+        other = pool.submit(stream_chat, chain, other_key, f"tenant {other_tenant}, refused by the wake gate")
         answers = [f.result(timeout=hold_seconds(chain.model_args) + 240) for f in futures]
         wrong_key, other_answer = wrong.result(timeout=60), other.result(timeout=60)
     last_answer_at = time.monotonic()
@@ -607,7 +778,21 @@ def wake(chain: Chain, models_endpoint: str) -> Wake:
         json={"model": chain.served_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
         timeout=60,
     )
-    return Wake(sent_at, answers, wrong_key, other_answer, direct.status_code, models_awake, last_answer_at)
+    with httpx.Client() as client:
+        strangers_direct = {
+            kind: short_chat(client, replica.server.base_url, key, model)
+            for kind, (key, model) in stranger_kinds(chain).items()
+        }
+    return Wake(
+        sent_at,
+        answers,
+        wrong_key,
+        other_answer,
+        direct.status_code,
+        models_awake,
+        last_answer_at,
+        strangers_direct,
+    )
 
 
 def _record(name: str, value: Any) -> None:
@@ -626,8 +811,56 @@ def test_the_model_at_zero_is_listed_with_a_key_without_waking_it(chain: Chain, 
     assert listed.status_code == 200, listed.text
     assert [e["id"] for e in listed.json()["data"]] == [chain.served_name]
     assert httpx.get(f"{models_endpoint}/v1/models", timeout=30).status_code == 401
+    # Issue 40: the wake gate answers for the sleeping model from the keys its pods accept, so a wrong
+    # key or another tenant's key does not see it.
+    for other in (key + "x", list(chain.keys.values())[-1]):
+        refused = httpx.get(
+            f"{models_endpoint}/v1/models", headers={"Authorization": f"Bearer {other}"}, timeout=30
+        )
+        assert refused.status_code == 401, refused.text
     time.sleep(3 * POLL_SECONDS)
     assert chain.scaler.replicas == 0 and chain.replicas == [], chain.scaler.events
+
+
+def test_200_requests_without_a_valid_key_at_zero_are_refused_and_leave_the_model_at_zero(
+    chain: Chain, strangers: Strangers
+) -> None:
+    """Issue 40: no key, a wrong key, a made-up key with a tenant's prefix, another tenant's key and a
+    name no model serves each get 401/404 from the wake gate; none reaches the model router's hold
+    (its held-attempt counter, the demand signal, stays where it was), so the demand query reads 0 and
+    the model stays at zero."""
+    counts = {kind: len(statuses) for kind, statuses in strangers.statuses.items()}
+    _record(
+        "strangers_at_zero",
+        {
+            "requests": counts,
+            "statuses": {
+                kind: sorted(set(map(str, statuses))) for kind, statuses in strangers.statuses.items()
+            },
+            "seconds_for_all": strangers.seconds,
+            "held_attempts": strangers.held_attempts,
+            "polls": len(strangers.polls),
+            "scaler_events": [what for _, what in chain.scaler.events],
+        },
+    )
+    print(
+        f"{sum(counts.values())} requests without a valid key at zero in {strangers.seconds:.1f} s: "
+        f"{ {kind: sorted(set(map(str, statuses))) for kind, statuses in strangers.statuses.items()} }"
+    )
+    assert sum(counts.values()) == STRANGER_REQUESTS
+    expected = {
+        kind: 404 if model != chain.served_name else 401 for kind, (_, model) in stranger_kinds(chain).items()
+    }
+    assert {kind: set(statuses) for kind, statuses in strangers.statuses.items()} == {
+        kind: {status} for kind, status in expected.items()
+    }
+    assert strangers.held_attempts == 0 and strangers.routed == 0
+    assert strangers.polls, "the scaler did not poll"
+    assert all(poll["values"]["router_demand"] == 0 and not poll["active"] for poll in strangers.polls), (
+        strangers.polls
+    )
+    assert chain.scaler.replicas == 0 and chain.replicas == [], chain.scaler.events
+    assert "0->1" not in [what for _, what in chain.scaler.events]
 
 
 def test_32_streams_sent_at_zero_are_all_answered_once_a_replica_wakes(chain: Chain, wake: Wake) -> None:
@@ -660,13 +893,24 @@ def test_32_streams_sent_at_zero_are_all_answered_once_a_replica_wakes(chain: Ch
     assert [e["id"] for e in wake.models_awake.json()["data"]] == [chain.served_name]
 
 
-def test_keys_held_at_zero_get_vllms_answer_not_503(wake: Wake) -> None:
+def test_keys_refused_at_zero_get_the_answer_the_awake_pod_gives(wake: Wake, strangers: Strangers) -> None:
+    """The wake gate answers as the model's pods answer awake (their middleware), not with a hold or
+    the router's 503: sent amid the waking burst, and each kind of the 200 strangers."""
     assert wake.wrong_key.status == 401, wake.wrong_key
-    # The stack's other tenant is not allowed on this model: its pods hold no key of it, so vLLM's
-    # middleware answers exactly as it does awake, not the router's 503.
+    # The stack's other tenant is not allowed on this model: its pods hold no key of it.
     assert wake.other_tenant.status == wake.other_tenant_direct, wake.other_tenant
     assert wake.other_tenant.status in (401, 403), wake.other_tenant
-    _record("held_keys", {"wrong_key": wake.wrong_key.status, "other_tenant": wake.other_tenant.status})
+    at_zero = {kind: statuses[0] for kind, statuses in strangers.statuses.items()}
+    _record(
+        "refused_keys",
+        {
+            "wrong_key": wake.wrong_key.status,
+            "other_tenant": wake.other_tenant.status,
+            "at_zero_by_the_gate": at_zero,
+            "awake_by_the_pod": wake.strangers_direct,
+        },
+    )
+    assert at_zero == wake.strangers_direct
 
 
 def test_the_demand_query_is_above_zero_from_the_first_scrape_after_the_first_held_request(
@@ -731,6 +975,7 @@ def test_a_request_past_the_rendered_hold_gets_503_not_a_hang(past_bound: PastBo
             "model_router_hold_seconds": past_bound.model_hold_seconds,
             "front_attempts": past_bound.front_attempts,
             "attempts_at_model_router": past_bound.attempts_at_model_router,
+            "retry_after": past_bound.retry_after,
         },
     )
     print(
@@ -742,6 +987,9 @@ def test_a_request_past_the_rendered_hold_gets_503_not_a_hang(past_bound: PastBo
     assert past_bound.status == 503, past_bound.body
     assert past_bound.elapsed is not None
     assert expected <= past_bound.elapsed <= expected * 1.1 + 15
+    # Issue 40 item 6: the wake gate puts the model's predicted wake on the 503 that ends a hold, and
+    # the front passes it on after its last attempt.
+    assert past_bound.retry_after == str(_rendered_retry_after_seconds()), past_bound.retry_after
 
 
 def test_many_requests_past_the_hold_get_503_after_one_hold_once_the_fronts_circuit_opens(
@@ -765,6 +1013,8 @@ def test_many_requests_past_the_hold_get_503_after_one_hold_once_the_fronts_circ
         {
             "burst": [{"status": status, "seconds": seconds} for status, seconds in past_bound.burst],
             "after_burst": past_bound.after_burst,
+            "burst_retry_after": past_bound.burst_retry_after,
+            "after_burst_retry_after": past_bound.after_burst_retry_after,
             "front_circuit_opened": past_bound.front_circuit_opened,
         },
     )
@@ -781,3 +1031,12 @@ def test_many_requests_past_the_hold_get_503_after_one_hold_once_the_fronts_circ
     assert past_bound.after_burst is not None
     status, seconds = past_bound.after_burst
     assert status == 503 and seconds < 5, past_bound.after_burst
+    # Every 503 the wake gate answered (a hold's end; the front passes the last attempt's answer on)
+    # carries its Retry-After; the front's own 503, once its circuit to the gate is open, does not:
+    # vllm-router 0.1.17 sets none, and it answers without asking the gate. Measured: when the whole
+    # burst fails together, the circuit opens before any request's retry, so all of them and the next
+    # get the front's own answer.
+    gate = "vllm-platform-wake-gate"
+    retry_after = str(_rendered_retry_after_seconds())
+    for after, server in [*past_bound.burst_retry_after, past_bound.after_burst_retry_after]:
+        assert (after == retry_after) == (server == gate), past_bound.burst_retry_after

@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from router.registrar import ModelsServer, Worker
 from tests.support.vllm_server import REPO_ROOT, free_port
@@ -165,16 +166,7 @@ def start_router(
 
 def stop_router(router: RunningRouter, timeout_seconds: float = 20) -> None:
     """SIGTERM to the router's own process group, SIGKILL after the timeout."""
-    process = router.process
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_seconds)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+    stop_process_group(router.process, timeout_seconds)
 
 
 @contextlib.contextmanager
@@ -190,3 +182,78 @@ def models_server(workers: Sequence[Worker]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=30)
+
+
+@dataclass(frozen=True)
+class RunningWakeGate:
+    """router/wake_gate.py as the `wake-gate` container runs it, for one to-zero model."""
+
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_wake_gate(
+    rendered_config: dict[str, Any],
+    model: str,
+    *,
+    model_router_url: str,
+    keys_dir: Path,
+    log_path: Path,
+    startup_timeout_seconds: float = 30,
+) -> RunningWakeGate:
+    """The rendered wake-gate config (components/router.py `wake_gate_config`) for `model` alone, on a
+    free loopback port, in front of `model_router_url`, reading keys from `keys_dir`; returned once
+    its /liveness answers. Started as the container starts it: `python wake_gate.py --config FILE`."""
+    import json
+    import sys
+
+    (gated,) = [m for m in rendered_config["models"] if m["model"] == model]
+    port = free_port("127.0.0.1")
+    config = {
+        **rendered_config,
+        "keys_dir": str(keys_dir),
+        "models": [{**gated, "port": port, "model_router_url": model_router_url}],
+    }
+    config_file = log_path.with_suffix(".json")
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(json.dumps(config))
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "router" / "wake_gate.py"), "--config", str(config_file)],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    gate = RunningWakeGate(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + startup_timeout_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RouterError(f"the wake gate exited with {process.returncode}:\n{gate.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{gate.base_url}/liveness", timeout=2) as response:
+                if response.status == 200:
+                    return gate
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    stop_process_group(process)
+    raise RouterError(f"the wake gate did not answer /liveness within {startup_timeout_seconds:.0f} s")
+
+
+def stop_process_group(process: subprocess.Popen[bytes], timeout_seconds: float = 20) -> None:
+    """SIGTERM to the process's own group, SIGKILL after the timeout."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)

@@ -807,7 +807,8 @@ def test_the_model_at_zero_is_listed_with_a_key_without_waking_it(chain: Chain, 
     key = next(iter(chain.keys.values()))
     started = time.monotonic()
     listed = httpx.get(f"{models_endpoint}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
-    assert time.monotonic() - started < 5, "the list waited on the hold"
+    # Waiting on the hold would take the whole hold (minutes); half of it is room for any machine.
+    assert time.monotonic() - started < hold_seconds(chain.model_args) / 2, "the list waited on the hold"
     assert listed.status_code == 200, listed.text
     assert [e["id"] for e in listed.json()["data"]] == [chain.served_name]
     assert httpx.get(f"{models_endpoint}/v1/models", timeout=30).status_code == 401
@@ -1030,7 +1031,8 @@ def test_many_requests_past_the_hold_get_503_after_one_hold_once_the_fronts_circ
     assert len(single) >= CIRCUIT_BURST - (CB_FAILURE_THRESHOLD - 1), past_bound.burst
     assert past_bound.after_burst is not None
     status, seconds = past_bound.after_burst
-    assert status == 503 and seconds < 5, past_bound.after_burst
+    # Answered by the open circuit at once, not after a hold (half a hold is room for any machine).
+    assert status == 503 and seconds < hold / 2, past_bound.after_burst
     # Every 503 the wake gate answered (a hold's end; the front passes the last attempt's answer on)
     # carries its Retry-After; the front's own 503, once its circuit to the gate is open, does not:
     # vllm-router 0.1.17 sets none, and it answers without asking the gate. Measured: when the whole

@@ -22,7 +22,7 @@ import pytest
 
 from components import server_auth
 from infra import tenant_metrics
-from tests.support.auth_module import load_auth_module
+from tests.support.auth_module import WORST_BODY_BYTES, empty_objects_body, load_auth_module
 
 ALPHA, BETA = "tiny-alpha", "tiny-beta"
 KEY_A, KEY_B = "sk-team-a_0123456789abcdef", "sk-team-b_fedcba9876543210"
@@ -629,14 +629,6 @@ def test_a_tenant_past_its_in_flight_share_gets_429_with_retry_after(pod: Pod) -
 # the rest is read, take the tenant's share before reading, and leave vLLM's own parse for a later
 # turn of the event loop. Measured on the real server: bench/tenant_stall/.
 
-WORST_BODY_BYTES = 16 * 1024 * 1024
-"""The issue's body: just under `security.max_request_body_mib`'s default, ~5.6 million `{}`."""
-
-
-def _empty_objects_body(size: int) -> bytes:
-    head, tail = b'{"model": "tiny-alpha", "prompt": [', b"{}]}"
-    return head + b"{}," * ((size - len(head) - len(tail)) // 3) + tail
-
 
 def _random_json(rng: random.Random, depth: int) -> Any:
     """Values whose strings hold what a byte scanner could mistake for structure."""
@@ -695,7 +687,7 @@ def test_the_issues_worst_body_is_refused_after_a_few_chunks_with_no_python_step
     """The probe's body (16 MiB of empty objects within a tenant's share) took 5.5 s of Python on the
     event loop. Now it is refused with 413 once the default value count is passed, a small part of
     the way in, and the check's Python work is a few calls per 64 KiB chunk, whatever the values."""
-    body = _empty_objects_body(WORST_BODY_BYTES)
+    body = empty_objects_body(WORST_BODY_BYTES, ALPHA)
     pod.middleware.max_body_bytes = WORST_BODY_BYTES
     chunk = 64 * 1024
     incoming = [body[i : i + chunk] for i in range(0, len(body), chunk)]
@@ -736,6 +728,8 @@ def test_the_issues_worst_body_is_refused_after_a_few_chunks_with_no_python_step
         loop.close()
     assert sent[0]["status"] == 413
     assert b"JSON values" in b"".join(m.get("body", b"") for m in sent[1:])
+    # The rest is never read: the connection closes (uvicorn would otherwise read and drop it).
+    assert (b"connection", b"close") in sent[0]["headers"]
     values_per_chunk = chunk // 3
     assert len(read) <= pod.module.DEFAULT_MAX_JSON_VALUES // values_per_chunk + 2 < len(incoming) / 10
     assert python_calls[0] < 30 * len(read), (python_calls[0], len(read))  # ~22,000 values per chunk
@@ -767,6 +761,7 @@ def test_a_tenant_past_its_share_gets_429_before_any_of_its_body_is_read(pod: Po
     finally:
         loop.close()
     assert sent[0]["status"] == 429 and received == []
+    assert (b"connection", b"close") in sent[0]["headers"]
 
 
 def test_a_request_being_read_holds_its_tenants_share_until_it_is_answered(pod: Pod) -> None:

@@ -29,8 +29,10 @@ import json
 import os
 import platform
 import secrets
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -52,6 +54,7 @@ SERVED_NAME = "tiny"
 TENANTS = ("flood", "other")
 MAX_FLOOD_REQUESTS = 10_000
 """Bound on one phase's flood requests (the phase's time ends it first)."""
+FLOODER_NICENESS = 10
 
 
 def _limits() -> tuple[int, int, int]:
@@ -74,8 +77,10 @@ def bodies(max_bytes: int, max_values: int) -> dict[str, Callable[[], bytes]]:
     room = max_bytes - len(head) - 16
     deep = b"[" * 62 + b"0" + b"]" * 62  # with the body and `prompt`'s list: 64 levels
     return {
+        "small_body_control": lambda: filled(b"{},", 1, b"{}"),
         "issue_empty_objects_16mib": lambda: filled(b"{},", room // 3, b"{}"),
-        "empty_objects_under_value_limit": lambda: filled(b"{},", max_values - 16, b"{}"),
+        # An empty object counts twice (a value, and a container opened): max_values / 2 of them.
+        "empty_objects_under_value_limit": lambda: filled(b"{},", max_values // 2 - 16, b"{}"),
         "token_ids_under_value_limit": lambda: filled(b"1234,", max_values - 16, b"1"),
         "prompt_string_16mib": lambda: head + json.dumps("word, " * (room // 6)).encode() + b"}",
         "nesting_64_deep_repeated": lambda: filled(deep + b",", room // (len(deep) + 1), deep),
@@ -94,7 +99,9 @@ def _latencies(samples: list[float]) -> dict[str, float | int | None]:
     }
 
 
-def _phase(base_url: str, keys: dict[str, str], body: bytes | None, probe_timeout: int) -> dict[str, Any]:
+def _phase(
+    base_url: str, keys: dict[str, str], body: bytes | None, probe_timeout: int, seconds: float
+) -> dict[str, Any]:
     stop = threading.Event()
     health: list[float] = []
     health_failed: list[str] = []
@@ -102,6 +109,7 @@ def _phase(base_url: str, keys: dict[str, str], body: bytes | None, probe_timeou
     other_failed: list[str] = []
     flood: dict[str, int] = {}
     flood_seconds: list[float] = []
+    body_file = Path()
 
     def prober() -> None:
         with httpx.Client(base_url=base_url, timeout=probe_timeout) as client:
@@ -135,31 +143,42 @@ def _phase(base_url: str, keys: dict[str, str], body: bytes | None, probe_timeou
                     other_failed.append(type(error).__name__)
                 stop.wait(PROBE_INTERVAL_SECONDS)
 
-    def flooder() -> None:
-        assert body is not None
-        headers = {"Authorization": f"Bearer {keys['flood']}", "Content-Type": "application/json"}
-        with httpx.Client(base_url=base_url, timeout=120) as client:
-            for _ in range(MAX_FLOOD_REQUESTS):
-                if stop.is_set():
-                    return
-                started = time.perf_counter()
-                try:
-                    status = str(client.post("/v1/completions", content=body, headers=headers).status_code)
-                except httpx.HTTPError as error:
-                    status = type(error).__name__
-                flood_seconds.append(time.perf_counter() - started)
-                flood[status] = flood.get(status, 0) + 1
-
-    threads = [threading.Thread(target=prober), threading.Thread(target=other_tenant)]
+    flooder = None
     if body is not None:
-        threads.append(threading.Thread(target=flooder))
+        # Its own process, at a lower CPU priority: the tenant's client is not on the server's machine
+        # in production, and on this 2-core one its sending must not starve the server it attacks.
+        body_file = Path(tempfile.mkstemp(prefix="tenant-stall-body-")[1])
+        body_file.write_bytes(body)
+        flooder = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.tenant_stall.measure",
+                "--flood",
+                base_url,
+                keys["flood"],
+                str(body_file),
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: os.nice(FLOODER_NICENESS),
+        )
+    threads = [threading.Thread(target=prober), threading.Thread(target=other_tenant)]
     load_before = os.getloadavg()
     for thread in threads:
         thread.start()
-    time.sleep(PHASE_SECONDS)
+    time.sleep(seconds)
     stop.set()
     for thread in threads:
         thread.join(timeout=180)
+    if flooder is not None:
+        flooder.send_signal(signal.SIGTERM)
+        out, _ = flooder.communicate(timeout=180)
+        body_file.unlink()
+        flood_seconds = json.loads(out)["seconds"]
+        for status in json.loads(out)["statuses"]:
+            flood[status] = flood.get(status, 0) + 1
     return {
         "health_seconds": _latencies(health),
         "health_failed": health_failed,
@@ -171,7 +190,7 @@ def _phase(base_url: str, keys: dict[str, str], body: bytes | None, probe_timeou
     }
 
 
-def measure(work: Path, module: Path, names: list[str]) -> dict[str, Any]:
+def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_SECONDS) -> dict[str, Any]:
     max_bytes, max_values, probe_timeout = _limits()
     vllm_python = require_vllm_venv()
     model_dir = work / "tiny-llama"
@@ -217,11 +236,14 @@ def measure(work: Path, module: Path, names: list[str]) -> dict[str, Any]:
     every = bodies(max_bytes, max_values)
     phases: dict[str, Any] = {}
     with running_vllm_server(args, env=env, log_path=work / "vllm-serve.log") as server:
-        phases["idle"] = _phase(server.base_url, keys, None, probe_timeout)
+        phases["idle"] = _phase(server.base_url, keys, None, probe_timeout, seconds)
         for name in names:
             body = every[name]()
-            phases[name] = {"body_bytes": len(body), **_phase(server.base_url, keys, body, probe_timeout)}
-            phases[f"idle_after_{name}"] = _phase(server.base_url, keys, None, probe_timeout)
+            phases[name] = {
+                "body_bytes": len(body),
+                **_phase(server.base_url, keys, body, probe_timeout, seconds),
+            }
+            phases[f"idle_after_{name}"] = _phase(server.base_url, keys, None, probe_timeout, seconds)
     idle = [p for name, p in phases.items() if name.startswith("idle")]
     baseline = {
         kind: statistics.median(
@@ -247,21 +269,49 @@ def measure(work: Path, module: Path, names: list[str]) -> dict[str, Any]:
             "json_values": max_values,
             "probe_timeout_seconds": probe_timeout,
         },
-        "phase_seconds": PHASE_SECONDS,
+        "phase_seconds": seconds,
         "idle_median_seconds": {kind: round(value, 4) for kind, value in baseline.items()},
         "generated_by": "bench/tenant_stall/measure.py",
         "phases": phases,
     }
 
 
+def flood(base_url: str, key: str, body_file: Path) -> None:
+    """One tenant sending `body_file` back to back on one connection until SIGTERM (or
+    MAX_FLOOD_REQUESTS); prints each answer's status and seconds as JSON."""
+    body = body_file.read_bytes()
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    statuses: list[str] = []
+    seconds: list[float] = []
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        for _ in range(MAX_FLOOD_REQUESTS):
+            if stopped.is_set():
+                break
+            started = time.perf_counter()
+            try:
+                statuses.append(
+                    str(client.post("/v1/completions", content=body, headers=headers).status_code)
+                )
+            except httpx.HTTPError as error:
+                statuses.append(type(error).__name__)
+            seconds.append(time.perf_counter() - started)
+    print(json.dumps({"statuses": statuses, "seconds": seconds}))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--flood"]:
+        flood(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--module", type=Path, default=server_auth.MODULE_FILE)
     parser.add_argument("--bodies", nargs="*", default=list(bodies(16, 16)))
+    parser.add_argument("--phase-seconds", type=float, default=PHASE_SECONDS)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tenant-stall-") as work:
-        result = measure(Path(work), args.module.resolve(), args.bodies)
+        result = measure(Path(work), args.module.resolve(), args.bodies, args.phase_seconds)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     summary = {name: phase.get("median_over_idle") for name, phase in result["phases"].items()}
     print(json.dumps({"idle": result["idle_median_seconds"], "median_over_idle": summary}, indent=2))

@@ -458,26 +458,37 @@ def openai_error(message: str, code: str) -> bytes:
 
 
 async def _respond(
-    send: Send, status: int, body: bytes, *, challenge: bool = False, retry_after: int | None = None
+    send: Send,
+    status: int,
+    body: bytes,
+    *,
+    challenge: bool = False,
+    retry_after: int | None = None,
+    close: bool = False,
 ) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if challenge:
         headers.append((b"www-authenticate", b'Bearer realm="vllm"'))
     if retry_after is not None:
         headers.append((b"retry-after", str(retry_after).encode()))
+    if close:
+        # The request's body is not read to its end: uvicorn would read and drop the rest on the
+        # event loop (16 MiB of callbacks) to keep the connection; closing it costs nothing.
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
 class Refused(Exception):
-    """A request answered here, never passed to vLLM: its status and OpenAI-shaped error."""
+    """A request answered here, never passed to vLLM: its status and OpenAI-shaped error; `close`
+    when its body was not read to the end (the connection is then closed)."""
 
-    def __init__(self, status: int, message: str, code: str) -> None:
+    def __init__(self, status: int, message: str, code: str, *, close: bool = False) -> None:
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.close = status, message, code, close
 
     async def answer(self, send: Send) -> None:
-        await _respond(send, self.status, openai_error(self.message, self.code))
+        await _respond(send, self.status, openai_error(self.message, self.code), close=self.close)
 
 
 def _header(scope: Scope, name: bytes) -> list[bytes]:
@@ -547,7 +558,9 @@ async def _read_body(
     `max_json_values` values or MAX_JSON_DEPTH levels, before the rest is read."""
     for declared in _header(scope, b"content-length"):
         if declared.strip().isdigit() and int(declared) > limit:
-            raise Refused(413, f"The request body is larger than {limit} bytes.", "request_too_large")
+            raise Refused(
+                413, f"The request body is larger than {limit} bytes.", "request_too_large", close=True
+            )
     shape: JsonShape | None = None
     decided = max_json_values is None
     messages, chunks, size = [], [], 0
@@ -558,8 +571,11 @@ async def _read_body(
             break
         chunk = message.get("body", b"")
         size += len(chunk)
+        more = message.get("more_body", False)
         if size > limit:
-            raise Refused(413, f"The request body is larger than {limit} bytes.", "request_too_large")
+            raise Refused(
+                413, f"The request body is larger than {limit} bytes.", "request_too_large", close=more
+            )
         chunks.append(chunk)
         if not decided and chunk.strip():
             decided = True
@@ -568,8 +584,12 @@ async def _read_body(
                 for earlier in chunks[:-1]:
                     shape.feed(earlier)  # whitespace only
         if shape is not None:
-            shape.feed(chunk)
-        if not message.get("more_body", False):
+            try:
+                shape.feed(chunk)
+            except Refused as refused:
+                refused.close = more
+                raise
+        if not more:
             break
     return messages, b"".join(chunks)
 
@@ -846,6 +866,7 @@ class ApiKeyMiddleware:
                     "rate_limit_exceeded",
                 ),
                 retry_after=RETRY_AFTER_SECONDS,
+                close=True,  # its body is not read
             )
             return
         self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1

@@ -210,18 +210,32 @@ CACHE_SALT_FIELD = "cache_salt"
 CACHE_SALTED_ROUTES = frozenset(
     {
         "/v1/completions",
+        "/v1/completions/render",
         "/v1/chat/completions",
         "/v1/chat/completions/batch",
+        "/v1/chat/completions/render",
         "/v1/responses",
+        "/v1/responses/render",
         "/v1/messages",
-        "/cohere/v2/chat",
+        "/v1/messages/render",
+        "/v1/systemone",
+        "/generative_scoring",
         "/inference/v1/generate",
         "/invocations",
+        # Served for pooling models only: their requests take the salt too (PoolingBasicRequestMixin).
+        "/v1/embeddings",
+        "/pooling",
+        "/classify",
+        "/score",
+        "/v1/score",
+        "/rerank",
+        "/v1/rerank",
+        "/v2/rerank",
     }
 )
-"""The generating routes whose vLLM 0.32.0 request models take `cache_salt` (checked against the real
-server's OpenAPI document by tests/e2e/test_tenant_isolation.py): there the middleware sets each
-tenant's own salt, so tenants sharing a model never share its prefix cache."""
+"""The inference routes whose vLLM 0.32.0 request models take `cache_salt` (checked against the real
+server's OpenAPI document by tests/e2e/test_tenants.py): there the middleware sets each tenant's own
+salt, so tenants sharing a model never share its prefix cache."""
 """`Retry-After` of a 429 past the tenant's in-flight share: requests usually finish within seconds."""
 
 LOG = logging.getLogger("vllm_platform_auth")

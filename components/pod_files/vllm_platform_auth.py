@@ -30,13 +30,18 @@ Two modes, chosen by the environment the Deployment renders:
   vLLM writes over the body's `model`; on chat, an adapter named like a content part's type, which
   vLLM applies to a request for the base. A tenant naming a served name it may not call gets 403, a
   name this pod does not serve 404 (before vLLM); `GET /v1/models` lists only the tenant's names.
-  Past its share of `max_concurrent_requests` a tenant gets 429 with `Retry-After`. Per-tenant
-  request and token counts are Prometheus series (the tenant's name as label, never the key) in
-  vLLM's own `/metrics`.
+  Past its share of `max_concurrent_requests` (or the default share on a shared model) a tenant
+  gets 429 with `Retry-After`, checked before its body is read (issue 40). Each tenant's requests
+  get a `cache_salt` of their own on the routes that take one (CACHE_SALTED_ROUTES), unless the
+  tenants file says `isolated_prefix_cache: false`: tenants do not share vLLM's prefix cache.
+  Per-tenant request and token counts are Prometheus series (the tenant's name as label, never the
+  key) in vLLM's own `/metrics`.
 
-In both modes a request body larger than `VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, and a JSON body
-that does not parse, repeats a key or nests deeper than MAX_JSON_DEPTH gets 400: it never reaches
-vLLM (a 200,000-deep body made vLLM answer 500).
+In both modes a request body larger than `VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, a JSON body with
+more than `VLLM_PLATFORM_MAX_JSON_VALUES` values 413 and one nesting deeper than MAX_JSON_DEPTH 400,
+both found chunk by chunk as the body arrives, at C speed (JsonShape, issue 40: no tenant's body
+may hold the event loop that answers `/health` and the other tenants); a JSON body that does not
+parse or repeats a key gets 400: it never reaches vLLM (a 200,000-deep body made vLLM answer 500).
 
 An empty or missing key (or, with tenants, no key at all) stops the server at start-up: vLLM imports
 this module while it builds its app, before it listens, and the import raises, so the process exits
@@ -206,6 +211,7 @@ POLICY_VIOLATION = 1008
 USAGE_BODY_LIMIT = 8 * 1024 * 1024
 """A non-streamed JSON answer is copied (while it is sent) up to this size to read its `usage`."""
 RETRY_AFTER_SECONDS = 1
+"""`Retry-After` of a 429 past the tenant's in-flight share: requests usually finish within seconds."""
 CACHE_SALT_FIELD = "cache_salt"
 CACHE_SALTED_ROUTES = frozenset(
     {
@@ -236,7 +242,6 @@ CACHE_SALTED_ROUTES = frozenset(
 """The inference routes whose vLLM 0.32.0 request models take `cache_salt` (checked against the real
 server's OpenAPI document by tests/e2e/test_tenants.py): there the middleware sets each tenant's own
 salt, so tenants sharing a model never share its prefix cache."""
-"""`Retry-After` of a 429 past the tenant's in-flight share: requests usually finish within seconds."""
 
 LOG = logging.getLogger("vllm_platform_auth")
 

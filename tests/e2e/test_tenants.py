@@ -435,10 +435,10 @@ def test_tenants_sharing_a_model_do_not_hit_each_others_prefix_cache_unless_the_
 
 PROBES = 40
 PROBE_PAUSE_SECONDS = 0.05
-LIVENESS_FACTOR = 10
-"""Median /health latency under the flood may be this many times the idle median (measured on a
-2-core machine under load 12: 3.7x for this body, 1.4x for a flood of small requests; the previous
-middleware: above 100x, with probes past their timeout). A bound on the event loop staying free,
+LIVENESS_FACTOR = 20
+"""Median /health latency under the flood may be this many times the idle median. Measured on the
+shared 2-core machine (bench/tenant_stall/): 3.7x to 6x for this body at loads 5 to 20; the previous
+middleware held the loop for seconds per body, above 1000x. A bound on the event loop staying free,
 wide enough for a busy machine, not a latency target (bench/tenant_stall/ measures that)."""
 
 

@@ -7,8 +7,9 @@ middleware in tenant mode as the ConfigMap ships it (or an older copy, `--module
 its one served name: `flood` and `other`, the body limit and value count of the prod render. Phases,
 each PHASE_SECONDS long (bounded in time and count):
 
-- idle: a prober GETs `/health` every PROBE_INTERVAL_SECONDS (timeout: the rendered probe's
-  `timeoutSeconds`) and `other` sends a short completion (MAX_TOKENS tokens) back to back;
+- idle: every PROBE_INTERVAL_SECONDS, on schedule (not after the last answer), a GET of `/health`
+  on a new connection (timeout: the rendered probe's `timeoutSeconds`) and a short completion
+  (MAX_TOKENS tokens) from `other`;
 - one phase per body (bench/tenant_stall/bodies.py), then an idle phase again: the same, while
   `flood` sends that body back to back on one connection, from its own process at niceness
   FLOODER_NICENESS (in production the tenant's client is not on the pod's machine).
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,11 @@ TENANTS = ("flood", "other")
 MAX_FLOOD_REQUESTS = 10_000
 """Bound on one phase's flood requests (the phase's time ends it first)."""
 FLOODER_NICENESS = 10
+CLOSE = {"Connection": "close"}
+"""A new connection per probe and completion: as a kubelet probes, and no race with the server's
+keep-alive timeout (one shared client, so no per-request client set-up is measured)."""
+SCHEDULED_WORKERS = 128
+"""Threads for the probes and completions in flight at once (a 5 s stall leaves about 100)."""
 
 
 def _limits() -> tuple[int, int, int]:
@@ -94,36 +101,43 @@ def _phase(
     flood_seconds: list[float] = []
     body_file = Path()
 
-    def prober() -> None:
-        with httpx.Client(base_url=base_url, timeout=probe_timeout) as client:
-            while not stop.is_set():
-                started = time.perf_counter()
-                try:
-                    # A kubelet probe opens a connection for each probe: so does this one.
-                    status = client.get("/health", headers={"Connection": "close"}).status_code
-                    if status == 200:
-                        health.append(time.perf_counter() - started)
-                    else:
-                        health_failed.append(str(status))
-                except httpx.HTTPError as error:
-                    health_failed.append(type(error).__name__)
-                stop.wait(PROBE_INTERVAL_SECONDS)
+    def probe(client: httpx.Client) -> None:
+        started = time.perf_counter()
+        try:
+            # A kubelet probe opens a connection for each probe: so does this one.
+            status = client.get("/health", headers=CLOSE, timeout=probe_timeout).status_code
+            if status == 200:
+                health.append(time.perf_counter() - started)
+            else:
+                health_failed.append(str(status))
+        except httpx.HTTPError as error:
+            health_failed.append(type(error).__name__)
 
-    def other_tenant() -> None:
+    def complete(client: httpx.Client) -> None:
         request = {"model": SERVED_NAME, "prompt": "def main():", "max_tokens": MAX_TOKENS, "temperature": 0}
-        with httpx.Client(base_url=base_url, timeout=60) as client:
+        started = time.perf_counter()
+        try:
+            answer = client.post(
+                "/v1/completions", json=request, headers={"Authorization": f"Bearer {keys['other']}", **CLOSE}
+            )
+            if answer.status_code == 200:
+                other.append(time.perf_counter() - started)
+            else:
+                other_failed.append(str(answer.status_code))
+        except httpx.HTTPError as error:
+            other_failed.append(type(error).__name__)
+
+    def on_schedule() -> None:
+        # Probes and completions start every PROBE_INTERVAL_SECONDS whether the last one has answered
+        # or not: a stalled loop then shows as many slow answers, not as one (no coordinated omission).
+        limits = httpx.Limits(max_connections=SCHEDULED_WORKERS)
+        with (
+            ThreadPoolExecutor(max_workers=SCHEDULED_WORKERS) as pool,
+            httpx.Client(base_url=base_url, timeout=60, limits=limits) as client,
+        ):
             while not stop.is_set():
-                started = time.perf_counter()
-                try:
-                    answer = client.post(
-                        "/v1/completions", json=request, headers={"Authorization": f"Bearer {keys['other']}"}
-                    )
-                    if answer.status_code == 200:
-                        other.append(time.perf_counter() - started)
-                    else:
-                        other_failed.append(str(answer.status_code))
-                except httpx.HTTPError as error:
-                    other_failed.append(type(error).__name__)
+                pool.submit(probe, client)
+                pool.submit(complete, client)
                 stop.wait(PROBE_INTERVAL_SECONDS)
 
     flooder = None
@@ -147,7 +161,7 @@ def _phase(
             text=True,
             preexec_fn=lambda: os.nice(FLOODER_NICENESS),
         )
-    threads = [threading.Thread(target=prober), threading.Thread(target=other_tenant)]
+    threads = [threading.Thread(target=on_schedule)]
     load_before = os.getloadavg()
     for thread in threads:
         thread.start()

@@ -161,6 +161,8 @@ def _phase(
             text=True,
             preexec_fn=lambda: os.nice(FLOODER_NICENESS),
         )
+        assert flooder.stdout is not None
+        flooder.stdout.readline()  # its first answer: the flood is on
     threads = [threading.Thread(target=on_schedule)]
     load_before = os.getloadavg()
     for thread in threads:
@@ -172,6 +174,7 @@ def _phase(
     if flooder is not None:
         flooder.send_signal(signal.SIGTERM)
         out, _ = flooder.communicate(timeout=180)
+        out = out.strip().splitlines()[-1]
         body_file.unlink()
         flood_seconds = json.loads(out)["seconds"]
         for status in json.loads(out)["statuses"]:
@@ -273,34 +276,7 @@ def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_S
     }
 
 
-def flood(base_url: str, key: str, body_file: Path) -> None:
-    """One tenant sending `body_file` back to back on one connection until SIGTERM (or
-    MAX_FLOOD_REQUESTS); prints each answer's status and seconds as JSON."""
-    body = body_file.read_bytes()
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    statuses: list[str] = []
-    seconds: list[float] = []
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    with httpx.Client(base_url=base_url, timeout=120) as client:
-        for _ in range(MAX_FLOOD_REQUESTS):
-            if stopped.is_set():
-                break
-            started = time.perf_counter()
-            try:
-                statuses.append(
-                    str(client.post("/v1/completions", content=body, headers=headers).status_code)
-                )
-            except httpx.HTTPError as error:
-                statuses.append(type(error).__name__)
-            seconds.append(time.perf_counter() - started)
-    print(json.dumps({"statuses": statuses, "seconds": seconds}))
-
-
 def main() -> None:
-    if sys.argv[1:2] == ["--flood"]:
-        flood(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--module", type=Path, default=server_auth.MODULE_FILE)
     parser.add_argument("--bodies", nargs="*", default=list(bodies(16, 16)))

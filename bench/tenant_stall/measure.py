@@ -56,8 +56,6 @@ PHASE_SECONDS = 20.0
 PROBE_INTERVAL_SECONDS = 0.1
 MAX_TOKENS = 4
 TENANTS = ("flood", "other")
-MAX_FLOOD_REQUESTS = 10_000
-"""Bound on one phase's flood requests (the phase's time ends it first)."""
 FLOODER_NICENESS = 10
 CLOSE = {"Connection": "close"}
 """A new connection per probe and completion: as a kubelet probes, and no race with the server's
@@ -150,8 +148,7 @@ def _phase(
             [
                 sys.executable,
                 "-m",
-                "bench.tenant_stall.measure",
-                "--flood",
+                "bench.tenant_stall.flood",
                 base_url,
                 keys["flood"],
                 str(body_file),

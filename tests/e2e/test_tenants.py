@@ -478,14 +478,13 @@ def test_health_keeps_its_latency_while_one_tenant_loops_the_worst_body(
     idle = _health_latencies(url)
     body_file = tmp_path / "worst-body.json"
     body_file.write_bytes(empty_objects_body(WORST_BODY_BYTES, ALPHA))
-    # The tenant's client in its own process (bench/tenant_stall/measure.py's), at a lower priority:
+    # The tenant's client in its own process (bench/tenant_stall/flood.py), at a lower priority:
     # in production it is not on the pod's machine, here it must not starve the server it floods.
     flood = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "bench.tenant_stall.measure",
-            "--flood",
+            "bench.tenant_stall.flood",
             url,
             tenant_pod.keys["search"],
             str(body_file),

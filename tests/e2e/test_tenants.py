@@ -442,7 +442,7 @@ has answered or not, each on a new connection as a kubelet's: a stalled loop sho
 answers (a probe that waited for the last one would see a stall once)."""
 LIVENESS_FACTOR = 20
 """Median /health latency under the flood may be this many times the idle median. Measured on the
-shared 2-core machine (bench/tenant_stall/): about 6x for this body; the previous middleware held the
+shared 2-core machine (bench/tenant_stall/): 4x to 6x for this body; the previous middleware held the
 loop for seconds per body, far above 20x. A bound on the event loop staying free, wide enough for a
 busy machine, not a latency target (bench/tenant_stall/ measures that)."""
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from components import secrets
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
-from infra.config.tenants import tenants_on
+from infra.config.tenants import in_flight_share, tenant_concurrency, tenants_on
+
+__all__ = ["in_flight_share"]  # where tests and the bench find it beside tenants_document
 
 MODULE_FILE = Path(__file__).with_name("pod_files") / "vllm_platform_auth.py"
 MODULE_NAME = MODULE_FILE.stem
@@ -53,19 +54,19 @@ def server_arguments(*, tenants: bool = False) -> list[str]:
 
 def tenants_document(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
     """The middleware's tenants file for `model`'s pods: their served names (vLLM's default first)
-    and, for each tenant allowed on one of them, those it may call and its key prefix."""
+    and, for each tenant allowed on one of them, those it may call, its key prefix and its in-flight
+    share (the stack's limit or, on a shared model, the default: `tenant_concurrency`); and whether
+    each tenant gets a prefix cache of its own (`security.tenants_share_prefix_cache` false)."""
     served = config.served_names(model)
+    shares = {row.tenant: row.per_process for row in tenant_concurrency(config, model)}
     return {
         "served_names": served,
+        "isolated_prefix_cache": not config.security.tenants_share_prefix_cache,
         "tenants": {
             tenant.name: {
                 "models": [name for name in served if name in tenant.models],
                 "key_prefix": tenant.prefix,
-                "max_in_flight": (
-                    None
-                    if tenant.max_concurrent_requests is None
-                    else in_flight_share(tenant.max_concurrent_requests, model)
-                ),
+                "max_in_flight": shares[tenant.name],
             }
             for tenant in tenants_on(config, model)
         },
@@ -97,6 +98,9 @@ def environment(config: PlatformConfig | None = None) -> list[dict[str, str]]:
     if config is None:
         return env
     env.append({"name": "VLLM_PLATFORM_MAX_BODY_BYTES", "value": str(max_body_bytes(config))})
+    env.append(
+        {"name": "VLLM_PLATFORM_MAX_JSON_VALUES", "value": str(config.security.max_request_json_values)}
+    )
     if config.tenants:
         env += [
             {"name": "VLLM_PLATFORM_TENANTS", "value": f"{MOUNT_PATH}/{TENANTS_FILE}"},
@@ -114,18 +118,6 @@ def environment(config: PlatformConfig | None = None) -> list[dict[str, str]]:
 
 def max_body_bytes(config: PlatformConfig) -> int:
     return config.security.max_request_body_mib * 1024 * 1024
-
-
-def in_flight_share(max_concurrent_requests: int, model: ModelConfig) -> int:
-    """A tenant's requests one vLLM API-server process answers at once (issue 34; docs/security.md,
-    "Tenants"): its `max_concurrent_requests` spread over the model's fewest replicas (the HPA's
-    minimum, or `replicas`; at least one) and each pod's API-server processes, rounded up. Each
-    process counts on its own (no shared state on the request path), so the whole cap is the limit
-    at the fewest replicas and grows with the replicas added above them; the alert on the summed
-    in-flight series still fires at the limit itself."""
-    fewest = model.autoscaling.min_replicas if model.autoscaling.enabled else model.replicas
-    processes = max(1, fewest) * model.vllm.api_server_count
-    return max(1, math.ceil(max_concurrent_requests / processes))
 
 
 def _module_constant(name: str) -> Any:

@@ -88,3 +88,62 @@ def test_a_tenants_in_flight_share_spreads_its_limit_over_the_fewest_replicas_an
         assert tenant["max_in_flight"] == expected
     assert any(t["max_in_flight"] for t in document["tenants"].values())
     json.dumps(document)  # what the ConfigMap holds
+
+
+def _prod_without_research_limit(tmp_path: Path, **security: Any) -> Any:
+    document = yaml.safe_load(stack_file_for("prod").read_text())
+    for tenant in document["config"]["vllm-platform:tenants"]:
+        if tenant["name"] == "research":
+            del tenant["max_concurrent_requests"]
+    document["config"].setdefault("vllm-platform:security", {}).update(security)
+    path = tmp_path / "Pulumi.variant.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return load_stack("variant", stack_file=path)
+
+
+def test_a_tenant_without_a_limit_on_a_shared_model_gets_an_even_split_of_its_engine_slots(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: without a share one tenant's flood slowed another 30x. On a model other tenants may
+    call, a tenant that sets no limit gets max_num_seqs x fewest replicas / tenants; alone, none."""
+    from infra.capacity import plan_platform
+    from infra.capacity.report import format_plan_table, plan_as_json
+
+    config = _prod_without_research_limit(tmp_path)
+    shared = next(m for m in config.models if m.name == "llama-3-1-8b")  # search and research
+    alone = next(m for m in config.models if m.name == "llama-3-1-70b")  # research only
+    fewest = shared.autoscaling.min_replicas
+    expected = fewest * shared.vllm.max_num_seqs // 2
+    tenants = server_auth.tenants_document(config, shared)["tenants"]
+    assert tenants["research"]["max_in_flight"] == server_auth.in_flight_share(expected, shared)
+    assert tenants["search"]["max_in_flight"] == server_auth.in_flight_share(64, shared)  # its own
+    assert server_auth.tenants_document(config, alone)["tenants"]["research"]["max_in_flight"] is None
+    # `plan` states it, in its table and its JSON.
+    plan = plan_platform(config)
+    rows = {(r["model"], r["tenant"]): r for r in plan_as_json(plan)["tenants"]}
+    assert rows[("llama-3-1-8b", "research")] == {
+        "model": "llama-3-1-8b",
+        "tenant": "research",
+        "max_concurrent_requests": expected,
+        "per_process": server_auth.in_flight_share(expected, shared),
+        "source": "default",
+    }
+    assert rows[("llama-3-1-70b", "research")]["source"] == "none"
+    table = format_plan_table(plan)
+    assert any(
+        "llama-3-1-8b" in line and "research" in line and str(expected) in line and "default" in line
+        for line in table.splitlines()
+    ), table
+
+
+def test_tenants_get_a_prefix_cache_of_their_own_unless_the_stack_shares_it(tmp_path: Path) -> None:
+    prod = load_stack("prod")
+    assert server_auth.tenants_document(prod, prod.models[0])["isolated_prefix_cache"] is True
+    shared = _stack(tmp_path, "prod", tenants_share_prefix_cache=True)
+    assert server_auth.tenants_document(shared, shared.models[0])["isolated_prefix_cache"] is False
+
+
+def test_the_json_value_count_reaches_the_middleware(tmp_path: Path) -> None:
+    assert _env(load_stack("dev"))["VLLM_PLATFORM_MAX_JSON_VALUES"] == "262144"
+    config = _stack(tmp_path, "dev", max_request_json_values=2_000_000)
+    assert _env(config)["VLLM_PLATFORM_MAX_JSON_VALUES"] == "2000000"

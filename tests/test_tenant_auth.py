@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import pytest
 
 from components import server_auth
 from infra import tenant_metrics
-from tests.support.auth_module import load_auth_module
+from tests.support.auth_module import WORST_BODY_BYTES, empty_objects_body, load_auth_module
 
 ALPHA, BETA = "tiny-alpha", "tiny-beta"
 KEY_A, KEY_B = "sk-team-a_0123456789abcdef", "sk-team-b_fedcba9876543210"
@@ -193,10 +194,59 @@ def _completion(model: str | None, **extra: Any) -> bytes:
 
 
 def test_a_tenant_reaches_its_model_and_vllm_reads_the_body_unchanged(pod: Pod) -> None:
+    """Unchanged but for the tenant's cache salt; byte for byte where the stack shares the cache."""
     body = _completion(ALPHA, prompt="x" * 5000)
     answer = _call(pod, "POST", "/v1/completions", KEY_A, body, chunks=7)
-    assert answer.status == 200 and answer.reached
-    assert answer.app_body == body
+    assert answer.status == 200 and answer.reached and answer.app_body is not None
+    assert json.loads(answer.app_body) == {**json.loads(body), "cache_salt": "tenant=team-a;"}
+    _share_the_prefix_cache(pod)
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, body, chunks=7)
+    assert answer.status == 200 and answer.app_body == body
+
+
+def _share_the_prefix_cache(pod: Pod) -> None:
+    """The tenants file as `security.tenants_share_prefix_cache: true` renders it, re-read."""
+    (pod.folder / "tenants.json").write_text(json.dumps({**SPEC, "isolated_prefix_cache": False}))
+    pod.later(pod.module.RELOAD_SECONDS)
+
+
+def _salt_seen_by_vllm(pod: Pod, path: str, key: str, body: dict[str, Any]) -> object:
+    answer = _call(pod, "POST", path, key, json.dumps(body).encode())
+    assert answer.status == 200 and answer.app_body is not None, answer.body
+    return json.loads(answer.app_body).get("cache_salt")
+
+
+def test_each_tenant_gets_a_cache_salt_of_its_own_that_no_client_can_replace(pod: Pod) -> None:
+    chat = {"model": ALPHA, "messages": [{"role": "user", "content": "hi"}]}
+    assert _salt_seen_by_vllm(pod, "/v1/chat/completions", KEY_A, chat) == "tenant=team-a;"
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_B, {"model": BETA}) == "tenant=team-b;"
+    # A client's own salt splits its tenant's cache further; it never yields another tenant's salt.
+    stolen = {"model": ALPHA, "prompt": "x", "cache_salt": "tenant=team-b;"}
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, stolen) == "tenant=team-a;tenant=team-b;"
+    refused = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, cache_salt=["x"]))
+    assert refused.status == 400 and not refused.reached
+    # Routes whose vLLM request takes no salt get none; the operator's requests are not a tenant's.
+    assert _salt_seen_by_vllm(pod, "/tokenize", KEY_A, {"model": ALPHA, "prompt": "x"}) is None
+    assert _call(pod, "POST", "/v1/completions", OPERATOR_KEY, _completion(ALPHA)).app_body == _completion(
+        ALPHA
+    )
+    # An empty object, or one in UTF-16: encoded again rather than spliced.
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, {}) == "tenant=team-a;"
+    utf16 = _call_with_headers(
+        pod,
+        "POST",
+        "/v1/completions",
+        KEY_A,
+        _completion(ALPHA).decode().encode("utf-16"),
+        [(b"content-type", b"application/json")],
+    )
+    assert utf16.app_body is not None and json.loads(utf16.app_body)["cache_salt"] == "tenant=team-a;"
+
+
+def test_with_a_shared_prefix_cache_the_clients_salt_passes_as_sent(pod: Pod) -> None:
+    _share_the_prefix_cache(pod)
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, {"model": ALPHA, "cache_salt": "mine"}) == "mine"
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, {"model": ALPHA}) is None
 
 
 def test_a_tenant_naming_another_tenants_model_gets_403_in_openais_shape(pod: Pod) -> None:
@@ -572,3 +622,221 @@ def test_a_tenant_past_its_in_flight_share_gets_429_with_retry_after(pod: Pod) -
     pod.middleware.in_flight["team-b"] = 0
     assert _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA)).reached
     assert pod.middleware.in_flight["team-b"] == 0  # released when the answer is sent
+
+
+# Issue 40: no tenant can stall the others. The body checks do no Python step per JSON value (C-speed
+# bytes methods per chunk, as the body arrives), refuse a body past the value count or depth before
+# the rest is read, take the tenant's share before reading, and leave vLLM's own parse for a later
+# turn of the event loop. Measured on the real server: bench/tenant_stall/.
+
+
+def _random_json(rng: random.Random, depth: int) -> Any:
+    """Values whose strings hold what a byte scanner could mistake for structure."""
+    tricky = ["", ",", "[{", "}]", '"', "\\", '\\"', "a,b", "é", "\\\\", "x" * 50]
+    kind = rng.choice(["list", "dict", "str", "num", "lit"] if depth > 0 else ["str", "num", "lit"])
+    if kind == "list":
+        return [_random_json(rng, depth - 1) for _ in range(rng.randint(0, 4))]
+    if kind == "dict":
+        return {
+            "".join(rng.choices(tricky, k=2)) + str(i): _random_json(rng, depth - 1)
+            for i in range(rng.randint(0, 4))
+        }
+    if kind == "str":
+        return "".join(rng.choices(tricky, k=rng.randint(0, 5)))
+    return rng.choice([0, -1.5e10, 123456, True, False, None])
+
+
+def _shape_of(value: Any, depth: int = 1) -> tuple[int, int, int]:
+    """(array elements + object members + the value itself, empty containers, depth) of a value."""
+    if isinstance(value, dict | list):
+        items = list(value.values()) if isinstance(value, dict) else value
+        inner = [_shape_of(item, depth + 1) for item in items]
+        return (
+            1 + sum(count for count, _, _ in inner),
+            (not items) + sum(empty for _, empty, _ in inner),
+            max([depth, *(deepest for _, _, deepest in inner)]),
+        )
+    return 1, 0, depth - 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_chunked_scanner_counts_values_and_depth_as_the_parser_reads_them(pod: Pod, seed: int) -> None:
+    rng = random.Random(seed)
+    value = _random_json(rng, depth=5)
+    text = json.dumps(value, indent=rng.choice([None, 1]), ensure_ascii=rng.random() < 0.5).encode()
+    shape = pod.module.JsonShape(max_values=10**9)
+    cuts = sorted(rng.sample(range(len(text) + 1), k=min(len(text) + 1, rng.randint(1, 30))))
+    for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+        shape.feed(text[start:end])  # cut anywhere: inside strings, between a backslash and its byte
+    values, empty, deepest = _shape_of(value)
+    # Every value counted (empty containers once more: each costs a parse like a value), and the
+    # nesting followed exactly: back at level 0, outside any string.
+    assert shape.values == values + empty, text
+    assert (shape.depth, shape.in_string, shape.carry) == (0, False, b"")
+    limit = pod.module.MAX_JSON_DEPTH
+    nested = json.dumps([[value]] * 2).encode()
+    wrapped = b"[" * (limit - deepest - 2) + nested + b"]" * (limit - deepest - 2)
+    pod.module.JsonShape(10**9).feed(wrapped)  # exactly MAX_JSON_DEPTH deep: passes
+    with pytest.raises(pod.module.Refused, match="nests deeper"):
+        pod.module.JsonShape(10**9).feed(b"[" + wrapped + b"]")
+
+
+def test_the_issues_worst_body_is_refused_after_a_few_chunks_with_no_python_step_per_value(
+    pod: Pod,
+) -> None:
+    """The probe's body (16 MiB of empty objects within a tenant's share) took 5.5 s of Python on the
+    event loop. Now it is refused with 413 once the default value count is passed, a small part of
+    the way in, and the check's Python work is a few calls per 64 KiB chunk, whatever the values."""
+    body = empty_objects_body(WORST_BODY_BYTES, ALPHA)
+    pod.middleware.max_body_bytes = WORST_BODY_BYTES
+    chunk = 64 * 1024
+    incoming = [body[i : i + chunk] for i in range(0, len(body), chunk)]
+    read: list[bytes] = []
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/completions",
+        "root_path": "",
+        "headers": [(b"authorization", f"Bearer {KEY_A}".encode())],
+    }
+
+    async def receive() -> dict[str, Any]:
+        read.append(incoming[len(read)])
+        return {"type": "http.request", "body": read[-1], "more_body": len(read) < len(incoming)}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("the body reached vLLM")
+
+    pod.app[0] = app
+    python_calls = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            python_calls[0] += 1
+
+    loop = asyncio.new_event_loop()
+    sys.setprofile(profile)
+    try:
+        loop.run_until_complete(pod.middleware(scope, receive, send))
+    finally:
+        sys.setprofile(None)
+        loop.close()
+    assert sent[0]["status"] == 413
+    assert b"JSON values" in b"".join(m.get("body", b"") for m in sent[1:])
+    # The rest is never read: the connection closes (uvicorn would otherwise read and drop it).
+    assert (b"connection", b"close") in sent[0]["headers"]
+    values_per_chunk = chunk // 3
+    assert len(read) <= pod.module.DEFAULT_MAX_JSON_VALUES // values_per_chunk + 2 < len(incoming) / 10
+    assert python_calls[0] < 30 * len(read), (python_calls[0], len(read))  # ~22,000 values per chunk
+
+
+def test_a_tenant_past_its_share_gets_429_before_any_of_its_body_is_read(pod: Pod) -> None:
+    pod.middleware.in_flight["team-b"] = 1
+    received: list[int] = []
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/completions",
+        "root_path": "",
+        "headers": [(b"authorization", f"Bearer {KEY_B}".encode())],
+    }
+
+    async def receive() -> dict[str, Any]:
+        received.append(1)
+        return {"type": "http.request", "body": _completion(BETA), "more_body": False}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(pod.middleware(scope, receive, send))
+    finally:
+        loop.close()
+    assert sent[0]["status"] == 429 and received == []
+    assert (b"connection", b"close") in sent[0]["headers"]
+
+
+def test_a_request_being_read_holds_its_tenants_share_until_it_is_answered(pod: Pod) -> None:
+    seen: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(pod.middleware.in_flight["team-b"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    pod.app[0] = app
+    loop = asyncio.new_event_loop()
+    try:
+        for body in (_completion(BETA), b"[" * 70 + b"]" * 70, _completion("no-such-model")):
+            sent: list[dict[str, Any]] = []
+
+            async def send(message: dict[str, Any], sent: list[dict[str, Any]] = sent) -> None:
+                sent.append(message)
+
+            async def receive(body: bytes = body) -> dict[str, Any]:
+                seen.append(pod.middleware.in_flight["team-b"])  # taken while the body is read
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": "/v1/completions",
+                "root_path": "",
+                "headers": [(b"authorization", f"Bearer {KEY_B}".encode())],
+            }
+            loop.run_until_complete(pod.middleware(scope, receive, send))
+            assert pod.middleware.in_flight["team-b"] == 0  # given back, refused or answered
+    finally:
+        loop.close()
+    assert seen == [1, 1, 1, 1]  # read and served; read (400); read (404)
+
+
+def test_the_event_loop_answers_health_between_the_check_and_vllms_own_parse(pod: Pod) -> None:
+    """vLLM parses the body again on the same loop: the middleware yields in between, so a probe that
+    arrived while the body was being checked is answered before vLLM starts on it."""
+    order: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        order.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    pod.app[0] = app
+
+    async def ignore(message: dict[str, Any]) -> None:
+        return None
+
+    async def no_body() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    def scope(method: str, path: str, key: str | None) -> dict[str, Any]:
+        headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+        return {"type": "http", "method": method, "path": path, "root_path": "", "headers": headers}
+
+    async def main() -> None:
+        probes: list[asyncio.Task[None]] = []
+
+        async def receive() -> dict[str, Any]:
+            # The probe arrives as the last chunk does: it is queued behind the check.
+            probes.append(
+                asyncio.ensure_future(pod.middleware(scope("GET", "/health", None), no_body, ignore))
+            )
+            return {"type": "http.request", "body": _completion(ALPHA), "more_body": False}
+
+        await pod.middleware(scope("POST", "/v1/completions", KEY_A), receive, ignore)
+        await asyncio.gather(*probes)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert order == ["/health", "/v1/completions"]

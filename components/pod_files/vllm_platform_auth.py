@@ -30,13 +30,18 @@ Two modes, chosen by the environment the Deployment renders:
   vLLM writes over the body's `model`; on chat, an adapter named like a content part's type, which
   vLLM applies to a request for the base. A tenant naming a served name it may not call gets 403, a
   name this pod does not serve 404 (before vLLM); `GET /v1/models` lists only the tenant's names.
-  Past its share of `max_concurrent_requests` a tenant gets 429 with `Retry-After`. Per-tenant
-  request and token counts are Prometheus series (the tenant's name as label, never the key) in
-  vLLM's own `/metrics`.
+  Past its share of `max_concurrent_requests` (or the default share on a shared model) a tenant
+  gets 429 with `Retry-After`, checked before its body is read (issue 40). Each tenant's requests
+  get a `cache_salt` of their own on the routes that take one (CACHE_SALTED_ROUTES), unless the
+  tenants file says `isolated_prefix_cache: false`: tenants do not share vLLM's prefix cache.
+  Per-tenant request and token counts are Prometheus series (the tenant's name as label, never the
+  key) in vLLM's own `/metrics`.
 
-In both modes a request body larger than `VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, and a JSON body
-that does not parse, repeats a key or nests deeper than MAX_JSON_DEPTH gets 400: it never reaches
-vLLM (a 200,000-deep body made vLLM answer 500).
+In both modes a request body larger than `VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, a JSON body with
+more than `VLLM_PLATFORM_MAX_JSON_VALUES` values 413 and one nesting deeper than MAX_JSON_DEPTH 400,
+both found chunk by chunk as the body arrives, at C speed (JsonShape, issue 40: no tenant's body
+may hold the event loop that answers `/health` and the other tenants); a JSON body that does not
+parse or repeats a key gets 400: it never reaches vLLM (a 200,000-deep body made vLLM answer 500).
 
 An empty or missing key (or, with tenants, no key at all) stops the server at start-up: vLLM imports
 this module while it builds its app, before it listens, and the import raises, so the process exits
@@ -49,6 +54,7 @@ through untouched: response chunks are only read (for the `usage` of the last on
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -59,6 +65,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +94,9 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 """Deepest JSON nesting passed on: OpenAI-shaped bodies (messages, content parts, tool schemas) stay
 far below it, and vLLM's own parsing of a much deeper body ends in a RecursionError (500)."""
+MAX_JSON_VALUES_ENV = "VLLM_PLATFORM_MAX_JSON_VALUES"
+DEFAULT_MAX_JSON_VALUES = 262_144
+"""`security.max_request_json_values`'s default, for a module loaded without the variable."""
 SAGEMAKER_ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"
 """vLLM 0.32.0's `/invocations` writes this header's value over the body's `model`
 (vllm/entrypoints/sagemaker/api_router.py: `inject_adapter_id(adapter_path="model")`)."""
@@ -202,6 +212,36 @@ USAGE_BODY_LIMIT = 8 * 1024 * 1024
 """A non-streamed JSON answer is copied (while it is sent) up to this size to read its `usage`."""
 RETRY_AFTER_SECONDS = 1
 """`Retry-After` of a 429 past the tenant's in-flight share: requests usually finish within seconds."""
+CACHE_SALT_FIELD = "cache_salt"
+CACHE_SALTED_ROUTES = frozenset(
+    {
+        "/v1/completions",
+        "/v1/completions/render",
+        "/v1/chat/completions",
+        "/v1/chat/completions/batch",
+        "/v1/chat/completions/render",
+        "/v1/responses",
+        "/v1/responses/render",
+        "/v1/messages",
+        "/v1/messages/render",
+        "/v1/systemone",
+        "/generative_scoring",
+        "/inference/v1/generate",
+        "/invocations",
+        # Served for pooling models only: their requests take the salt too (PoolingBasicRequestMixin).
+        "/v1/embeddings",
+        "/pooling",
+        "/classify",
+        "/score",
+        "/v1/score",
+        "/rerank",
+        "/v1/rerank",
+        "/v2/rerank",
+    }
+)
+"""The inference routes whose vLLM 0.32.0 request models take `cache_salt` (checked against the real
+server's OpenAPI document by tests/e2e/test_tenants.py): there the middleware sets each tenant's own
+salt, so tenants sharing a model never share its prefix cache."""
 
 LOG = logging.getLogger("vllm_platform_auth")
 
@@ -264,7 +304,10 @@ class TenantSet:
     """(SHA-256 of a key, its tenant), for every key currently in the folder."""
     in_flight_limits: dict[str, int] = field(default_factory=dict)
     """Tenant -> most of its requests this process answers at once (its share of
-    `max_concurrent_requests`); a tenant without a limit is absent."""
+    `max_concurrent_requests`, or the stack's default share); a tenant without a limit is absent."""
+    isolated_prefix_cache: bool = True
+    """Each tenant's requests get its own `cache_salt` (the file's `isolated_prefix_cache`; absent:
+    isolated), so no tenant's prompt reuses, or reveals, another tenant's cached blocks."""
 
     def tenant_for(self, presented: bytes | None) -> str | None:
         if presented is None:
@@ -305,7 +348,8 @@ def read_tenant_set(tenants_file: Path, keys_dir: Path) -> TenantSet:
             )
             continue
         digests.append((_digest(key), match["tenant"]))
-    return TenantSet(served, allowed, tuple(digests), limits)
+    isolated = spec.get("isolated_prefix_cache", True) is not False
+    return TenantSet(served, allowed, tuple(digests), limits, isolated)
 
 
 @dataclass
@@ -383,6 +427,11 @@ def max_body_bytes(environ: MutableMapping[str, str] | None = None) -> int:
     return int(value) if value else DEFAULT_MAX_BODY_BYTES
 
 
+def max_json_values(environ: MutableMapping[str, str] | None = None) -> int:
+    value = (os.environ if environ is None else environ).get(MAX_JSON_VALUES_ENV)
+    return int(value) if value else DEFAULT_MAX_JSON_VALUES
+
+
 class TenantMetrics:
     """Per-tenant usage in vLLM's own /metrics. With `--api-server-count` > 1 vLLM runs
     prometheus_client in multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set before the API server
@@ -428,38 +477,111 @@ def openai_error(message: str, code: str) -> bytes:
 
 
 async def _respond(
-    send: Send, status: int, body: bytes, *, challenge: bool = False, retry_after: int | None = None
+    send: Send,
+    status: int,
+    body: bytes,
+    *,
+    challenge: bool = False,
+    retry_after: int | None = None,
+    close: bool = False,
 ) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if challenge:
         headers.append((b"www-authenticate", b'Bearer realm="vllm"'))
     if retry_after is not None:
         headers.append((b"retry-after", str(retry_after).encode()))
+    if close:
+        # The request's body is not read to its end: uvicorn would read and drop the rest on the
+        # event loop (16 MiB of callbacks) to keep the connection; closing it costs nothing.
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
 class Refused(Exception):
-    """A request answered here, never passed to vLLM: its status and OpenAI-shaped error."""
+    """A request answered here, never passed to vLLM: its status and OpenAI-shaped error; `close`
+    when its body was not read to the end (the connection is then closed)."""
 
-    def __init__(self, status: int, message: str, code: str) -> None:
+    def __init__(self, status: int, message: str, code: str, *, close: bool = False) -> None:
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.close = status, message, code, close
 
     async def answer(self, send: Send) -> None:
-        await _respond(send, self.status, openai_error(self.message, self.code))
+        await _respond(send, self.status, openai_error(self.message, self.code), close=self.close)
 
 
 def _header(scope: Scope, name: bytes) -> list[bytes]:
     return [value for key, value in scope.get("headers") or [] if key.lower() == name]
 
 
-async def _read_body(scope: Scope, receive: Receive, limit: int) -> tuple[list[Message], bytes]:
+class JsonShape:
+    """Counts a JSON body's values and tracks its nesting chunk by chunk, as the body arrives, with
+    bytes methods only (C speed, no parse, no Python step per value): a body past `max_values` or
+    MAX_JSON_DEPTH is refused before the rest of it is read, and no chunk costs the event loop more
+    than a few microseconds per kilobyte (issue 40: a body of 5.6 million empty objects took 5.5 s
+    of Python in the old depth walk, on the loop that answers `/health`).
+
+    Values: every `,`, `[` and `{` outside strings, plus one: at least the number of array elements,
+    object members and containers, so any value costs its place in the count. Strings are found
+    exactly: escaped backslashes and quotes are blanked first (an odd run of backslashes at a chunk's
+    end waits for the next chunk), then every remaining `"` opens or closes one. The count and depth
+    are exact for valid JSON; invalid JSON fails the parse that follows."""
+
+    def __init__(self, max_values: int) -> None:
+        self.max_values = max_values
+        self.values = 1
+        self.depth = 0
+        self.in_string = False
+        self.carry = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.carry + chunk if self.carry else chunk
+        run = len(data) - len(data.rstrip(b"\\"))
+        self.carry = b"\\" if run % 2 else b""
+        if run % 2:
+            data = data[:-1]
+        parts = data.replace(b"\\\\", b"  ").replace(b'\\"', b"  ").split(b'"')
+        outside = b"".join(parts[1 if self.in_string else 0 :: 2])
+        self.in_string ^= len(parts) % 2 == 0
+        opened = outside.count(b"[") + outside.count(b"{")
+        self.values += outside.count(b",") + opened
+        if self.values > self.max_values:
+            raise Refused(
+                413, f"The request body holds more than {self.max_values} JSON values.", "request_too_large"
+            )
+        if self.depth + opened > MAX_JSON_DEPTH:
+            # Only now walk the brackets one by one (still in C: accumulate over a map of a list).
+            brackets = outside.translate(None, _NOT_BRACKETS)
+            levels = list(accumulate(map(_BRACKET_STEP.__getitem__, brackets), initial=self.depth))
+            if max(levels) > MAX_JSON_DEPTH:
+                raise Refused(
+                    400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.", "invalid_json"
+                )
+            self.depth = levels[-1]
+        else:
+            self.depth += opened - outside.count(b"]") - outside.count(b"}")
+
+
+_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+_BRACKET_STEP = [0] * 256
+_BRACKET_STEP[ord("[")] = _BRACKET_STEP[ord("{")] = 1
+_BRACKET_STEP[ord("]")] = _BRACKET_STEP[ord("}")] = -1
+
+
+async def _read_body(
+    scope: Scope, receive: Receive, limit: int, max_json_values: int | None = None
+) -> tuple[list[Message], bytes]:
     """Every message up to the end of the request body, and the body; Refused(413) past `limit`
-    (by the declared Content-Length before reading, else while reading)."""
+    (by the declared Content-Length before reading, else while reading). A JSON body (by its
+    content type, else its first byte) is also measured as it arrives (JsonShape): Refused past
+    `max_json_values` values or MAX_JSON_DEPTH levels, before the rest is read."""
     for declared in _header(scope, b"content-length"):
         if declared.strip().isdigit() and int(declared) > limit:
-            raise Refused(413, f"The request body is larger than {limit} bytes.", "request_too_large")
+            raise Refused(
+                413, f"The request body is larger than {limit} bytes.", "request_too_large", close=True
+            )
+    shape: JsonShape | None = None
+    decided = max_json_values is None
     messages, chunks, size = [], [], 0
     while True:
         message = await receive()
@@ -468,10 +590,25 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> tuple[list[M
             break
         chunk = message.get("body", b"")
         size += len(chunk)
+        more = message.get("more_body", False)
         if size > limit:
-            raise Refused(413, f"The request body is larger than {limit} bytes.", "request_too_large")
+            raise Refused(
+                413, f"The request body is larger than {limit} bytes.", "request_too_large", close=more
+            )
         chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not decided and chunk.strip():
+            decided = True
+            if _is_json(scope, chunk) and max_json_values is not None:
+                shape = JsonShape(max_json_values)
+                for earlier in chunks[:-1]:
+                    shape.feed(earlier)  # whitespace only
+        if shape is not None:
+            try:
+                shape.feed(chunk)
+            except Refused as refused:
+                refused.close = more
+                raise
+        if not more:
             break
     return messages, b"".join(chunks)
 
@@ -493,19 +630,6 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return payload
 
 
-def _too_deep(payload: Any) -> bool:
-    stack = [(payload, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return True
-        if isinstance(value, dict):
-            stack.extend((item, depth + 1) for item in value.values())
-        elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-    return False
-
-
 def _is_json(scope: Scope, body: bytes) -> bool:
     content_type = b"".join(_header(scope, b"content-type")[:1]).split(b";")[0].strip().lower()
     if content_type:
@@ -514,19 +638,17 @@ def _is_json(scope: Scope, body: bytes) -> bool:
 
 
 def parse_json_body(body: bytes) -> Any:
-    """The parsed JSON body, or Refused(400): invalid, a key twice, or nested past MAX_JSON_DEPTH."""
+    """The parsed JSON body, or Refused(400): invalid or a key twice. Its size, value count and depth
+    were checked while it was read (`_read_body`), so this parse's cost is bounded like vLLM's own."""
     try:
-        payload = json.loads(body, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(body, object_pairs_hook=_no_duplicate_keys)
     except RecursionError:
-        payload = None
-        too_deep = True
+        # Only a body that is not JSON gets here (JsonShape bounded a valid one's depth).
+        raise Refused(
+            400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.", "invalid_json"
+        ) from None
     except (ValueError, UnicodeDecodeError) as error:
         raise Refused(400, f"The request body is not valid JSON: {error}", "invalid_json") from None
-    else:
-        too_deep = _too_deep(payload)
-    if too_deep:
-        raise Refused(400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.", "invalid_json")
-    return payload
 
 
 def _content_part_types(payload: dict[str, Any]) -> set[str]:
@@ -563,6 +685,39 @@ def resolved_names(
     if kind in (CHAT, SAGEMAKER):  # /invocations hands a chat-shaped body to the chat handler
         names |= _content_part_types(payload) & set(served_names)
     return names
+
+
+def tenant_cache_salt(tenant: str, requested: object) -> str:
+    """The `cache_salt` vLLM gets for a tenant's request: the tenant's own prefix, then whatever salt
+    the client sent (it may split its own cache further, never reach another tenant's: tenant
+    names hold no `;`, so no tenant's salt starts with another's prefix)."""
+    if requested is not None and not isinstance(requested, str):
+        raise Refused(400, "`cache_salt` must be a string.", "invalid_request")
+    return f"tenant={tenant};{requested or ''}"
+
+
+def salted(
+    scope: Scope, messages: list[Message], body: bytes, payload: dict[str, Any], tenant: str
+) -> tuple[Scope, list[Message]]:
+    """The request with the tenant's `cache_salt` in its body (and Content-Length to match). Without a
+    salt of the client's the field is spliced in front of the body's own (no re-encoding of the
+    client's bytes); with one, the parsed body is encoded again with the salt replaced."""
+    salt = tenant_cache_salt(tenant, payload.get(CACHE_SALT_FIELD))
+    start = body.find(b"{") + 1
+    utf8 = body[:start].strip() == b"{" and b"\x00" not in body[:4]
+    if CACHE_SALT_FIELD in payload or not payload or not utf8:
+        # (or a body in UTF-16/32, or after a byte-order mark, which json.loads also reads)
+        new_body = json.dumps({**payload, CACHE_SALT_FIELD: salt}).encode()
+    else:
+        field_start = f'{{"{CACHE_SALT_FIELD}": {json.dumps(salt)},'.encode()
+        new_body = field_start + body[start:]
+    headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(new_body)).encode()))
+    rest = messages[-1:] if messages and messages[-1]["type"] != "http.request" else []
+    return {**scope, "headers": headers}, [
+        {"type": "http.request", "body": new_body, "more_body": False},
+        *rest,
+    ]
 
 
 def _json_or_none(text: bytes) -> Any:
@@ -617,6 +772,7 @@ class ApiKeyMiddleware:
         self.key_digest = None if self.tenant_keys else configured_key_digest()
         self.operator_key = operator_key_from_environment()
         self.max_body_bytes = max_body_bytes()
+        self.max_json_values = max_json_values()
         self.in_flight: dict[str, int] = {}
         """Tenant -> its requests this process is answering now (one event loop: no lock needed)."""
 
@@ -672,9 +828,10 @@ class ApiKeyMiddleware:
             return
         if method != "POST" or path not in INFERENCE_ROUTES:
             raise Refused(403, "This route needs the operator key.", "operator_route")
-        messages, body = await _read_body(scope, receive, self.max_body_bytes)
+        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
         if _is_json(scope, body):
             parse_json_body(body)
+        await asyncio.sleep(0)
         await self.app(scope, _replay(messages, receive), send)
 
     async def pass_on(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -682,9 +839,10 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        messages, body = await _read_body(scope, receive, self.max_body_bytes)
+        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
         if body and _is_json(scope, body):
             parse_json_body(body)
+        await asyncio.sleep(0)
         await self.app(scope, _replay(messages, receive), send)
 
     async def serve_tenant(self, scope: Scope, receive: Receive, send: Send, presented: bytes | None) -> None:
@@ -715,10 +873,38 @@ class ApiKeyMiddleware:
             return
         if method != "POST" or path not in INFERENCE_ROUTES:
             raise Refused(403, "This route needs the operator key.", "operator_route")
-        messages, body = await _read_body(scope, receive, self.max_body_bytes)
+        # The share is checked, and taken, before the body is read and parsed (issue 40): a tenant
+        # past it costs the server nothing more, and its requests being read count against it.
+        limit = tenants.in_flight_limits.get(tenant)
+        if limit is not None and self.in_flight.get(tenant, 0) >= limit:
+            await _respond(
+                send,
+                429,
+                openai_error(
+                    f"Too many requests in flight for this key (at most {limit} per server process).",
+                    "rate_limit_exceeded",
+                ),
+                retry_after=RETRY_AFTER_SECONDS,
+                close=True,  # its body is not read
+            )
+            return
+        self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
+        try:
+            await self.check_and_serve(tenants, tenant, scope, receive, send)
+        finally:
+            self.in_flight[tenant] -= 1
+
+    async def check_and_serve(
+        self, tenants: TenantSet, tenant: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A tenant's inference request within its share: the body's checks, then vLLM."""
+        allowed = tenants.allowed.get(tenant, frozenset())
+        path = request_path(scope)
+        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
+        payload: dict[str, Any] | None = None
         if not _is_json(scope, body):
             # A multipart upload (audio) names its model in a form field this check does not read.
-            if not may_use_all:
+            if not allowed >= set(tenants.served_names):
                 raise Refused(
                     403,
                     "This request does not name its model in a JSON body, and this key may not use every "
@@ -737,24 +923,12 @@ class ApiKeyMiddleware:
                 raise Refused(404, f"The model `{name}` does not exist.", "model_not_found")
             if name not in allowed:
                 raise Refused(403, f"This key may not use the model `{name}`.", "model_not_allowed")
-        limit = tenants.in_flight_limits.get(tenant)
-        if limit is not None and self.in_flight.get(tenant, 0) >= limit:
-            await _respond(
-                send,
-                429,
-                openai_error(
-                    f"Too many requests in flight for this key (at most {limit} per server process).",
-                    "rate_limit_exceeded",
-                ),
-                retry_after=RETRY_AFTER_SECONDS,
-            )
-            return
+        if tenants.isolated_prefix_cache and payload is not None and path in CACHE_SALTED_ROUTES:
+            scope, messages = salted(scope, messages, body, payload, tenant)
         label = min(names) if len(names) == 1 else "several"
-        self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
-        try:
-            await self.count(tenant, label, scope, _replay(messages, receive), send)
-        finally:
-            self.in_flight[tenant] -= 1
+        # vLLM parses the body again: let the loop answer what waits (probes, other tenants) first.
+        await asyncio.sleep(0)
+        await self.count(tenant, label, scope, _replay(messages, receive), send)
 
     async def count(self, tenant: str, model: str, scope: Scope, receive: Receive, send: Send) -> None:
         metrics = tenant_metrics()

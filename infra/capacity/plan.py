@@ -46,6 +46,7 @@ from infra.config.base import INT32_MAX
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
+from infra.config.tenants import TenantConcurrency, tenant_concurrency
 
 MAX_GPUS_PER_REPLICA = 8
 """The most GPUs of one node a replica may use (models[].gpus_per_replica)."""
@@ -132,6 +133,9 @@ class PlatformPlan:
     """Each model on its configured GPU group."""
     alternatives: tuple[ModelPlan, ...] = ()
     """Each model on every other GPU group of the stack, same tensor parallelism."""
+    tenants: tuple[TenantConcurrency, ...] = ()
+    """Each tenant's in-flight limit on each model it may call: the stack's, or on a model shared
+    with other tenants the default share (issue 40; infra/config/tenants.py)."""
 
 
 @dataclass(frozen=True)
@@ -513,7 +517,8 @@ def plan_platform(config: PlatformConfig) -> PlatformPlan:
         for group in config.node_groups.gpu
         if group != model.gpu_group
     )
-    return PlatformPlan(models=models, alternatives=alternatives)
+    tenants = tuple(row for model in config.models for row in tenant_concurrency(config, model))
+    return PlatformPlan(models=models, alternatives=alternatives, tenants=tenants)
 
 
 def capacity_problems(config: PlatformConfig) -> list[Problem]:

@@ -141,6 +141,8 @@ def format_plan_table(plan: PlatformPlan) -> str:
         ],
         right=set(range(1, len(phase_names) + 4)),
     )
+    if plan.tenants:
+        lines += ["", *_tenant_lines(plan)]
     for p in models:
         lines += ["", *_serving_lines(p.serving)]
         if p.wake.scales_to_zero:
@@ -172,6 +174,32 @@ def format_plan_table(plan: PlatformPlan) -> str:
         for p, problem in problems:
             lines.append(f"  {p.model} on {p.gpu_group}: {problem.message}")
     return "\n".join(lines)
+
+
+_SOURCES = {
+    "stack": "tenants[].max_concurrent_requests",
+    "default": "default: max_num_seqs x fewest replicas / tenants on the model",
+    "none": "none: the only tenant on the model",
+}
+
+
+def _tenant_lines(plan: PlatformPlan) -> list[str]:
+    """Each tenant's in-flight limit per model; past its per-process share a pod answers 429."""
+    lines = ["Tenants in flight at once, per model (past the share each API-server process answers 429)"]
+    return lines + _table(
+        ["model", "tenant", "limit", "per process", "from"],
+        [
+            [
+                row.model,
+                row.tenant,
+                "-" if row.max_concurrent_requests is None else str(row.max_concurrent_requests),
+                "-" if row.per_process is None else str(row.per_process),
+                _SOURCES[row.source],
+            ]
+            for row in plan.tenants
+        ],
+        right={2, 3},
+    )
 
 
 def _serving_lines(serving: ServingTimes) -> list[str]:
@@ -364,4 +392,14 @@ def plan_as_json(plan: PlatformPlan) -> dict[str, Any]:
         },
         "models": {name: _model_json(model_plan) for name, model_plan in plan.models.items()},
         "alternatives": [_model_json(model_plan) for model_plan in plan.alternatives],
+        "tenants": [
+            {
+                "model": row.model,
+                "tenant": row.tenant,
+                "max_concurrent_requests": row.max_concurrent_requests,
+                "per_process": row.per_process,
+                "source": row.source,
+            }
+            for row in plan.tenants
+        ],
     }

@@ -88,6 +88,17 @@ class SecurityConfig(StrictModel):
     """Largest request body a vLLM pod reads, in MiB: past it the API-key middleware answers 413
     before vLLM parses anything. 16 MiB holds a full-context text prompt many times over and a few
     base64 images; raise it for large multimodal inputs."""
+    max_request_json_values: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 262_144
+    """Most values (array elements, object members, containers) a JSON request body may hold: the
+    API-key middleware counts them as the body arrives and answers 413 past it, before vLLM parses
+    anything (issue 40: 5.6 million empty objects in 16 MiB stalled every tenant of the pod). 262,144
+    holds two 128k-token prompts sent as token IDs; vLLM parses that many values in tens of
+    milliseconds (docs/security.md, "One tenant cannot stall the others")."""
+    tenants_share_prefix_cache: bool = False
+    """With tenants: whether tenants on one model share vLLM's prefix cache. False (the default):
+    the middleware gives each tenant's requests a `cache_salt` of its own, so no tenant reuses, or can
+    time, another tenant's cached prompt blocks; true: requests pass as sent (one tenant can then learn
+    from the cache whether another just sent a prompt; docs/security.md, "Tenants")."""
 
 
 class IngressConfig(StrictModel):

@@ -3,7 +3,9 @@ its limits (issue 26; docs/security.md, "Tenants")."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -50,7 +52,9 @@ class TenantConfig(StrictModel):
     """Requests in flight at once over all pods of a model that the tenant may have: each vLLM
     API-server process answers 429 (`Retry-After`) past the tenant's share, ceil(this / (the model's
     fewest replicas x its API-server processes)), and the `TenantOverConcurrencyLimit` alert fires when
-    the summed in-flight gauge passes it (docs/security.md, "Tenants"); null: neither."""
+    the summed in-flight gauge passes it (docs/security.md, "Tenants"). Null: on a model other tenants
+    may call too, the default share, the model's engine slots split evenly (`max_num_seqs` x fewest
+    replicas / its tenants; `vllm-platform plan` lists it), with no alert; on a model of its own, none."""
 
     @model_validator(mode="after")
     def _has_a_key(self) -> TenantConfig:
@@ -221,3 +225,58 @@ def model_key_secrets(config: PlatformConfig, model: ModelConfig) -> list[Secret
     if config.tenants:
         return [ref for tenant in tenants_on(config, model) for ref in tenant.api_key_secrets] + operator
     return ([model.api_key_secret] if model.api_key_secret is not None else []) + operator
+
+
+def in_flight_share(max_concurrent_requests: int, model: ModelConfig) -> int:
+    """A tenant's requests one vLLM API-server process answers at once (issue 34; docs/security.md,
+    "Tenants"): its `max_concurrent_requests` spread over the model's fewest replicas (the HPA's
+    minimum, or `replicas`; at least one) and each pod's API-server processes, rounded up. Each
+    process counts on its own (no shared state on the request path), so the whole cap is the limit
+    at the fewest replicas and grows with the replicas added above them; the alert on the summed
+    in-flight series still fires at the limit itself."""
+    return max(1, math.ceil(max_concurrent_requests / _processes_at_fewest_replicas(model)))
+
+
+def _processes_at_fewest_replicas(model: ModelConfig) -> int:
+    fewest = model.autoscaling.min_replicas if model.autoscaling.enabled else model.replicas
+    return max(1, fewest) * model.vllm.api_server_count
+
+
+@dataclass(frozen=True)
+class TenantConcurrency:
+    """How many requests of a tenant one model answers at once (`vllm-platform plan`'s tenant table)."""
+
+    tenant: str
+    model: str
+    max_concurrent_requests: int | None
+    """Over the model's fewest replicas; None: no limit."""
+    per_process: int | None
+    """What each API-server process enforces (`max_in_flight` in the pod's tenants file)."""
+    source: Literal["stack", "default", "none"]
+    """`stack`: the tenant's `max_concurrent_requests`; `default`: the even split of a shared model."""
+
+
+def default_max_concurrent_requests(config: PlatformConfig, model: ModelConfig) -> int | None:
+    """The limit of a tenant that sets none, on a model other tenants may call too (issue 40): the
+    engine slots at the model's fewest replicas (`max_num_seqs` each) split evenly between its
+    tenants, rounded down. The shares then add up to at most what the engines run at once, so one
+    tenant's flood never fills vLLM's batch and FCFS queue in front of another tenant's request (the
+    probe measured a 30x slowdown without a share); a tenant alone on the model gets no default."""
+    sharing = len(tenants_on(config, model))
+    if sharing < 2:
+        return None
+    fewest = _processes_at_fewest_replicas(model) // model.vllm.api_server_count
+    return max(1, fewest * model.vllm.max_num_seqs // sharing)
+
+
+def tenant_concurrency(config: PlatformConfig, model: ModelConfig) -> list[TenantConcurrency]:
+    default = default_max_concurrent_requests(config, model)
+    rows = []
+    for tenant in tenants_on(config, model):
+        limit = tenant.max_concurrent_requests if tenant.max_concurrent_requests is not None else default
+        source: Literal["stack", "default", "none"] = (
+            "stack" if tenant.max_concurrent_requests is not None else "default" if default else "none"
+        )
+        share = None if limit is None else in_flight_share(limit, model)
+        rows.append(TenantConcurrency(tenant.name, model.name, limit, share, source))
+    return rows

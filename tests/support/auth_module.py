@@ -21,3 +21,13 @@ def load_auth_module(monkeypatch: pytest.MonkeyPatch, name: str) -> ModuleType:
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     return module
+
+
+WORST_BODY_BYTES = 16 * 1024 * 1024
+"""Issue 40's body: as large as `security.max_request_body_mib`'s default allows."""
+
+
+def empty_objects_body(size: int, model: str) -> bytes:
+    """The probe's worst body (issue 40): a completion whose prompt is ~size/3 empty objects."""
+    head, tail = f'{{"model": "{model}", "prompt": ['.encode(), b"{}]}"
+    return head + b"{}," * ((size - len(head) - len(tail)) // 3) + tail

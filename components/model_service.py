@@ -420,7 +420,10 @@ def _spread(topology_key: str, model: ModelConfig) -> dict[str, Any]:
     # ScheduleAnyway: GPU capacity is often in one zone only (capacity blocks, ODCRs, spot pools);
     # DoNotSchedule would leave replicas Pending next to idle GPUs. matchLabelKeys counts only the
     # pods of the same revision, so old pods being replaced do not skew the spread (a Rollout's
-    # pods carry rollouts-pod-template-hash instead of pod-template-hash).
+    # pods carry rollouts-pod-template-hash instead of pod-template-hash). No nodeTaintsPolicy
+    # (the router's needs Honor): the nodeSelector already limits the zones counted to the group's
+    # nodes, whose taints the pods tolerate, and ScheduleAnyway only scores, so Honor would change
+    # no placement but restart every model's pods on the next `up`.
     return {
         "maxSkew": 1,
         "topologyKey": topology_key,

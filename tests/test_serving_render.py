@@ -270,6 +270,25 @@ def test_keda_owns_replicas_so_deployment_omits_them() -> None:
         assert result.find("HorizontalPodAutoscaler", namespace=model.namespace) == []
 
 
+def test_a_to_zero_model_sets_replicas_at_creation_only() -> None:
+    """Its workload is created at 0 (not the API server's default 1, which started a replica on the
+    first `up`, issue 40), and `pulumi up` ignores the field afterwards: the options as the engine
+    receives them."""
+    result = rendered("prod")
+    for model in config_of(result).models:
+        (record,) = [
+            r
+            for r in result.resources
+            if r.is_kubernetes_object
+            and r.inputs["kind"] in ("Deployment", "Rollout")
+            and r.inputs["metadata"].get("namespace") == model.namespace
+        ]
+        if model.scales_to_zero:
+            assert (record.inputs["spec"]["replicas"], record.ignore_changes) == (0, ("spec.replicas",))
+        else:
+            assert "replicas" not in record.inputs["spec"] and record.ignore_changes == (), model.name
+
+
 def test_fixed_replicas_are_set_when_autoscaling_is_off(stack_render: RenderResult) -> None:
     for model in config_of(stack_render).models:
         spec = deployment(stack_render, model.name)["spec"]

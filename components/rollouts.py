@@ -478,6 +478,11 @@ def _room_fixes(
     return fixes
 
 
+def _one_of(fixes: list[str]) -> str:
+    """'a', 'a or b', 'a, b, or c'."""
+    return fixes[0] if len(fixes) == 1 else f"{', '.join(fixes[:-1])}{',' * (len(fixes) > 2)} or {fixes[-1]}"
+
+
 def _canary_extra_pods(model: ModelConfig, replicas: int) -> int:
     """Pods beyond `replicas` at a canary's peak: its extra pod (if a step adds one) and one draining."""
     return peak_replicas(model, replicas) + 1 - replicas
@@ -610,8 +615,7 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
                     f"the canary runs up to {pods} pods at once ({' plus '.join(parts)}) = "
                     f"{pods} × {model.gpus_per_replica} = {needed} GPUs, but node group "
                     f"'{model.gpu_group}' has at most {room.gpus} "
-                    f"(max_size × GPUs per node){beside}; no room to surge: {', '.join(fixes[:-1])}, "
-                    f"or {fixes[-1]}",
+                    f"(max_size × GPUs per node){beside}; no room to surge: {_one_of(fixes)}",
                 )
             )
         group = config.node_groups.gpu[model.gpu_group]

@@ -5,10 +5,12 @@ scale on the same signals (components/adapter_rules.py) with the same bounds and
 behaviour: fast scale-up (a replica needs minutes to load the model, so react at once), slow
 scale-down (traffic is bursty; a removed replica costs a cold start to get back).
 
-When an autoscaler owns a Deployment (`autoscaler_owns_replicas(model)`), the Deployment must not
-set `spec.replicas`: every `pulumi up` would otherwise reset the count the autoscaler chose. With
-`rollout.strategy: canary` the pods belong to an Argo Rollouts Rollout instead, and the autoscaler
-scales that (its scale subresource; `components.rollouts.workload_reference`), under the same rule.
+When an autoscaler owns a Deployment (`autoscaler_owns_replicas(model)`), no `pulumi up` may set
+`spec.replicas`: it would reset the count the autoscaler chose. The Deployment leaves it unset,
+except a model that scales to zero, which is created at 0 (`replicas_at_creation`) and ignores the
+field on every later `up`. With `rollout.strategy: canary` the pods belong to an Argo Rollouts
+Rollout instead, and the autoscaler scales that (its scale subresource;
+`components.rollouts.workload_reference`), under the same rules.
 """
 
 from __future__ import annotations
@@ -37,8 +39,24 @@ KEDA_API_VERSION = "keda.sh/v1alpha1"
 
 
 def autoscaler_owns_replicas(model: ModelConfig) -> bool:
-    """True when the Deployment or Rollout must leave `spec.replicas` unset (an HPA or KEDA sets it)."""
+    """True when no `pulumi up` may set the Deployment's or Rollout's `spec.replicas` (an HPA or KEDA
+    sets it): unset, or set at creation only (`replicas_at_creation`)."""
     return model.autoscaling.enabled
+
+
+def replicas_at_creation(model: ModelConfig) -> int | None:
+    """The `spec.replicas` an autoscaled workload is created with; None: left unset.
+
+    Unset, the API server defaults it to 1, which the autoscaler then moves to its minimum. For a
+    model that scales to zero that one replica is for nothing: on EKS it boots a GPU node, and the
+    first `pulumi up` waits for the pod to be ready, before KEDA takes it back to zero (issue 40).
+    Such a model is created at 0, and the workload ignores `spec.replicas` on every later `up`
+    (ModelService's `ignore_changes`): Pulumi's provider then sends the field only while its own
+    field manager still owns it, at the live value, and drops it once KEDA has scaled the workload
+    through /scale, so no `up` resets KEDA's count (tests/test_deploy_pulumi.py runs both)."""
+    if autoscaler_owns_replicas(model) and model.scales_to_zero:
+        return 0
+    return None
 
 
 def create_model_autoscaler(

@@ -27,7 +27,11 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components import load_balancer, probes, rollouts, secrets, server_auth
-from components.autoscaling import autoscaler_owns_replicas, create_model_autoscaler
+from components.autoscaling import (
+    autoscaler_owns_replicas,
+    create_model_autoscaler,
+    replicas_at_creation,
+)
 from components.cluster_context import ClusterContext
 from components.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_labels, model_selector_labels
 from components.monitoring import prometheus_url
@@ -420,7 +424,10 @@ def _spread(topology_key: str, model: ModelConfig) -> dict[str, Any]:
     # ScheduleAnyway: GPU capacity is often in one zone only (capacity blocks, ODCRs, spot pools);
     # DoNotSchedule would leave replicas Pending next to idle GPUs. matchLabelKeys counts only the
     # pods of the same revision, so old pods being replaced do not skew the spread (a Rollout's
-    # pods carry rollouts-pod-template-hash instead of pod-template-hash).
+    # pods carry rollouts-pod-template-hash instead of pod-template-hash). No nodeTaintsPolicy
+    # (the router's needs Honor): the nodeSelector already limits the zones counted to the group's
+    # nodes, whose taints the pods tolerate, and ScheduleAnyway only scores, so Honor would change
+    # no placement but restart every model's pods on the next `up`.
     return {
         "maxSkew": 1,
         "topologyKey": topology_key,
@@ -479,10 +486,13 @@ def deployment_spec(
         "revisionHistoryLimit": 5,
         "template": pod_template(config, model, plan, service_account),
     }
-    # With an HPA or KEDA, the autoscaler owns spec.replicas: setting it here would make every
-    # `pulumi up` reset the replica count (production-stack renders it under KEDA; we do not).
+    # With an HPA or KEDA, the autoscaler owns spec.replicas: setting it on every `up` would reset
+    # the replica count (production-stack renders it under KEDA; we do not). A to-zero model sets it
+    # at creation only (replicas_at_creation; ModelService ignores it afterwards).
     if not autoscaler_owns_replicas(model):
         spec["replicas"] = model.replicas
+    elif (initial := replicas_at_creation(model)) is not None:
+        spec["replicas"] = initial
     return spec
 
 
@@ -835,6 +845,8 @@ class ModelService(pulumi.ComponentResource):
         workload_opts = pulumi.ResourceOptions(
             parent=self,
             depends_on=[namespace_resource, claim, auth_module, *provider_classes, *args.depends_on],
+            # Set at creation only: afterwards the count is KEDA's (replicas_at_creation).
+            ignore_changes=["spec.replicas"] if replicas_at_creation(model) is not None else None,
         )
         api_version, kind, workload_spec = workload(config, model, plan, account.name)
         deployment: pulumi.CustomResource

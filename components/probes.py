@@ -102,16 +102,18 @@ def replica_floor(model: ModelConfig) -> int:
 
 
 def rollout_strategy(model: ModelConfig) -> RolloutStrategy:
-    """One pod at a time, and never an outage of a single-replica model.
+    """One pod at a time, and never an outage of a single-replica model unless the stack asks for it.
 
     With two or more replicas, replace in place (maxSurge 0, maxUnavailable 1): a surge pod needs a
     free GPU set that scarce GPU node groups rarely have, and a rollout waiting on one stalls while
     the old pods keep serving — in place, the freed GPUs go straight to the new pod and capacity
     dips by one replica. With one replica (or an autoscaler that may be at one), in place would take
     the model down for a whole startup budget, so surge one (maxSurge 1, maxUnavailable 0) and
-    reserve that GPU set in the namespace quota (`gpu_quota`).
+    reserve that GPU set in the namespace quota (`gpu_quota`) — unless `rollout.replace_in_place`
+    says to replace in place anyway: at max replicas on a full group a surge pod has no GPU to
+    start on, and the update stalls (`rollouts.rolling_surge_problems` refuses that stack).
     """
-    if replica_floor(model) >= 2:
+    if replica_floor(model) >= 2 or model.rollout.replace_in_place:
         return RolloutStrategy(max_surge=0, max_unavailable=1)
     return RolloutStrategy(max_surge=1, max_unavailable=0)
 

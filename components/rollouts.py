@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from infra import vllm_metrics
@@ -98,9 +99,10 @@ def pods_at_weight(weight: int, replicas: int) -> tuple[int, int]:
     return stable, canary
 
 
-def peak_replicas(model: ModelConfig) -> int:
-    """The most pods the model runs during a rollout at its most replicas: stable + canary."""
-    replicas = model.max_replicas
+def peak_replicas(model: ModelConfig, replicas: int | None = None) -> int:
+    """The most pods the model runs during a rollout at its most replicas (or at `replicas`):
+    stable + canary."""
+    replicas = model.max_replicas if replicas is None else replicas
     if not uses_canary(model):
         return replicas
     return max(sum(pods_at_weight(weight, replicas)) for weight in model.rollout.canary.steps)
@@ -363,14 +365,170 @@ def analysis_metric_problems(analysis: CanaryAnalysisConfig, at: tuple[str | int
     return problems
 
 
-def _group_gpus(config: PlatformConfig, group_name: str) -> int:
-    group = config.node_groups.gpu[group_name]
-    return group.max_size * min(instance.gpus_per_node for instance in group.gpu_instances)
+@dataclass(frozen=True)
+class GroupRoom:
+    """A GPU node group at its max_size with every model on it at its max replicas: what is left for
+    the extra pods of one model's rollout (`group_room`)."""
+
+    group: str
+    max_size: int
+    gpus_per_node: int
+    held: tuple[tuple[str, int, int], ...]
+    """(model, max replicas, GPUs per replica) of every model on the group."""
+    free_sets: int
+    """Pods of the rolling model's size (gpus_per_replica on one node) that still fit."""
+    fits: bool
+    """False when the models at their max replicas do not fit the group at all (then free_sets is 0;
+    replica_bound_problems reports a single model beyond its group)."""
+
+    @property
+    def gpus(self) -> int:
+        return self.max_size * self.gpus_per_node
+
+    @property
+    def held_gpus(self) -> int:
+        return sum(replicas * gpus for _, replicas, gpus in self.held)
+
+    def describe(self) -> str:
+        """e.g. "node group 'l40s' has 8 GPUs (max_size 2 × 4 per node), and at their max replicas
+        its models hold 8 (qwen: 4 × 2)"."""
+        held = ", ".join(f"{name}: {replicas} × {gpus}" for name, replicas, gpus in self.held)
+        return (
+            f"node group '{self.group}' has {self.gpus} GPUs (max_size {self.max_size} × "
+            f"{self.gpus_per_node} per node), and at their max replicas its models hold "
+            f"{self.held_gpus} ({held})"
+        )
+
+
+def group_room(
+    config: PlatformConfig,
+    model: ModelConfig,
+    *,
+    max_size: int | None = None,
+    max_replicas: int | None = None,
+) -> GroupRoom | None:
+    """How many more pods of `model` its GPU group holds while every model on the group runs its max
+    replicas (None when the group is unknown: the schema reports that).
+
+    Nodes of the group's smallest instance type (any of its types may be what the group launched),
+    at `max_size`; the models' pods packed on them largest first, each on the first node with room
+    (first-fit decreasing: for GPU counts that divide each other, as 1, 2, 4 and 8 do, as tight as
+    any scheduler can place them). So a shortfall here is one on every placement. `max_size` and
+    `max_replicas` (of `model`) replace the stack's values, to find the fix that works.
+    """
+    group = config.node_groups.gpu.get(model.gpu_group)
+    if group is None or not group.gpu_instances:
+        return None
+    per_node = min(instance.gpus_per_node for instance in group.gpu_instances)
+    size = group.max_size if max_size is None else max_size
+    held = tuple(
+        (
+            other.name,
+            max_replicas if other is model and max_replicas is not None else other.max_replicas,
+            other.gpus_per_replica,
+        )
+        for other in config.models
+        if other.gpu_group == model.gpu_group
+    )
+    free = [per_node] * size
+    for gpus in sorted((gpus for _, replicas, gpus in held for _ in range(replicas)), reverse=True):
+        node = next((i for i, left in enumerate(free) if left >= gpus), None)
+        if node is None:
+            return GroupRoom(model.gpu_group, size, per_node, held, free_sets=0, fits=False)
+        free[node] -= gpus
+    sets = sum(left // model.gpus_per_replica for left in free)
+    return GroupRoom(model.gpu_group, size, per_node, held, free_sets=sets, fits=True)
+
+
+def _room_fixes(
+    config: PlatformConfig, model: ModelConfig, index: int, extra_at: Callable[[int], int]
+) -> list[str]:
+    """The replica and node-group changes that leave room for the `extra_at(max replicas)` pods a
+    rollout adds: lower the model's max replicas (not below its floor; the most that works) or raise
+    the group's max_size (the smallest that works)."""
+    room = group_room(config, model)
+    assert room is not None
+    extra = extra_at(model.max_replicas)
+    fixes = []
+    key = "autoscaling.max_replicas" if model.autoscaling.enabled else "replicas"
+    floor = max(1, model.autoscaling.min_replicas) if model.autoscaling.enabled else model.replicas
+    fewer = next(
+        (
+            count
+            for count in range(model.max_replicas - 1, floor - 1, -1)
+            if (group_room(config, model, max_replicas=count) or room).free_sets >= extra_at(count)
+        ),
+        None,
+    )
+    if fewer is not None:
+        fixes.append(f"lower models[{index}].{key} to {fewer}")
+    # Every node holds at least one pod (none is larger than a node, or no size ever works), so one
+    # node per pod is always enough.
+    pods = sum(replicas for _, replicas, _ in room.held) + extra
+    larger = next(
+        (
+            size
+            for size in range(room.max_size + 1, max(room.max_size, pods) + 1)
+            if (group_room(config, model, max_size=size) or room).free_sets >= extra
+        ),
+        None,
+    )
+    if larger is not None:
+        fixes.append(f"raise node_groups.gpu.{model.gpu_group}.max_size to {larger}")
+    return fixes
+
+
+def _one_of(fixes: list[str]) -> str:
+    """'a', 'a or b', 'a, b, or c'."""
+    return fixes[0] if len(fixes) == 1 else f"{', '.join(fixes[:-1])}{',' * (len(fixes) > 2)} or {fixes[-1]}"
+
+
+def _canary_extra_pods(model: ModelConfig, replicas: int) -> int:
+    """Pods beyond `replicas` at a canary's peak: its extra pod (if a step adds one) and one draining."""
+    return peak_replicas(model, replicas) + 1 - replicas
+
+
+def rolling_surge_problems(config: PlatformConfig) -> list[Problem]:
+    """A rolling update that surges (maxSurge 1: the model may run one replica) needs one free GPU set
+    in its group while every model there runs its max replicas. Without it the surge pod stays
+    Pending (Insufficient nvidia.com/gpu), maxUnavailable 0 lets no old pod go, and `pulumi up` waits
+    out its timeout (issue 40: about 81 minutes on EKS)."""
+    from components.probes import rollout_strategy
+
+    problems = []
+    for index, model in enumerate(config.models):
+        surge = rollout_strategy(model).max_surge
+        room = group_room(config, model)
+        if uses_canary(model) or surge == 0 or room is None or not room.fits or room.free_sets >= surge:
+            continue
+        floor = (
+            f"autoscaling.min_replicas {model.autoscaling.min_replicas}"
+            if model.autoscaling.enabled
+            else f"replicas {model.replicas}"
+        )
+        fixes = [
+            "set rollout.replace_in_place: true (maxUnavailable 1 instead of the surge: no GPU beyond the "
+            "replicas' own, but a model at one replica is down while its new pod starts)",
+            *_room_fixes(config, model, index, lambda _, surge=surge: surge),
+        ]
+        problems.append(
+            Problem(
+                ("models", index, "rollout", "replace_in_place"),
+                model.rollout.replace_in_place,
+                f"a rolling update surges one pod of {model.gpus_per_replica} GPU(s) (maxSurge 1, "
+                f"maxUnavailable 0, since the model may run a single replica: {floor}), but "
+                f"{room.describe()}: no node has {model.gpus_per_replica} free. At max replicas the "
+                "surge pod would stay Pending (Insufficient nvidia.com/gpu) and the update stall until "
+                f"`pulumi up` times out. Fix: {'; or '.join(fixes)}",
+            )
+        )
+    return problems
 
 
 def rollout_problems(config: PlatformConfig) -> list[Problem]:
     """A canary needs the controller, Prometheus, the ALB (or no ingress), analysable metrics, and
     room for its extra pod: in the GPU node group and, for the second revision, on node NVMe."""
+    from components.probes import replica_floor
     from infra.capacity.architecture import checkpoint_bytes
     from infra.capacity.plan import model_shape
 
@@ -424,24 +582,40 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
             )
         pods = peak_pods(model)
         needed = pods * model.gpus_per_replica
-        available = _group_gpus(config, model.gpu_group)
-        if needed > available:
+        room = group_room(config, model)
+        extra = pods - model.max_replicas
+        if room is not None and (not room.fits or room.free_sets < extra):
             replicas = model.max_replicas
             # Each part of the count is named, so the sum in the message adds up (issue 24).
             parts = [f"{replicas} replica{'s' if replicas != 1 else ''}"]
             if peak_replicas(model) > replicas:
                 parts.append("the canary's extra pod")
             parts.append("one pod started while an old one drains")
+            others = [held for held in room.held if held[0] != model.name]
+            beside = (
+                ", and at their max replicas the group's other models hold "
+                + ", ".join(f"{name}: {count} × {gpus}" for name, count, gpus in others)
+                if others
+                else ""
+            )
+            # A rolling update of a model that may run one replica surges one pod (maxSurge 1): it
+            # needs room too, or its pods replaced in place (rolling_surge_problems).
+            surges = replica_floor(model) < 2
+            rolling = (
+                "rollout.strategy: rolling with rollout.replace_in_place: true (pods replaced in "
+                "place need no GPU beyond the replicas' own)"
+                if surges and (not room.fits or room.free_sets < 1)
+                else "rollout.strategy: rolling"
+            )
+            fixes = [*_room_fixes(config, model, index, partial(_canary_extra_pods, model)), f"use {rolling}"]
             problems.append(
                 Problem(
                     (*path, "strategy"),
                     "canary",
                     f"the canary runs up to {pods} pods at once ({' plus '.join(parts)}) = "
                     f"{pods} × {model.gpus_per_replica} = {needed} GPUs, but node group "
-                    f"'{model.gpu_group}' has at most {available} "
-                    "(max_size × GPUs per node); no room to surge: raise "
-                    f"node_groups.gpu.{model.gpu_group}.max_size, "
-                    "lower the replicas, or use rollout.strategy: rolling",
+                    f"'{model.gpu_group}' has at most {room.gpus} "
+                    f"(max_size × GPUs per node){beside}; no room to surge: {_one_of(fixes)}",
                 )
             )
         group = config.node_groups.gpu[model.gpu_group]

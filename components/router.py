@@ -558,6 +558,11 @@ def _spread(topology_key: str, when_unsatisfiable: str) -> dict[str, Any]:
         "whenUnsatisfiable": when_unsatisfiable,
         "labelSelector": {"matchLabels": router_selector_labels()},
         "matchLabelKeys": ["pod-template-hash"],
+        # Count only the zones of nodes the router may run on. By default (Ignore) a zone that holds
+        # only GPU nodes, whose taint the router does not tolerate, is a domain with zero router pods
+        # forever, so under DoNotSchedule no other zone may get a second pod: with one GPU node alone
+        # in a third zone, a third router replica stayed Pending (issue 40).
+        "nodeTaintsPolicy": "Honor",
     }
 
 

@@ -39,7 +39,7 @@ def platform_checks() -> list[PlatformCheck]:
     from components.cluster_addons import addon_mode_problems
     from components.gpu_addons import gpu_registration_problems, gpu_toleration_problems
     from components.model_service import preload_source_problems
-    from components.rollouts import rollout_problems
+    from components.rollouts import rolling_surge_problems, rollout_problems
     from components.router import router_problems
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import listener_flag_problems, server_argument_problems
@@ -71,6 +71,7 @@ def platform_checks() -> list[PlatformCheck]:
         operator_key_problems,
         secret_name_problems,
         rollout_problems,
+        rolling_surge_problems,
         router_problems,
         aws_api_limit_problems,
         secret_isolation_problems,

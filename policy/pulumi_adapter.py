@@ -45,9 +45,16 @@ def settings_from_config(config: Mapping[str, Any]) -> vllm_policies.PolicySetti
     return vllm_policies.PolicySettings(gpu_taint_keys=tuple(str(key) for key in keys))
 
 
+def _ignored(opts: Any) -> tuple[str, ...]:
+    """The resource's ignore_changes (PolicyResourceOptions; absent in some engine versions)."""
+    return tuple(getattr(opts, "ignore_changes", None) or ())
+
+
 def _resource_validation(rule: vllm_policies.Rule):
     def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-        resource = vllm_policies.Resource(args.resource_type, args.name, args.props, args.urn)
+        resource = vllm_policies.Resource(
+            args.resource_type, args.name, args.props, args.urn, _ignored(args.opts)
+        )
         for message in rule.check(resource, settings_from_config(args.get_config())):
             report_violation(f"{resource.label}: {message}", None)
 
@@ -57,7 +64,8 @@ def _resource_validation(rule: vllm_policies.Rule):
 def _stack_validation(rule: vllm_policies.Rule):
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
         resources: Sequence[vllm_policies.Resource] = [
-            vllm_policies.Resource(r.resource_type, r.name, r.props, r.urn) for r in args.resources
+            vllm_policies.Resource(r.resource_type, r.name, r.props, r.urn, _ignored(r.opts))
+            for r in args.resources
         ]
         for violation in rule.check(resources, settings_from_config(args.get_config())):
             urn = violation.resource.urn if violation.resource and violation.resource.urn else None

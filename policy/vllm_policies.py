@@ -45,6 +45,8 @@ class Resource:
     name: str
     props: Mapping[str, Any]
     urn: str = ""
+    ignore_changes: tuple[str, ...] = ()
+    """Its resource options' ignore_changes: properties `pulumi up` sets at creation only."""
 
     @property
     def is_kubernetes_object(self) -> bool:
@@ -685,14 +687,16 @@ def check_autoscaled_workloads_omit_replicas(
                     ),
                 )
             )
-        elif declares_replicas(target):
+        elif declares_replicas(target) and "spec.replicas" not in target.ignore_changes:
+            # Set at creation only (ignore_changes), as a to-zero model's 0 is, no `up` resets it.
             violations.append(
                 Violation(
                     target,
                     (
                         f"sets spec.replicas although {autoscaler.label} owns its replica count; "
                         "every `pulumi up` "
-                        "would reset the autoscaler's decision — omit spec.replicas"
+                        "would reset the autoscaler's decision — omit spec.replicas, or set it at "
+                        "creation only (ignore_changes: spec.replicas)"
                     ),
                 )
             )
@@ -807,7 +811,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "autoscaled-workloads-omit-replicas",
-        "A workload an HPA or ScaledObject scales does not set spec.replicas.",
+        "A workload an HPA or ScaledObject scales does not set spec.replicas (or only at creation).",
         "stack",
         check_autoscaled_workloads_omit_replicas,
     ),

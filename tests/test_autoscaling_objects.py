@@ -155,7 +155,9 @@ def test_autoscaled_deployments_leave_replicas_to_the_autoscaler(stack_render: R
     config = config_of(stack_render)
     for model in config.models:
         [deployment] = model_workloads(stack_render, model.namespace)
-        assert ("replicas" in deployment["spec"]) is not model.autoscaling.enabled, model.name
+        # A to-zero model is created at zero replicas and ignores the field afterwards (issue 40).
+        sets_replicas = not model.autoscaling.enabled or model.scales_to_zero
+        assert ("replicas" in deployment["spec"]) is sets_replicas, model.name
 
 
 def test_no_autoscaler_for_a_model_with_autoscaling_off() -> None:

@@ -2,9 +2,11 @@
 prod-shaped stack (tests/stacks/Pulumi.cluster.yaml) to a real control plane with KWOK GPU nodes.
 
 The lifecycle, in order (one module-scoped run; each test checks one step):
-    preview (empty cluster) → up → preview --expect-no-changes → refresh --expect-no-changes →
-    scale a Deployment through /scale as the HPA does → up --expect-no-changes →
-    change a model's revision: preview --diff (kept as an artefact) → up → destroy
+    preview (empty cluster) → up (the to-zero model created at zero replicas) →
+    preview --expect-no-changes → refresh --expect-no-changes →
+    scale the to-zero model's Deployment through /scale as KEDA does → up --expect-no-changes →
+    change two models' revisions: preview --diff (kept as an artefact) → up (the scaled model keeps
+    KEDA's count) → destroy
 Everything runs inside a loopback-only network namespace (tests/cluster/README.md). The AWS layer
 is not exercised here: mode `existing` creates no AWS resources (it stays under Pulumi mocks and
 moto, tests/test_aws_layer.py).
@@ -48,7 +50,9 @@ ARTEFACTS = REPO / "out" / "deploy-tests"
 CANARY_MODEL = "llama-3-1-8b"
 """Canary rollout, Prometheus Adapter HPA, a LoRA adapter: its revision changes in the last step."""
 SCALED_MODEL = "qwen2-5-7b-tp2"
-"""A Deployment (KEDA): scaled through /scale as the autoscaler would."""
+"""A Deployment on KEDA down to zero replicas: created at zero, then scaled through /scale as KEDA
+would, and its revision changed with the canary's."""
+SCALED_REPLICAS = 2
 GPU_QUOTA = "requests.nvidia.com/gpu"
 NEW_REVISION = "1111111111111111111111111111111111111111"
 OPERATION_TIMEOUT_SECONDS = 900
@@ -103,10 +107,11 @@ class Deployer:
 
 
 def _changed_revision_stack(path: Path) -> None:
-    """The stack file with the canary model at a new revision (weights and their S3 prefix)."""
+    """The stack file with the canary and the scaled model at a new revision (weights and their S3
+    prefix)."""
     document = yaml.safe_load(CLUSTER_STACK_FILE.read_text())
     for model in document["config"]["vllm-platform:models"]:
-        if model["name"] == CANARY_MODEL:
+        if model["name"] in (CANARY_MODEL, SCALED_MODEL):
             old = model["source"]["revision"]
             model["source"]["revision"] = NEW_REVISION
             model["source"]["s3_uri"] = model["source"]["s3_uri"].replace(old, NEW_REVISION)
@@ -144,31 +149,63 @@ def _deploy_and_change(cluster: Cluster, deployer: Deployer, project: Path, obse
         cluster.wait_for("every pod Running", lambda: not pending_pods(cluster), timeout=180)
     observed["pods_after_up"] = cluster.get("pods")
     observed["pending_after_up"] = pending_pods(cluster)
-    observed["vllm_pods"] = vllm_pods(cluster)
     observed["groups"] = node_groups_by_node(cluster)
     observed["owners"] = pods_by_owner(cluster)
+    namespace = namespace_of(SCALED_MODEL)
+    observed["to_zero_after_up"] = _scaled_model_state(cluster)
     deployer.run("3-preview-no-changes", "preview", "--expect-no-changes")
     deployer.run("4-refresh-no-changes", "refresh", "--expect-no-changes")
-    namespace = namespace_of(SCALED_MODEL)
-    # `kubectl scale` writes the /scale subresource, as the HPA controller (and KEDA's HPA) does.
-    cluster.kubectl("scale", "deployment/vllm", "-n", namespace, "--replicas=2")
+    # `kubectl scale` writes the /scale subresource, as KEDA (and the HPA controller) does.
+    cluster.kubectl("scale", "deployment/vllm", "-n", namespace, f"--replicas={SCALED_REPLICAS}")
+    with contextlib.suppress(ClusterError):  # bounded; test_vllm_pods_run_on_their_gpu_group reports it
+        cluster.wait_for(
+            f"{SCALED_REPLICAS} pods of {SCALED_MODEL} Running",
+            lambda: _scaled_model_state(cluster)["running"] == SCALED_REPLICAS,
+            timeout=120,
+        )
+    observed["vllm_pods"] = vllm_pods(cluster)
     deployer.run("5-up-after-autoscaler", "up", "--expect-no-changes")
-    observed["scaled_replicas"] = cluster.get("deployment", namespace=namespace, name="vllm")["spec"][
-        "replicas"
-    ]
+    observed["scaled_replicas"] = _scaled_model_state(cluster)["replicas"]
     _changed_revision_stack(project / "Pulumi.cluster.yaml")
     deployer.run("6-preview-revision-diff", "preview", "--diff")
     if deployer.run("7-up-revision", "up")["ok"]:
         observed["canary"] = _canary_state(cluster)
+        observed["scaled_after_revision"] = _scaled_model_state(cluster)
+
+
+def _scaled_model_state(cluster: Cluster) -> dict[str, Any]:
+    """SCALED_MODEL's Deployment: spec.replicas, its pods, which revision each Running one has."""
+    namespace = namespace_of(SCALED_MODEL)
+    deployment = cluster.get("deployment", namespace=namespace, name="vllm")
+    pods = [p for p in cluster.get("pods", namespace=namespace) if not p["metadata"].get("deletionTimestamp")]
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    return {
+        "replicas": deployment["spec"].get("replicas"),
+        "pods": len(pods),
+        "running": len(running),
+        "new_revision_running": sum(NEW_REVISION in json.dumps(p["spec"]["initContainers"]) for p in running),
+        "replicasets": {
+            rs["metadata"]["name"]: rs["status"].get("replicas", 0)
+            for rs in cluster.get("replicasets", namespace=namespace)
+        },
+    }
 
 
 def _canary_state(cluster: Cluster) -> dict[str, Any]:
     namespace = namespace_of(CANARY_MODEL)
-    cluster.wait_for(
-        "the canary ReplicaSet's pod",
-        lambda: len(cluster.get_selected("replicasets", "app.kubernetes.io/name=vllm")) >= 2,
-        timeout=120,
-    )
+    # In the canary's namespace: cluster-wide, the scaled model's two ReplicaSets already made two.
+    with contextlib.suppress(ClusterError):  # bounded; the canary test reports what it found
+        cluster.wait_for(
+            "the canary ReplicaSet's pod Running",
+            lambda: (
+                len(cluster.get("replicasets", namespace=namespace)) >= 2
+                and sum(
+                    p["status"].get("phase") == "Running" for p in cluster.get("pods", namespace=namespace)
+                )
+                >= 2
+            ),
+            timeout=120,
+        )
     return {
         "quota_checks": _quota_checks(cluster, namespace),
         "rollout": cluster.get("rollout", namespace=namespace, name="vllm"),
@@ -260,10 +297,30 @@ def test_second_preview_and_refresh_show_no_changes(lifecycle):
     _step(results, "4-refresh-no-changes")
 
 
+def test_the_first_up_creates_a_to_zero_model_at_zero_replicas(lifecycle):
+    # Created at the default 1, the model's first `up` started a replica (on EKS, a GPU node) and
+    # waited for it, before KEDA took it back to zero (issue 40). No KEDA operator runs here.
+    results, observed = lifecycle
+    _step(results, "2-up")
+    state = observed["to_zero_after_up"]
+    assert state["replicas"] == 0, state
+    assert state["pods"] == 0 and set(state["replicasets"].values()) <= {0}, state
+
+
 def test_up_leaves_the_autoscalers_replicas_alone(lifecycle):
     results, observed = lifecycle
     _step(results, "5-up-after-autoscaler")
-    assert observed["scaled_replicas"] == 2
+    assert observed["scaled_replicas"] == SCALED_REPLICAS
+
+
+def test_an_update_of_the_to_zero_model_keeps_the_count_keda_set(lifecycle):
+    # The revision change sends the whole Deployment: spec.replicas, ignored, is KEDA's (kubectl
+    # scale's) field by then, and the provider leaves it out of the apply.
+    results, observed = lifecycle
+    _step(results, "7-up-revision")
+    state = observed["scaled_after_revision"]
+    assert state["replicas"] == SCALED_REPLICAS, state
+    assert state["new_revision_running"] == SCALED_REPLICAS, state
 
 
 def test_vllm_pods_run_on_their_gpu_group(lifecycle):

@@ -388,6 +388,18 @@ def test_deployment_setting_replicas_under_a_keda_scaled_object_is_reported() ->
     assert len(found) == 1 and "ScaledObject vllm-m/vllm owns its replica count" in found[0]
 
 
+def test_replicas_set_at_creation_only_under_a_scaled_object_pass() -> None:
+    # A to-zero model is created at 0 and ignores the field afterwards (issue 40): no `up` resets it.
+    scaled = kube("ScaledObject", "vllm", spec={"scaleTargetRef": {"name": "vllm"}, "triggers": []})
+    created_at_zero = vllm_deployment(replicas=0)
+    ignored = Resource(
+        created_at_zero.type, created_at_zero.name, created_at_zero.props, "", ("spec.replicas",)
+    )
+    check = rules.check_autoscaled_workloads_omit_replicas
+    assert stack_messages(check, [ignored, scaled]) == []
+    assert stack_messages(check, [created_at_zero, scaled])
+
+
 def test_deployment_without_replicas_under_an_hpa_passes() -> None:
     assert (
         stack_messages(rules.check_autoscaled_workloads_omit_replicas, [vllm_deployment(), hpa("vllm")]) == []
@@ -685,6 +697,11 @@ def _struct(props: Any) -> struct_pb2.Struct:
     return struct
 
 
+def _options(resource: Resource) -> analyzer_pb2.AnalyzerResourceOptions:
+    """The resource options the engine sends with it (the rules read ignore_changes)."""
+    return analyzer_pb2.AnalyzerResourceOptions(ignoreChanges=list(resource.ignore_changes))
+
+
 def _analyze(
     stub: analyzer_pb2_grpc.AnalyzerStub, resources: list[Resource]
 ) -> list[analyzer_pb2.AnalyzeDiagnostic]:
@@ -692,12 +709,18 @@ def _analyze(
     diagnostics: list[analyzer_pb2.AnalyzeDiagnostic] = []
     for resource in resources:
         request = analyzer_pb2.AnalyzeRequest(
-            type=resource.type, properties=_struct(resource.props), urn=resource.urn, name=resource.name
+            type=resource.type,
+            properties=_struct(resource.props),
+            urn=resource.urn,
+            name=resource.name,
+            options=_options(resource),
         )
         diagnostics.extend(stub.Analyze(request, timeout=60).diagnostics)
     stack = analyzer_pb2.AnalyzeStackRequest(
         resources=[
-            analyzer_pb2.AnalyzerResource(type=r.type, properties=_struct(r.props), urn=r.urn, name=r.name)
+            analyzer_pb2.AnalyzerResource(
+                type=r.type, properties=_struct(r.props), urn=r.urn, name=r.name, options=_options(r)
+            )
             for r in resources
         ]
     )
@@ -746,7 +769,7 @@ def resources_of(result: RenderResult) -> list[Resource]:
     """The render's records as the rules see them, the charts' objects included: one code path with
     the pack."""
     records = [r for r in result.resources if r.custom] + result.chart_resources
-    return [Resource(r.type, r.name, r.inputs, r.urn) for r in records]
+    return [Resource(r.type, r.name, r.inputs, r.urn, r.ignore_changes) for r in records]
 
 
 @pytest.mark.parametrize("stack", RENDERED_STACKS)

@@ -258,20 +258,46 @@ def test_keda_owns_replicas_so_deployment_omits_them() -> None:
         m for m in config_of(result).models if m.autoscaling.enabled and m.autoscaling.backend == "keda"
     ]
     assert models, "prod must keep a KEDA-scaled model for this test to mean something"
+    assert any(not m.scales_to_zero for m in models) and any(m.scales_to_zero for m in models)
     for model in models:
-        assert "replicas" not in deployment(result, model.name)["spec"]
+        # A to-zero model is created at zero (issue 40); Pulumi ignores the field after that
+        # (tests/test_deploy_pulumi.py), so KEDA's count stands either way.
+        expected = {"replicas": 0} if model.scales_to_zero else {}
+        spec = deployment(result, model.name)["spec"]
+        assert {key: spec[key] for key in spec if key == "replicas"} == expected, model.name
         scaled = one(result, "ScaledObject", "vllm", model.namespace)["spec"]
         assert scaled["scaleTargetRef"]["name"] == "vllm"
         assert result.find("HorizontalPodAutoscaler", namespace=model.namespace) == []
 
 
+def test_a_to_zero_model_sets_replicas_at_creation_only() -> None:
+    """Its workload is created at 0 (not the API server's default 1, which started a replica on the
+    first `up`, issue 40), and `pulumi up` ignores the field afterwards: the options as the engine
+    receives them."""
+    result = rendered("prod")
+    for model in config_of(result).models:
+        (record,) = [
+            r
+            for r in result.resources
+            if r.is_kubernetes_object
+            and r.inputs["kind"] in ("Deployment", "Rollout")
+            and r.inputs["metadata"].get("namespace") == model.namespace
+        ]
+        if model.scales_to_zero:
+            assert (record.inputs["spec"]["replicas"], record.ignore_changes) == (0, ("spec.replicas",))
+        else:
+            assert "replicas" not in record.inputs["spec"] and record.ignore_changes == (), model.name
+
+
 def test_fixed_replicas_are_set_when_autoscaling_is_off(stack_render: RenderResult) -> None:
     for model in config_of(stack_render).models:
         spec = deployment(stack_render, model.name)["spec"]
-        if model.autoscaling.enabled:
-            assert "replicas" not in spec
-        else:
+        if not model.autoscaling.enabled:
             assert spec["replicas"] == model.replicas
+        elif model.scales_to_zero:
+            assert spec["replicas"] == 0  # at creation only (test_keda_owns_replicas_...)
+        else:
+            assert "replicas" not in spec
 
 
 def test_rollout_strategy_follows_the_replica_floor(stack_render: RenderResult) -> None:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from infra.config.base import StrictModel, reject_retired_keys
+from infra.config.errors import ConfigProblem
 
 
 class ErrorRateCheckConfig(StrictModel):
@@ -129,5 +130,21 @@ class RolloutConfig(StrictModel):
     """`rolling`: a Deployment replaces pods one at a time (docs/serving.md). `canary`: an Argo
     Rollouts Rollout shifts traffic step by step, checked against vLLM's metrics (needs
     addons.argo_rollouts, monitoring and the ALB ingress)."""
+    replace_in_place: bool = False
+    """`rolling` only: replace pods in place (maxSurge 0, maxUnavailable 1) even when the model may
+    run a single replica. A rollout then needs no GPU beyond the replicas' own, but a model at one
+    replica is down while its new pod starts. Default false: a model that may run one replica
+    (`replicas` 1, or `autoscaling.min_replicas` 0 or 1) surges one pod (maxSurge 1), which needs
+    a free GPU set in its group while every model there runs its max replicas (`validate` checks)."""
     canary: CanaryConfig = CanaryConfig()
     """Steps and analysis of `strategy: canary` (ignored for `rolling`)."""
+
+    @model_validator(mode="after")
+    def _in_place_is_rolling(self) -> RolloutConfig:
+        if self.replace_in_place and self.strategy == "canary":
+            raise ConfigProblem(
+                "a canary's pods follow its traffic weight (Argo Rollouts), not a surge setting; "
+                "remove replace_in_place, or use strategy: rolling",
+                at=("replace_in_place",),
+            )
+        return self

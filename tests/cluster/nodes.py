@@ -5,6 +5,14 @@ Each group at its max size: the labels and taints the AWS layer gives the manage
 add (instance type, zone, capacity type, node group, architecture), and capacity from the
 instance catalogue: CPUs, memory and `nvidia.com/gpu` for GPU types (infra/catalogue); general-purpose
 system types by AWS's size naming (below). A group with several instance types gets its first.
+
+Zones as the stack's subnets place them (`node_zones`): every group spans the private subnet of
+each of the cluster's zones (infra/aws/infrastructure.py gives each node group all of
+`Network.private_subnet_ids`, one per zone: infra/aws/network.py), and its Auto Scaling group
+balances its own nodes over them. Groups balance independently, so nothing lines their first nodes
+up in the first zone: each group here starts in the zone after the previous group's last node. A
+small group then lands where zone bugs show, e.g. three zones, two system nodes and a GPU node
+alone in the third zone (issue 40).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from infra.aws.network import subnet_layout
 from infra.aws.node_groups import node_group_specs, system_ami_type
 from infra.catalogue.gpu_instances import gpu_instance_types
 from infra.config import PlatformConfig
@@ -35,11 +44,31 @@ def general_purpose_capacity(instance_type: str) -> tuple[int, int]:
     return vcpus, vcpus * _FAMILY_GIB_PER_VCPU[family]
 
 
+def availability_zones(config: PlatformConfig) -> list[str]:
+    """The zones of the stack's node subnets: one private subnet per zone, in the region's first
+    `availability_zone_count` zones (infra/aws/network.py `subnet_layout`, `_zone_at`)."""
+    layout = subnet_layout(config.cluster.vpc_cidr, config.cluster.availability_zone_count)
+    return [f"{config.cluster.region}{letter}" for letter in "abcd"[: len(layout.private_cidrs)]]
+
+
+def node_zones(config: PlatformConfig, *, size: str = "max_size") -> dict[str, list[str]]:
+    """Node group name → the zone of each of its nodes at `size`: balanced over every zone, each
+    group starting in the zone after the previous group's last node (see the module's docstring)."""
+    zones = availability_zones(config)
+    placed: dict[str, list[str]] = {}
+    next_zone = 0
+    for spec in node_group_specs(config.cluster.name, config.node_groups):
+        count = getattr(spec, size)
+        placed[spec.name] = [zones[(next_zone + index) % len(zones)] for index in range(count)]
+        next_zone = (next_zone + count) % len(zones)
+    return placed
+
+
 def stack_nodes(config: PlatformConfig, *, size: str = "max_size") -> list[dict[str, Any]]:
     """One Node object per node of every group at `size` (max_size by default)."""
     gpu_types = gpu_instance_types()
     region = config.cluster.region
-    zones = [f"{region}{letter}" for letter in "abcd"[: config.cluster.availability_zone_count]]
+    zones_of = node_zones(config, size=size)
     nodes = []
     for spec in node_group_specs(config.cluster.name, config.node_groups):
         instance_type = spec.instance_types[0]
@@ -58,7 +87,7 @@ def stack_nodes(config: PlatformConfig, *, size: str = "max_size") -> list[dict[
         architecture = "arm64" if "ARM_64" in system_ami_type([instance_type]) else "amd64"
         for index in range(getattr(spec, size)):
             name = f"{spec.name}-{index}"
-            zone = zones[index % len(zones)]
+            zone = zones_of[spec.name][index]
             labels = {
                 **spec.labels,
                 "kubernetes.io/hostname": name,

@@ -52,6 +52,9 @@ def _router_signal(target: float = 4, backend: str = "hpa", model: int = 0):
                 {"metric": ROUTER_RUNNING_REQUESTS, "target_average_value": target},
             ],
         }
+        # Room for a rolling update's surge pod beside two replicas (validate refuses a group that
+        # has none: issue 40).
+        values["node_groups"]["gpu"]["l40s"]["max_size"] = 3
         if backend == "hpa":
             # KEDA (on by default in mode eks) would serve external.metrics.k8s.io too.
             values.setdefault("addons", {})["keda"] = False

@@ -43,6 +43,9 @@ def _autoscale(metrics: list[dict[str, Any]], **settings: Any):
             "metrics": metrics,
             **settings,
         }
+        # Room for a rolling update's surge pod beside two replicas (validate refuses a group that
+        # has none: issue 40).
+        values["node_groups"]["gpu"]["l40s"]["max_size"] = 3
 
     return edit
 

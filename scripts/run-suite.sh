@@ -11,7 +11,7 @@
 # The main lane prints as it runs; the cluster lane's output follows it (also in
 # out/test-run/cluster.log). The last line sums both lanes' counts.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 runs=out/test-run
 rm -rf "$runs"
 mkdir -p "$runs"

@@ -41,7 +41,9 @@ def test_no_secret_values_in_env_literals_or_configmaps(stack_render: RenderResu
         document = data.pop(server_auth.TENANTS_FILE, None)
         assert (document is not None) == bool(tenants)
         if document is not None:
-            assert set(json.loads(document)) == {"served_names", "tenants"}
+            # isolated_prefix_cache: a boolean (security.tenants_share_prefix_cache), no secret.
+            assert set(json.loads(document)) == {"served_names", "tenants", "isolated_prefix_cache"}
+            assert isinstance(json.loads(document)["isolated_prefix_cache"], bool)
             assert all(
                 set(t) == {"models", "key_prefix", "max_in_flight"}
                 for t in json.loads(document)["tenants"].values()

@@ -14,10 +14,10 @@ BIN := $(VENV)/bin
 
 .PHONY: dev test setup setup-test lint render-all charts clean
 
-$(BIN)/vllm-platform: pyproject.toml model-cache/pyproject.toml
+$(BIN)/vllm-platform: pyproject.toml model-cache/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]' -e './model-cache[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]' -e './model-cache[test]'
 	touch $@
 
 setup: $(BIN)/vllm-platform

@@ -359,7 +359,7 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
         {"name": "TMPDIR", "value": TMP_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
-        *server_auth.environment(config),
+        *server_auth.environment(config, model),
         *keep_alive_environment(config),
         # Tensor parallelism (gpus_per_replica > 1): vllm.nccl_env and the FlashInfer all-reduce backend.
         *tensor_parallel_environment(model),

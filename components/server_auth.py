@@ -92,15 +92,31 @@ def volume_mount() -> dict[str, Any]:
     return {"name": VOLUME_NAME, "mountPath": MOUNT_PATH, "readOnly": True}
 
 
-def environment(config: PlatformConfig | None = None) -> list[dict[str, str]]:
+JSON_VALUES_PER_CONTEXT_TOKEN = 4
+"""A chat message costs at most this many values beyond its text (object, role, content, one part)
+and carries at least one token, and a token-ID prompt costs one value per token."""
+JSON_VALUES_BEYOND_CONTEXT = 16_384
+"""Room for tool schemas, `logit_bias` and the other request fields."""
+
+
+def max_json_values(config: PlatformConfig, model: ModelConfig) -> int:
+    """`security.max_request_json_values`, or the bound derived from the model's context."""
+    configured = config.security.max_request_json_values
+    if configured is not None:
+        return configured
+    return JSON_VALUES_PER_CONTEXT_TOKEN * model.vllm.max_model_len + JSON_VALUES_BEYOND_CONTEXT
+
+
+def environment(
+    config: PlatformConfig | None = None, model: ModelConfig | None = None
+) -> list[dict[str, str]]:
     # The upstream vllm/vllm-openai image sets no PYTHONPATH of its own, so nothing is overridden.
     env = [{"name": "PYTHONPATH", "value": MOUNT_PATH}]
     if config is None:
         return env
     env.append({"name": "VLLM_PLATFORM_MAX_BODY_BYTES", "value": str(max_body_bytes(config))})
-    env.append(
-        {"name": "VLLM_PLATFORM_MAX_JSON_VALUES", "value": str(config.security.max_request_json_values)}
-    )
+    if model is not None:
+        env.append({"name": "VLLM_PLATFORM_MAX_JSON_VALUES", "value": str(max_json_values(config, model))})
     if config.tenants:
         env += [
             {"name": "VLLM_PLATFORM_TENANTS", "value": f"{MOUNT_PATH}/{TENANTS_FILE}"},

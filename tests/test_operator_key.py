@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from components import secrets, server_auth
@@ -15,6 +16,7 @@ from components.model_service import _volumes
 from infra.config import stack_file_for
 from infra.config.tenants import model_key_secrets
 from infra.stack_checks import load_stack
+from tests.support.auth_module import load_auth_module
 
 OPERATOR = {"name": "vllm-platform/prod/operator/api-key"}
 
@@ -27,8 +29,8 @@ def _stack(tmp_path: Path, base: str, **security: Any) -> Any:
     return load_stack("variant", stack_file=path)
 
 
-def _env(config: Any) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in server_auth.environment(config)}
+def _env(config: Any, model: Any = None) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in server_auth.environment(config, model)}
 
 
 def test_without_an_operator_key_no_pod_mounts_or_names_one(tmp_path: Path) -> None:
@@ -143,7 +145,26 @@ def test_tenants_get_a_prefix_cache_of_their_own_unless_the_stack_shares_it(tmp_
     assert server_auth.tenants_document(shared, shared.models[0])["isolated_prefix_cache"] is False
 
 
-def test_the_json_value_count_reaches_the_middleware(tmp_path: Path) -> None:
-    assert _env(load_stack("dev"))["VLLM_PLATFORM_MAX_JSON_VALUES"] == "262144"
+def test_the_json_value_count_follows_each_models_context_unless_the_stack_sets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prod = load_stack("prod")
+    counts = {m.name: int(_env(prod, m)["VLLM_PLATFORM_MAX_JSON_VALUES"]) for m in prod.models}
+    # 4 values per context token (a token-ID prompt as long as the context, or a chat whose every
+    # message holds a token) plus 16,384 for tools and the other fields.
+    assert counts == {m.name: 4 * m.vllm.max_model_len + 16_384 for m in prod.models}
+    assert len(set(counts.values())) > 1, "prod's models have different contexts, so different bounds"
+    # A full-context prompt of token IDs passes the middleware's count; the bound is far below the
+    # 5.6 million values of the probe's body.
+    monkeypatch.setenv("VLLM_API_KEY", "k")
+    auth = load_auth_module(monkeypatch, "vllm_platform_auth_value_count")
+    for model in prod.models:
+        shape = auth.JsonShape(counts[model.name])
+        shape.feed(
+            json.dumps({"model": model.name, "prompt": list(range(model.vllm.max_model_len))}).encode()
+        )
+        assert counts[model.name] < 5_600_000 // 20
     config = _stack(tmp_path, "dev", max_request_json_values=2_000_000)
-    assert _env(config)["VLLM_PLATFORM_MAX_JSON_VALUES"] == "2000000"
+    assert {_env(config, m)["VLLM_PLATFORM_MAX_JSON_VALUES"] for m in config.models} == {"2000000"}
+    # Without a model (the ConfigMap's shared part) no bound is rendered: it is per model.
+    assert "VLLM_PLATFORM_MAX_JSON_VALUES" not in _env(config)

@@ -593,13 +593,25 @@ def test_a_deeply_nested_body_gets_400_not_a_500(pod: Pod) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b'{"model": "tiny-alpha", "model": "tiny-beta", "prompt": "x"}', b'{"model": ', b"[1, 2]", b"\xff\xfe{"],
+    [b'{"model": ', b"[1, 2]", b"\xff\xfe{"],
 )
 def test_a_malformed_json_body_gets_400_before_vllm(pod: Pod, body: bytes) -> None:
     answer = _call_with_headers(
         pod, "POST", "/v1/completions", KEY_A, body, [(b"content-type", b"application/json")]
     )
     assert answer.status == 400 and not answer.reached
+
+
+def test_a_key_given_twice_is_read_as_vllm_reads_it_the_last_copy(pod: Pod) -> None:
+    # vLLM 0.32.0 parses every body with json.loads (FastAPI -> Starlette's Request.json), where the
+    # last copy of a key wins; the middleware parses the same bytes the same way, so a name smuggled
+    # in a first copy is never the one vLLM serves (tests/e2e/test_tenant_isolation.py: the real server).
+    last_is_beta = b'{"model": "tiny-alpha", "model": "tiny-beta", "prompt": "x"}'
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, last_is_beta)
+    assert answer.status == 403 and b"tiny-beta" in answer.body and not answer.reached
+    last_is_alpha = b'{"model": "tiny-beta", "model": "tiny-alpha", "prompt": "x"}'
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, last_is_alpha)
+    assert answer.status == 200 and json.loads(answer.app_body)["model"] == "tiny-alpha"
 
 
 def test_a_body_past_the_limit_gets_413(pod: Pod) -> None:
@@ -679,6 +691,19 @@ def test_the_chunked_scanner_counts_values_and_depth_as_the_parser_reads_them(po
     pod.module.JsonShape(10**9).feed(wrapped)  # exactly MAX_JSON_DEPTH deep: passes
     with pytest.raises(pod.module.Refused, match="nests deeper"):
         pod.module.JsonShape(10**9).feed(b"[" + wrapped + b"]")
+    # The same cut anywhere: each chunk's nesting bound (matched pairs stripped level by level) or
+    # its exact walk, carried from chunk to chunk, decides as one pass over the whole body would.
+    for body, deeper in ((wrapped, False), (b"[" + wrapped + b"]", True)):
+        cuts = sorted(rng.sample(range(len(body) + 1), k=min(len(body) + 1, rng.randint(1, 12))))
+        shape = pod.module.JsonShape(10**9)
+        try:
+            for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True):
+                shape.feed(body[start:end])
+            refused = False
+        except pod.module.Refused as error:
+            assert "nests deeper" in error.message
+            refused = True
+        assert refused is deeper, body
 
 
 def test_the_issues_worst_body_is_refused_after_a_few_chunks_with_no_python_step_per_value(

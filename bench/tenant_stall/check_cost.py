@@ -27,8 +27,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 64 * 1024
 REPEATS = 3
 MAX_BODY_BYTES = 16 * 1024 * 1024
-MAX_JSON_VALUES = 262_144
-"""The prod render's `security.max_request_body_mib` and `max_request_json_values` (defaults)."""
+MAX_JSON_VALUES = 147_456
+"""The prod render's `security.max_request_body_mib` (default) and the JSON value bound of its
+longest-context model (`server_auth.max_json_values`: 4 x 32,768 + 16,384; this script runs in the
+vLLM venv, without the repository's packages, so tests/test_bench_tenant_stall.py checks the copy)."""
 
 
 def _middleware() -> Any:

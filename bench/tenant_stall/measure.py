@@ -67,10 +67,11 @@ SCHEDULED_WORKERS = 128
 def _limits() -> tuple[int, int, int]:
     """Body bytes, JSON values and probe timeout as the prod stack renders them."""
     config = load_stack("prod")
-    model = config.models[0]
+    # The longest context has the highest JSON value bound: its worst bodies are the worst.
+    model = max(config.models, key=lambda m: m.vllm.max_model_len)
     return (
         server_auth.max_body_bytes(config),
-        config.security.max_request_json_values,
+        server_auth.max_json_values(config, model),
         model.probes.timeout_seconds,
     )
 

@@ -549,7 +549,8 @@ class JsonShape:
             raise Refused(
                 413, f"The request body holds more than {self.max_values} JSON values.", "request_too_large"
             )
-        if self.depth + opened > MAX_JSON_DEPTH:
+        closed = outside.count(b"]") + outside.count(b"}")
+        if self.depth + opened > MAX_JSON_DEPTH and self.depth + _nesting_bound(outside) > MAX_JSON_DEPTH:
             # Only now walk the brackets one by one (still in C: accumulate over a map of a list).
             brackets = outside.translate(None, _NOT_BRACKETS)
             levels = list(accumulate(map(_BRACKET_STEP.__getitem__, brackets), initial=self.depth))
@@ -557,12 +558,33 @@ class JsonShape:
                 raise Refused(
                     400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.", "invalid_json"
                 )
-            self.depth = levels[-1]
-        else:
-            self.depth += opened - outside.count(b"]") - outside.count(b"}")
+        self.depth += opened - closed
+
+
+def _nesting_bound(outside: bytes) -> int:
+    """At least how far a chunk's brackets (outside strings) nest above the depth it starts at, from
+    bytes methods only: with every bracket made `[` or `]`, each pass of `replace(b"[]", b"")` removes
+    exactly the innermost level of matched pairs, so the passes count the matched nesting, and what
+    is left (closers, then openers, for valid JSON) adds its openers. A body of many shallow
+    containers (issue 40: `{},{},...`) is done in one pass, where a walk would step through every
+    bracket in Python's iterator protocol. A pass that leaves more than half of the brackets, or more
+    than NESTING_PASSES passes, answer MAX_JSON_DEPTH + 1: such a chunk nests deep, and the caller's
+    exact walk then costs less than pass after pass."""
+    residue = outside.translate(_SQUARE_BRACKETS, _NOT_BRACKETS)
+    for passes in range(NESTING_PASSES + 1):
+        reduced = residue.replace(b"[]", b"")
+        if len(reduced) == len(residue):
+            return passes + residue.count(b"[")
+        if len(reduced) > len(residue) // 2:
+            break
+        residue = reduced
+    return MAX_JSON_DEPTH + 1
 
 
 _NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+_SQUARE_BRACKETS = bytes.maketrans(b"{}", b"[]")
+NESTING_PASSES = 8
+"""OpenAI-shaped bodies nest about 6 deep (a tool schema's properties a few more)."""
 _BRACKET_STEP = [0] * 256
 _BRACKET_STEP[ord("[")] = _BRACKET_STEP[ord("{")] = 1
 _BRACKET_STEP[ord("]")] = _BRACKET_STEP[ord("}")] = -1
@@ -622,14 +644,6 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    payload = dict(pairs)
-    if len(payload) != len(pairs):
-        # Parsers disagree on which copy wins; the check and vLLM must read the same request.
-        raise ValueError("a key appears twice in one JSON object")
-    return payload
-
-
 def _is_json(scope: Scope, body: bytes) -> bool:
     content_type = b"".join(_header(scope, b"content-type")[:1]).split(b";")[0].strip().lower()
     if content_type:
@@ -638,10 +652,13 @@ def _is_json(scope: Scope, body: bytes) -> bool:
 
 
 def parse_json_body(body: bytes) -> Any:
-    """The parsed JSON body, or Refused(400): invalid or a key twice. Its size, value count and depth
-    were checked while it was read (`_read_body`), so this parse's cost is bounded like vLLM's own."""
+    """The parsed JSON body, or Refused(400) when it is not JSON. Its size, value count and depth were
+    checked while it was read (`_read_body`), and it is parsed exactly as vLLM 0.32.0 parses it
+    (Starlette's `Request.json`: `json.loads`, which FastAPI calls for every route's body), so this
+    costs what vLLM's own parse costs, and a key given twice reads the same here as there: the last
+    copy (issue 40 dropped a duplicate-key hook that tripled the parse of object-heavy bodies)."""
     try:
-        return json.loads(body, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(body)
     except RecursionError:
         # Only a body that is not JSON gets here (JsonShape bounded a valid one's depth).
         raise Refused(

@@ -88,12 +88,16 @@ class SecurityConfig(StrictModel):
     """Largest request body a vLLM pod reads, in MiB: past it the API-key middleware answers 413
     before vLLM parses anything. 16 MiB holds a full-context text prompt many times over and a few
     base64 images; raise it for large multimodal inputs."""
-    max_request_json_values: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] = 262_144
+    max_request_json_values: Annotated[int, Field(ge=1024, le=16 * 1024 * 1024)] | None = None
     """Most values (array elements, object members, containers) a JSON request body may hold: the
     API-key middleware counts them as the body arrives and answers 413 past it, before vLLM parses
-    anything (issue 40: 5.6 million empty objects in 16 MiB stalled every tenant of the pod). 262,144
-    holds two 128k-token prompts sent as token IDs; vLLM parses that many values in tens of
-    milliseconds (docs/security.md, "One tenant cannot stall the others")."""
+    anything (issue 40: 5.6 million empty objects in 16 MiB stalled every tenant of the pod). Unset
+    (the default): per model, 4 x its `vllm.max_model_len` + 16,384 (`server_auth.max_json_values`):
+    a prompt of token IDs as long as the context, or a chat whose every message holds at least one
+    token (a message costs at most 4 values beyond its tokens' text), plus room for tool schemas.
+    Every value costs the pod's event loop its share of two parses (the middleware's and vLLM's), so
+    the bound keeps one tenant's worst body as cheap as a long but valid one (docs/security.md, "One
+    tenant cannot stall the others"). Set it to allow batches of token-ID prompts beyond that."""
     tenants_share_prefix_cache: bool = False
     """With tenants: whether tenants on one model share vLLM's prefix cache. False (the default):
     the middleware gives each tenant's requests a `cache_salt` of its own, so no tenant reuses, or can

@@ -187,6 +187,27 @@ def test_beta_gets_the_base_for_an_empty_name_as_vllm_decides(
     assert text_of(pod.post("/v1/completions", "beta", completion(""))) == reference[BASE]
 
 
+def test_a_model_named_twice_is_served_and_judged_by_its_last_copy(
+    pod: IsolationPod, reference: dict[str, str]
+) -> None:
+    """The middleware parses as vLLM does (json.loads: the last copy of a key wins), so a name hidden
+    in a first copy is neither what it judges nor what vLLM serves."""
+
+    def raw(who: str, first: str, last: str) -> httpx.Response:
+        body = json.dumps(completion(last))[:-1] + f', "model": {json.dumps(last)}}}'
+        body = body.replace(f'"model": {json.dumps(last)}', f'"model": {json.dumps(first)}', 1)
+        assert body.count('"model"') == 2, body
+        return httpx.post(
+            f"{pod.server.base_url}/v1/completions",
+            headers={**pod.auth(who), "Content-Type": "application/json"},
+            content=body.encode(),
+            timeout=TIMEOUT_SECONDS,
+        )
+
+    refused(raw("alpha", ALPHA_LORA, GAMMA_LORA), 403, "model_not_allowed")
+    assert text_of(raw("alpha", GAMMA_LORA, ALPHA_LORA)) == reference[ALPHA_LORA]
+
+
 # Hole 2: /invocations serves the adapter its header names, not the body's model.
 def test_invocations_are_judged_by_the_adapter_header(pod: IsolationPod, reference: dict[str, str]) -> None:
     stolen = pod.post("/invocations", "alpha", completion(ALPHA_LORA), **{SAGEMAKER_HEADER: GAMMA_LORA})

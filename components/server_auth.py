@@ -121,6 +121,7 @@ def environment(
         env += [
             {"name": "VLLM_PLATFORM_TENANTS", "value": f"{MOUNT_PATH}/{TENANTS_FILE}"},
             {"name": "VLLM_PLATFORM_TENANT_MOUNT", "value": secrets.TENANT_KEYS_MOUNT_PATH},
+            {"name": "VLLM_PLATFORM_TENANT_LOOP_SHARE", "value": str(config.security.tenant_body_loop_share)},
         ]
     if config.security.operator_key_secret is not None:
         env.append(

@@ -168,3 +168,13 @@ def test_the_json_value_count_follows_each_models_context_unless_the_stack_sets_
     assert {_env(config, m)["VLLM_PLATFORM_MAX_JSON_VALUES"] for m in config.models} == {"2000000"}
     # Without a model (the ConfigMap's shared part) no bound is rendered: it is per model.
     assert "VLLM_PLATFORM_MAX_JSON_VALUES" not in _env(config)
+
+
+def test_each_tenants_share_of_the_event_loop_reaches_the_middleware(tmp_path: Path) -> None:
+    prod = load_stack("prod")
+    assert prod.tenants
+    assert _env(prod)["VLLM_PLATFORM_TENANT_LOOP_SHARE"] == "0.25"
+    paced = _stack(tmp_path, "prod", tenant_body_loop_share=0.5)
+    assert _env(paced)["VLLM_PLATFORM_TENANT_LOOP_SHARE"] == "0.5"
+    # Without tenants there is one key, so nothing to keep apart: no pacing.
+    assert "VLLM_PLATFORM_TENANT_LOOP_SHARE" not in _env(load_stack("dev"))

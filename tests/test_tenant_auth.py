@@ -865,3 +865,34 @@ def test_the_event_loop_answers_health_between_the_check_and_vllms_own_parse(pod
     finally:
         loop.close()
     assert order == ["/health", "/v1/completions"]
+
+
+def test_the_pacer_keeps_one_tenants_bodies_to_its_share_of_the_loop(pod: Pod) -> None:
+    now = [100.0]
+    pacer = pod.module.BodyPacer(share=0.25, clock=lambda: now[0])
+    # The first body goes at once; it occupies its check twice over (vLLM parses it again) / share.
+    assert pacer.delay("team-a", 0.010) == 0.0
+    assert pacer.delay("team-a", 0.010) == pytest.approx(0.080)
+    assert pacer.delay("team-a", 0.010) == pytest.approx(0.160)
+    # Another tenant is not held by team-a's bodies.
+    assert pacer.delay("team-b", 0.010) == 0.0
+    # Once team-a's bodies fit its share again, it goes at once.
+    now[0] += 1.0
+    assert pacer.delay("team-a", 0.000_01) == 0.0
+    # Share 1: no pacing.
+    unpaced = pod.module.BodyPacer(share=1.0, clock=lambda: now[0])
+    assert [unpaced.delay("team-a", 1.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+
+
+def test_the_pacer_is_charged_with_the_time_the_middleware_spent_on_the_body(pod: Pod) -> None:
+    charged: list[tuple[str, float]] = []
+    pacer = pod.middleware.pacer
+    original = pacer.delay
+    pacer.delay = lambda tenant, seconds: charged.append((tenant, seconds)) or original(tenant, seconds)
+    small = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA))
+    large = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, prompt=[7] * 30_000), chunks=9)
+    assert small.status == large.status == 200
+    assert [tenant for tenant, _ in charged] == ["team-a", "team-a"]
+    # 30,000 token IDs cost the scan and parse far more than a one-line body.
+    assert charged[1][1] > 10 * charged[0][1] > 0
+    assert pod.module.DEFAULT_TENANT_LOOP_SHARE == pacer.share == 0.25

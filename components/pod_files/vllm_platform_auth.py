@@ -97,6 +97,9 @@ far below it, and vLLM's own parsing of a much deeper body ends in a RecursionEr
 MAX_JSON_VALUES_ENV = "VLLM_PLATFORM_MAX_JSON_VALUES"
 DEFAULT_MAX_JSON_VALUES = 262_144
 """`security.max_request_json_values`'s default, for a module loaded without the variable."""
+TENANT_LOOP_SHARE_ENV = "VLLM_PLATFORM_TENANT_LOOP_SHARE"
+DEFAULT_TENANT_LOOP_SHARE = 0.25
+"""`security.tenant_body_loop_share`'s default, for a module loaded without the variable."""
 SAGEMAKER_ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"
 """vLLM 0.32.0's `/invocations` writes this header's value over the body's `model`
 (vllm/entrypoints/sagemaker/api_router.py: `inject_adapter_id(adapter_path="model")`)."""
@@ -529,12 +532,21 @@ class JsonShape:
 
     def __init__(self, max_values: int) -> None:
         self.max_values = max_values
+        self.seconds = 0.0
+        """Time spent in `feed` so far: the event loop's cost of this body's scan."""
         self.values = 1
         self.depth = 0
         self.in_string = False
         self.carry = b""
 
     def feed(self, chunk: bytes) -> None:
+        started = time.perf_counter()
+        try:
+            self._feed(chunk)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _feed(self, chunk: bytes) -> None:
         data = self.carry + chunk if self.carry else chunk
         run = len(data) - len(data.rstrip(b"\\"))
         self.carry = b"\\" if run % 2 else b""
@@ -592,8 +604,9 @@ _BRACKET_STEP[ord("]")] = _BRACKET_STEP[ord("}")] = -1
 
 async def _read_body(
     scope: Scope, receive: Receive, limit: int, max_json_values: int | None = None
-) -> tuple[list[Message], bytes]:
-    """Every message up to the end of the request body, and the body; Refused(413) past `limit`
+) -> tuple[list[Message], bytes, float]:
+    """Every message up to the end of the request body, the body, and the seconds its scan took on the
+    event loop (JsonShape's, 0 for a body that is not JSON); Refused(413) past `limit`
     (by the declared Content-Length before reading, else while reading). A JSON body (by its
     content type, else its first byte) is also measured as it arrives (JsonShape): Refused past
     `max_json_values` values or MAX_JSON_DEPTH levels, before the rest is read."""
@@ -632,7 +645,7 @@ async def _read_body(
                 raise
         if not more:
             break
-    return messages, b"".join(chunks)
+    return messages, b"".join(chunks), 0.0 if shape is None else shape.seconds
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -779,6 +792,36 @@ class UsageReader:
         return self.usage
 
 
+@dataclass
+class BodyPacer:
+    """Keeps each tenant's request bodies to `share` of the event loop that also answers `/health`
+    and every other tenant (issue 40: one tenant sending its worst bodies back to back kept that loop
+    busy and made the others wait). A body's cost is the middleware's check (scan and parse) times
+    two, since vLLM parses the same bytes again as dearly (bench/tenant_stall/check_cost.py); each
+    body is handed to vLLM no earlier than its tenant's previous one plus that cost / `share`, so
+    a tenant's bodies take at most `share` of the loop however fast it sends them. Ordinary bodies
+    cost microseconds (no wait a client can notice); a full-context prompt waits tens of
+    milliseconds, against seconds of prefill. One loop: no lock needed."""
+
+    share: float
+    clock: Callable[[], float] = time.monotonic
+    next_start: dict[str, float] = field(default_factory=dict)
+
+    def delay(self, tenant: str, check_seconds: float) -> float:
+        """How long this tenant's body waits before vLLM parses it (0: at once)."""
+        if self.share >= 1.0:
+            return 0.0
+        now = self.clock()
+        start = max(now, self.next_start.get(tenant, now))
+        self.next_start[tenant] = start + 2 * check_seconds / self.share
+        return start - now
+
+
+def tenant_loop_share(environ: MutableMapping[str, str] | None = None) -> float:
+    value = (os.environ if environ is None else environ).get(TENANT_LOOP_SHARE_ENV)
+    return float(value) if value else DEFAULT_TENANT_LOOP_SHARE
+
+
 class ApiKeyMiddleware:
     """Outermost ASGI middleware: a request without a valid bearer key never reaches vLLM, and a
     model or tenant key reaches only the inference routes and the model list."""
@@ -792,6 +835,7 @@ class ApiKeyMiddleware:
         self.max_json_values = max_json_values()
         self.in_flight: dict[str, int] = {}
         """Tenant -> its requests this process is answering now (one event loop: no lock needed)."""
+        self.pacer = BodyPacer(tenant_loop_share())
 
     def is_operator(self, presented: bytes | None) -> bool:
         return self.operator_key is not None and self.operator_key.matches(presented)
@@ -845,7 +889,7 @@ class ApiKeyMiddleware:
             return
         if method != "POST" or path not in INFERENCE_ROUTES:
             raise Refused(403, "This route needs the operator key.", "operator_route")
-        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
+        messages, body, _ = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
         if _is_json(scope, body):
             parse_json_body(body)
         await asyncio.sleep(0)
@@ -856,7 +900,7 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
+        messages, body, _ = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
         if body and _is_json(scope, body):
             parse_json_body(body)
         await asyncio.sleep(0)
@@ -917,7 +961,9 @@ class ApiKeyMiddleware:
         """A tenant's inference request within its share: the body's checks, then vLLM."""
         allowed = tenants.allowed.get(tenant, frozenset())
         path = request_path(scope)
-        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
+        messages, body, check_seconds = await _read_body(
+            scope, receive, self.max_body_bytes, self.max_json_values
+        )
         payload: dict[str, Any] | None = None
         if not _is_json(scope, body):
             # A multipart upload (audio) names its model in a form field this check does not read.
@@ -930,7 +976,9 @@ class ApiKeyMiddleware:
                 )
             names: set[str] = set(tenants.served_names)
         else:
+            started = time.perf_counter()
             payload = parse_json_body(body)
+            check_seconds += time.perf_counter() - started
             if not isinstance(payload, dict):
                 raise Refused(400, "The request body must be a JSON object.", "invalid_request")
             names = resolved_names(INFERENCE_ROUTES[path], payload, scope, tenants.served_names)
@@ -943,8 +991,9 @@ class ApiKeyMiddleware:
         if tenants.isolated_prefix_cache and payload is not None and path in CACHE_SALTED_ROUTES:
             scope, messages = salted(scope, messages, body, payload, tenant)
         label = min(names) if len(names) == 1 else "several"
-        # vLLM parses the body again: let the loop answer what waits (probes, other tenants) first.
-        await asyncio.sleep(0)
+        # vLLM parses the body again: let the loop answer what waits (probes, other tenants) first,
+        # and a tenant whose bodies cost the loop more than its share wait its turn (BodyPacer).
+        await asyncio.sleep(max(0.0, self.pacer.delay(tenant, check_seconds)))
         await self.count(tenant, label, scope, _replay(messages, receive), send)
 
     async def count(self, tenant: str, model: str, scope: Scope, receive: Receive, send: Send) -> None:

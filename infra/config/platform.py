@@ -98,6 +98,14 @@ class SecurityConfig(StrictModel):
     Every value costs the pod's event loop its share of two parses (the middleware's and vLLM's), so
     the bound keeps one tenant's worst body as cheap as a long but valid one (docs/security.md, "One
     tenant cannot stall the others"). Set it to allow batches of token-ID prompts beyond that."""
+    tenant_body_loop_share: Annotated[float, Field(gt=0, le=1)] = 0.25
+    """With tenants: the most of a vLLM pod's API event loop (the one that answers `/health` and every
+    tenant) one tenant's request bodies may take. The middleware times its own check of each body
+    (the scan and the parse; vLLM's parse of the same bytes is counted as costing as much again) and
+    holds a tenant's next body until its earlier ones fit this share: a tenant sending its worst
+    bodies back to back waits, the others and the probes do not (issue 40; docs/security.md, "One
+    tenant cannot stall the others"). Ordinary bodies cost microseconds and never wait noticeably. 1:
+    no pacing."""
     tenants_share_prefix_cache: bool = False
     """With tenants: whether tenants on one model share vLLM's prefix cache. False (the default):
     the middleware gives each tenant's requests a `cache_salt` of its own, so no tenant reuses, or can

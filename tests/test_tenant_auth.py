@@ -893,6 +893,10 @@ def test_the_pacer_is_charged_with_the_time_the_middleware_spent_on_the_body(pod
     large = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, prompt=[7] * 30_000), chunks=9)
     assert small.status == large.status == 200
     assert [tenant for tenant, _ in charged] == ["team-a", "team-a"]
-    # 30,000 token IDs cost the scan and parse far more than a one-line body.
+    # 30,000 token IDs cost the scan and parse far more than a one-line body (CPU time of the loop).
     assert charged[1][1] > 10 * charged[0][1] > 0
+    # A body the scan refuses is charged with what the scan cost, and paced like any other.
+    too_deep = b'{"model": "tiny-alpha", "prompt": ' + b"[" * 70 + b"]" * 70 + b"}"
+    assert _call(pod, "POST", "/v1/completions", KEY_B, too_deep).status == 400
+    assert charged[2][0] == "team-b" and charged[2][1] > 0
     assert pod.module.DEFAULT_TENANT_LOOP_SHARE == pacer.share == 0.25

@@ -508,6 +508,8 @@ class Refused(Exception):
     def __init__(self, status: int, message: str, code: str, *, close: bool = False) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.close = status, message, code, close
+        self.check_seconds = 0.0
+        """What checking the body cost the event loop before this refusal (JsonShape's scan)."""
 
     async def answer(self, send: Send) -> None:
         await _respond(send, self.status, openai_error(self.message, self.code), close=self.close)
@@ -533,18 +535,19 @@ class JsonShape:
     def __init__(self, max_values: int) -> None:
         self.max_values = max_values
         self.seconds = 0.0
-        """Time spent in `feed` so far: the event loop's cost of this body's scan."""
+        """CPU time spent in `feed` so far (the event loop thread's: a machine that preempts the
+        process does not inflate it), i.e. the loop's cost of this body's scan."""
         self.values = 1
         self.depth = 0
         self.in_string = False
         self.carry = b""
 
     def feed(self, chunk: bytes) -> None:
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             self._feed(chunk)
         finally:
-            self.seconds += time.perf_counter() - started
+            self.seconds += time.thread_time() - started
 
     def _feed(self, chunk: bytes) -> None:
         data = self.carry + chunk if self.carry else chunk
@@ -641,7 +644,7 @@ async def _read_body(
             try:
                 shape.feed(chunk)
             except Refused as refused:
-                refused.close = more
+                refused.close, refused.check_seconds = more, shape.seconds
                 raise
         if not more:
             break
@@ -796,8 +799,9 @@ class UsageReader:
 class BodyPacer:
     """Keeps each tenant's request bodies to `share` of the event loop that also answers `/health`
     and every other tenant (issue 40: one tenant sending its worst bodies back to back kept that loop
-    busy and made the others wait). A body's cost is the middleware's check (scan and parse) times
-    two, since vLLM parses the same bytes again as dearly (bench/tenant_stall/check_cost.py); each
+    busy and made the others wait). A body's cost is the CPU time of the middleware's check (scan and
+    parse, or the scan up to a refusal) times two, since vLLM parses the same bytes again about as
+    dearly (bench/tenant_stall/check_cost.py); each
     body is handed to vLLM no earlier than its tenant's previous one plus that cost / `share`, so
     a tenant's bodies take at most `share` of the loop however fast it sends them. Ordinary bodies
     cost microseconds (no wait a client can notice); a full-context prompt waits tens of
@@ -961,9 +965,14 @@ class ApiKeyMiddleware:
         """A tenant's inference request within its share: the body's checks, then vLLM."""
         allowed = tenants.allowed.get(tenant, frozenset())
         path = request_path(scope)
-        messages, body, check_seconds = await _read_body(
-            scope, receive, self.max_body_bytes, self.max_json_values
-        )
+        try:
+            messages, body, check_seconds = await _read_body(
+                scope, receive, self.max_body_bytes, self.max_json_values
+            )
+        except Refused as refused:
+            # A refused body is paced too: a tenant sending bodies past the limits waits its turn.
+            await asyncio.sleep(self.pacer.delay(tenant, refused.check_seconds))
+            raise
         payload: dict[str, Any] | None = None
         if not _is_json(scope, body):
             # A multipart upload (audio) names its model in a form field this check does not read.
@@ -976,9 +985,9 @@ class ApiKeyMiddleware:
                 )
             names: set[str] = set(tenants.served_names)
         else:
-            started = time.perf_counter()
+            started = time.thread_time()
             payload = parse_json_body(body)
-            check_seconds += time.perf_counter() - started
+            check_seconds += time.thread_time() - started
             if not isinstance(payload, dict):
                 raise Refused(400, "The request body must be a JSON object.", "invalid_request")
             names = resolved_names(INFERENCE_ROUTES[path], payload, scope, tenants.served_names)

@@ -204,14 +204,20 @@ def build_app_problem_with_real_vllm(args: Sequence[str], env: Mapping[str, str]
     """None when the pinned vLLM builds its app from `vllm serve ARGS` in `env`, else its error."""
     completed = subprocess.run(
         [str(require_vllm_venv()), "-m", "tests.support.vllm_server", "build-app", *args],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=vllm_subprocess_env(env), timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=vllm_subprocess_env(env),
+        timeout=300,
+        check=False,
     )
     for line in reversed(completed.stdout.splitlines()):
         if line.startswith(_RESULT_MARKER):
             result: str | None = json.loads(line.removeprefix(_RESULT_MARKER))
             return result
-    raise RuntimeError(f"the vLLM build-app subprocess failed (exit {completed.returncode}):\n"
-                       f"{_tail(completed.stderr, 40)}")
+    raise RuntimeError(
+        f"the vLLM build-app subprocess failed (exit {completed.returncode}):\n{_tail(completed.stderr, 40)}"
+    )
 
 
 def _parse_main() -> None:
@@ -353,6 +359,34 @@ def engine_core_pids(server: RunningVllmServer) -> list[int]:
     if not pids:
         raise VllmServerError(f"no engine-core process under the server's pid {server.process.pid}")
     return pids
+
+
+def listening_tcp_ports(server: RunningVllmServer) -> set[int]:
+    """The TCP ports a process of the server's session listens on (it starts a session of its own,
+    so these are its API server, engine core and workers, and nothing else on the machine): read
+    from /proc, so a port another process took meanwhile is not counted."""
+    inodes: set[str] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            session = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3])
+            if session != server.process.pid:
+                continue
+            for fd in (entry / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not readable
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 @contextmanager

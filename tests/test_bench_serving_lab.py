@@ -28,7 +28,11 @@ TUNED_RAW = SERVING / "raw" / "2026-12-01"
 """The ablation session that chose the profile's levers (its 64/16/1 rows reused seed 0: superseded)."""
 LAB_FLAGS = read_server_flags(SERVING / "data" / f"vllm-{LAB_GPU_VLLM_VERSION}-server-flags.json")
 TENANT_USAGE_SWITCH = server_auth.FORCE_INCLUDE_USAGE
-TENANT_ENVIRONMENT = {"VLLM_PLATFORM_TENANTS", "VLLM_PLATFORM_TENANT_MOUNT"}
+TENANT_ENVIRONMENT = {
+    "VLLM_PLATFORM_TENANTS",
+    "VLLM_PLATFORM_TENANT_MOUNT",
+    "VLLM_PLATFORM_TENANT_LOOP_SHARE",
+}
 LAB_ONLY = {"--load-format"}  # the lab's random weights; a pod loads its checkpoint
 
 
@@ -401,8 +405,9 @@ def test_lab_server_environment_is_the_prod_render_mapped_onto_lab_paths(tmp_pat
                     for e in container["env"]
                     if "value" in e and e["name"] not in TENANT_ENVIRONMENT
                 }
-    # The tenants' key and name files are the middleware's (issue 26), which the lab's `stack` runs
-    # without: see test_lab_stack_configuration_is_what_prod_renders_for_its_8b_model.
+    # The tenants' key and name files and their loop share are the middleware's (issues 26, 40),
+    # which the lab's `stack` runs without: see
+    # test_lab_stack_configuration_is_what_prod_renders_for_its_8b_model.
     assert PLAN["stack_env"] == rendered_env, (
         "bench/serving/lab_plan.json stack_env differs from the prod render's vLLM container env: copy it"
     )

@@ -252,7 +252,12 @@ def wait_for_lock_change(
             raise LockWaitTimeout(
                 f"lock wait timeout: {path} still held by {state.owner if state else 'unknown owner'}"
             )
-        if now >= next_report:
-            on_progress(LockState.decode(content), now - unchanged_since)
+        state = LockState.decode(content)
+        # An empty or torn read is the owner between creating the file and writing it (or mid-rewrite):
+        # wait a poll for its state rather than report an unknown owner for a whole interval (a
+        # download that ends within the interval would otherwise never name its owner), unless the
+        # file stays unreadable.
+        if now >= next_report and (state is not None or now - unchanged_since >= poll):
+            on_progress(state, now - unchanged_since)
             next_report = now + progress_interval_seconds
         time.sleep(poll)

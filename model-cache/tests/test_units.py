@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from model_cache.checksums import ExpectedDigests, check_file, multipart_part_sizes
 from model_cache.errors import LockLost, UsageError
 from model_cache.layout import compile_cache_dir, ensure_compile_cache_dir, revision_dir
-from model_cache.lock import RevisionLock, wait_for_lock_change
+from model_cache.lock import LockState, RevisionLock, wait_for_lock_change
 from model_cache.manifest import (
     MARKER_NAME,
     Manifest,
@@ -142,3 +143,37 @@ def test_holder_whose_lock_was_taken_over_notices_and_refuses_to_write_the_marke
         usurper.release()
     finally:
         holder.release()
+
+
+def test_a_waiter_names_the_owner_even_when_it_first_reads_the_lock_before_its_owner_wrote_it(tmp_path):
+    """The holder creates the file (O_EXCL) and writes its state after: a waiter reading in between
+    got an empty file, reported owner None and stayed silent for the whole progress interval, so a
+    download shorter than it never named its owner (CI, 2026-12-04)."""
+    path = tmp_path / "rev.lock"
+    path.write_bytes(b"")  # created, not yet written
+    state = LockState("vllm-0:7", "token", 1, time.time(), host="another-node", pid=7)
+
+    def holder() -> None:
+        time.sleep(0.3)
+        path.write_bytes(state.encode())
+        time.sleep(2.2)
+        path.unlink()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    reports = []
+    try:
+        outcome = wait_for_lock_change(path, 30, time.monotonic() + 10, lambda s, age: reports.append(s), 60)
+    finally:
+        thread.join()
+    assert outcome == "released"
+    assert [report.owner if report else None for report in reports] == ["vllm-0:7"]
+
+
+def test_a_lock_that_stays_unreadable_is_still_reported_after_a_poll(tmp_path):
+    path = tmp_path / "rev.lock"
+    path.write_bytes(b"{torn")
+    reports = []
+    with pytest.raises(Exception, match="lock wait timeout"):
+        wait_for_lock_change(path, 0.8, time.monotonic() + 0.5, lambda s, age: reports.append(s), 60)
+    assert reports == [None]

@@ -280,3 +280,24 @@ def test_aws_accepts_the_policies_queue_and_rules() -> None:
         sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"]
     )
     assert policy["Statement"][1]["Effect"] == "Deny"
+
+
+# ---------------------------------------------------------------- the KWOK provider's instance types
+
+
+def test_kwok_instance_types_declare_the_pools_gpus_and_efa_in_each_zone_and_capacity_type() -> None:
+    from infra.stack_checks import load_stack
+    from tests.cluster.karpenter import instance_types
+    from tests.cluster.nodes import availability_zones
+
+    config = load_stack("staging")
+    types = {entry["name"]: entry for entry in instance_types(config)}
+    assert set(types) == {"g6e.12xlarge", "g6e.24xlarge"}
+    assert types["g6e.12xlarge"]["resources"]["nvidia.com/gpu"] == "4"
+    assert types["g6e.24xlarge"]["resources"]["vpc.amazonaws.com/efa"] == "2"
+    offered = {
+        tuple(r["values"][0] for r in offering["Requirements"])
+        for offering in types["g6e.12xlarge"]["offerings"]
+    }
+    zones = availability_zones(config)
+    assert offered == {(capacity, zone) for capacity in ("spot", "on-demand") for zone in zones}

@@ -186,6 +186,8 @@ def karpenter_values(settings: KarpenterConfig, context: ClusterContext) -> dict
             # Capacity reservations and Capacity Blocks (`reserved`): on by default in 1.14; said here.
             "featureGates": {"reservedCapacity": True},
         },
+        # A controller: system nodes only, never a GPU node (nor a node it manages: the chart's affinity).
+        "tolerations": [],
         # Upstream's recommendation for the controller (getting-started: 1 CPU, 1 GiB), bounded.
         "controller": {
             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}

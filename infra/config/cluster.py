@@ -266,8 +266,8 @@ class KarpenterPoolConfig(StrictModel):
     ami_version: Annotated[str, Field(pattern=r"^(latest|v\d{8}|v\d+\.\d+\.\d+)$")] = "latest"
     """The EKS-optimised AMI release (`al2023@<version>` or `bottlerocket@<version>` alias; Karpenter
     picks the NVIDIA variant for GPU instance types). `latest`: a new AMI drifts the nodes, which are
-    replaced only once no serving pod holds them; pin a release (format `v20240625`, upstream's example) to update on your
-    own schedule."""
+    replaced only once no serving pod holds them; pin a release (format `v20240625`, upstream's
+    example) to update on your own schedule."""
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
     """`WhenEmpty`: only nodes without serving pods are removed. Serving pods carry
     `karpenter.sh/do-not-disrupt`, so `WhenEmptyOrUnderutilized` spares them too, but may move other

@@ -301,3 +301,28 @@ def test_kwok_instance_types_declare_the_pools_gpus_and_efa_in_each_zone_and_cap
     }
     zones = availability_zones(config)
     assert offered == {(capacity, zone) for capacity in ("spot", "on-demand") for zone in zones}
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def test_plan_tells_where_a_replicas_node_comes_from_and_how_long_it_takes() -> None:
+    from infra.capacity.plan import plan_platform
+    from infra.stack_checks import load_stack
+
+    plan = plan_platform(load_stack("staging"))
+    pool = plan.models["qwen2-5-7b-tp2"]
+    assert pool.node_source is not None and pool.node_source.provisioner == "karpenter"
+    assert pool.node_source.instance_types == (("g6e.12xlarge", 4), ("g6e.24xlarge", 4))
+    assert pool.node_source.capacity_types == ("spot", "on-demand")
+    assert pool.node_source.gpu_limit == 8
+    assert pool.node_source.new_node_seconds == pool.serving.new_node.seconds()
+    node_steps = [step.name for step in pool.serving.new_node.steps if step.stage == "node"]
+    assert node_steps[0] == "Karpenter batches the pending pod and creates a NodeClaim"
+    managed = plan.models["llama-3-1-8b"]
+    assert managed.node_source is not None and managed.node_source.provisioner == "managed"
+    assert next(s.name for s in managed.serving.new_node.steps if s.stage == "node") == (
+        "the Cluster Autoscaler sees the pending pod"
+    )
+    # A to-zero model on a pool expects the new-node wake: a pool keeps no node without pods.
+    assert pool.wake.expected_case == "new_node"

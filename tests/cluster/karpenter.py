@@ -151,7 +151,7 @@ def kwok_node_class_crd_path() -> Path | None:
         Path(cache)
         / f"{pin.module}@{pin.version}"
         / "kwok"
-        / "charts"
+        / "apis"  # kwok/charts/crds holds a symbolic link, which Go module zips leave out
         / "crds"
         / ("karpenter.kwok.sh_kwoknodeclasses.yaml")
     )

@@ -78,6 +78,7 @@ NEEDS_EKS_MODE = {
     "aws_load_balancer_controller": "needs the VPC id and an IRSA role that only mode 'eks' creates",
     "cluster_autoscaler": "needs an IRSA role and node-group discovery tags that only mode 'eks' creates",
     "ebs_csi_driver": "is an EKS managed add-on with an IRSA role, which only mode 'eks' creates",
+    "karpenter": "needs an IRSA role, a node role and an interruption queue that only mode 'eks' creates",
 }
 EBS_STORAGE_CLASS = "gp3"
 """Prometheus' volumes (monitoring.prometheus_persistent_volume) when addons.ebs_csi_driver is on."""

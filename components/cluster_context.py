@@ -24,6 +24,11 @@ class ClusterContext:
     """IAM role (IRSA) per service account, keyed `namespace/name`; absent = no annotation."""
     web_acl_arn: pulumi.Input[str] | None = None
     """The WAF web ACL of the tenants' rate limits (infra/aws/tenant_limits.py), for the ALB."""
+    karpenter_node_role: pulumi.Input[str] | None = None
+    """Mode eks with Karpenter pools: the IAM role (name) of the nodes Karpenter launches
+    (infra/aws/karpenter.py), for every EC2NodeClass."""
+    karpenter_interruption_queue: pulumi.Input[str] | None = None
+    """The SQS queue (name) of Karpenter's interruption handling, for the controller's settings."""
 
     def role_arn_for(self, namespace: str, service_account: str) -> pulumi.Input[str] | None:
         return self.service_account_role_arns.get(f"{namespace}/{service_account}")

@@ -26,7 +26,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import load_balancer, probes, rollouts, secrets, server_auth
+from components import karpenter, load_balancer, probes, rollouts, secrets, server_auth
 from components.autoscaling import (
     autoscaler_owns_replicas,
     create_model_autoscaler,
@@ -450,6 +450,9 @@ def pod_template(
                 # IRSA credentials only for the preloader, which reads S3: the server
                 # container needs none (EKS pod identity webhook).
                 IRSA_SKIP_CONTAINERS_ANNOTATION: SERVER_CONTAINER,
+                # On a Karpenter pool: no consolidation or drift ever evicts a serving pod
+                # (components/karpenter.py, docs/autoscaling.md "Karpenter GPU pools").
+                **karpenter.serving_pod_annotations(group),
             },
         },
         "spec": {

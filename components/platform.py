@@ -9,6 +9,7 @@ import pulumi
 from components.cluster_addons import EBS_STORAGE_CLASS, ClusterAddons, ClusterAddonsArgs
 from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
+from components.karpenter import KarpenterPools, KarpenterPoolsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
 from components.operations import Operations, OperationsArgs
@@ -91,13 +92,28 @@ class KubernetesPlatform(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # GPU groups with `provisioner: karpenter`: NodePools (and in mode eks their EC2NodeClasses and
+        # Karpenter's controller); a model's pods on a pool wait for its NodePool.
+        karpenter = KarpenterPools(
+            f"{name}-karpenter",
+            KarpenterPoolsArgs(
+                gpu_groups=gpu_groups,
+                settings=config.addons.karpenter,
+                context=args.context,
+                install_controller=config.cluster.mode == "eks" and bool(config.addons.karpenter.enabled),
+            ),
+            opts=child,
+        )
         # What model objects need first: the efs-sc StorageClass, the CSI drivers, the load balancer
-        # controller's webhooks, KEDA's CRDs, the adapter's custom metrics API, registered GPUs.
+        # controller's webhooks, KEDA's CRDs, the adapter's custom metrics API, registered GPUs, the
+        # Karpenter pools.
         self.addons_ready: list[pulumi.Resource] = [
             cluster_addons.storage_class,
             *cluster_addons.releases,
             *gpu_addons.releases,
             *([monitoring.adapter_release] if monitoring.adapter_release else []),
+            *([karpenter.release] if karpenter.release else []),
+            *karpenter.node_pools.values(),
         ]
         endpoints: dict[str, dict[str, str]] = {}
         model_namespaces: list[pulumi.Resource] = []

@@ -40,6 +40,8 @@ AWS_LOAD_BALANCER_CONTROLLER = ServiceAccountRef("kube-system", "aws-load-balanc
 CLUSTER_AUTOSCALER = ServiceAccountRef("kube-system", "cluster-autoscaler")
 # The EKS managed add-on's controller account (aws-ebs-csi-driver docs, "IAM permissions").
 EBS_CSI_CONTROLLER = ServiceAccountRef("kube-system", "ebs-csi-controller-sa")
+KARPENTER = ServiceAccountRef("kube-system", "karpenter")
+"""Karpenter's controller (chart karpenter, namespace as upstream's getting-started guide installs it)."""
 # kube-prometheus-stack's Alertmanager and Grafana: they read their secrets from the store through
 # the CSI driver, so with Secrets Manager they need IRSA roles. components/monitoring.py sets these
 # names in the chart values (`alertmanager.serviceAccount.name`, `grafana.serviceAccount.name`).

@@ -78,6 +78,7 @@ def platform_checks() -> list[PlatformCheck]:
         to_zero_hostname_problems,
         signal_source_problems,
         query_window_problems,
+        karpenter_pool_problems,
     ]
 
 
@@ -714,6 +715,70 @@ def to_zero_hostname_problems(config: PlatformConfig) -> list[Problem]:
                     "own and nothing would serve this host; remove ingress_host and call it through "
                     f'{endpoint} with "model": "{model.openai_model_name}" (the router holds requests '
                     "while it wakes), or set min_replicas: 1 to keep a hostname",
+                )
+            )
+    return problems
+
+
+def karpenter_pool_problems(config: PlatformConfig) -> list[Problem]:
+    """GPU groups with `provisioner: karpenter` (components/karpenter.py): the pool's GPU limit holds
+    one replica of every model placed on it, nothing in its disruption settings can evict a serving
+    pod, and it has a node class and a controller to act on it."""
+    problems: list[Problem] = []
+    for name, group in config.node_groups.gpu.items():
+        if not group.is_karpenter_pool:
+            continue
+        at = ("node_groups", "gpu", name, "karpenter")
+        models = [(index, model) for index, model in enumerate(config.models) if model.gpu_group == name]
+        for index, model in models:
+            if group.pool_gpu_limit < model.gpus_per_replica:
+                problems.append(
+                    Problem(
+                        (*at, "max_gpus"),
+                        group.pool_gpu_limit,
+                        f"the pool's limit of {group.pool_gpu_limit} GPU(s) is below one replica of model "
+                        f"'{model.name}' ({model.gpus_per_replica} GPUs, models[{index}]): Karpenter would "
+                        "never launch a node for it; raise max_gpus (or max_size) to at least "
+                        f"{model.gpus_per_replica}",
+                    )
+                )
+        if models and group.karpenter.termination_grace_period_minutes is not None:
+            problems.append(
+                Problem(
+                    (*at, "termination_grace_period_minutes"),
+                    group.karpenter.termination_grace_period_minutes,
+                    "with a terminationGracePeriod Karpenter deletes pods that carry "
+                    "karpenter.sh/do-not-disrupt when it drifts or expires their node (upstream "
+                    "concepts/disruption.md), which would evict serving pods of "
+                    f"{', '.join(repr(m.name) for _, m in models)}; remove it (null): an expired or drifted "
+                    "node is then replaced once its serving pods have gone by rollout or scale-in",
+                )
+            )
+        if config.cluster.mode == "existing" and group.karpenter.node_class is None:
+            problems.append(
+                Problem(
+                    (*at, "node_class"),
+                    None,
+                    "mode 'existing' creates no EC2NodeClass: name the node class the cluster's Karpenter "
+                    "already has (node_class: {name: <its name>}), or use provisioner: managed",
+                )
+            )
+        if config.cluster.mode == "eks" and group.karpenter.node_class is not None:
+            problems.append(
+                Problem(
+                    (*at, "node_class"),
+                    group.karpenter.node_class.name,
+                    "mode 'eks' creates the pool's own EC2NodeClass (subnets, security groups, node role "
+                    "of this stack); remove node_class",
+                )
+            )
+        if config.cluster.mode == "eks" and not config.addons.karpenter.enabled:
+            problems.append(
+                Problem(
+                    ("addons", "karpenter", "enabled"),
+                    False,
+                    f"GPU group '{name}' is a Karpenter pool, and without Karpenter's controller no node "
+                    "would ever be launched for it; switch addons.karpenter on, or use provisioner: managed",
                 )
             )
     return problems

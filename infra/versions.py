@@ -206,6 +206,27 @@ ARGO_ROLLOUTS_CHART = ChartPin(
     f"Argo Rollouts v1.9.0); {_VENDORED}",
     pinned_on="2026-12-01",
 )
+# Karpenter (GPU pools, issue 41): the controller chart and its CRD chart, one release. The release
+# tag v1.14.1 still carries chart 1.13.0; upstream's release job commits the 1.14.1 charts on branch
+# release-v1.14.1 (commit c88abbbad455), which the lock names as `tag`. The crds/ of `karpenter` are
+# links into pkg/apis/crds/, laid into the cache with the links followed
+# (../shared/chart-cache/new-pins-2026-12-04.yaml says how each entry was checked).
+KARPENTER_CHART = ChartPin(
+    chart="karpenter",
+    version="1.14.1",
+    repository="oci://public.ecr.aws/karpenter",
+    source="https://github.com/aws/karpenter-provider-aws/tree/release-v1.14.1/charts/karpenter (commit "
+    f"c88abbbad455, 2026-08-19; Karpenter v1.14.1); {_VENDORED}",
+    pinned_on="2026-12-04",
+)
+KARPENTER_CRD_CHART = ChartPin(
+    chart="karpenter-crd",
+    version="1.14.1",
+    repository="oci://public.ecr.aws/karpenter",
+    source="https://github.com/aws/karpenter-provider-aws/tree/release-v1.14.1/charts/karpenter-crd (the "
+    f"same commit): NodePool, NodeClaim, EC2NodeClass and the rest, upgraded with the release; {_VENDORED}",
+    pinned_on="2026-12-04",
+)
 # Cluster Autoscaler must match the control plane's minor version (its scheduler simulation is
 # built from that Kubernetes release), so the image is chosen per cluster.kubernetes_version
 # instead of the chart's default. Each is the newest patch of its minor among the upstream release

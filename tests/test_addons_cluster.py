@@ -17,6 +17,7 @@ from components.cluster_addons import EFS_STORAGE_CLASS, IRSA_ANNOTATION
 from components.helm.cache import chart_cache_dir
 from components.service_accounts import AWS_LOAD_BALANCER_CONTROLLER, CLUSTER_AUTOSCALER, EFS_CSI_CONTROLLER
 from infra import versions
+from infra.aws.karpenter import runs_karpenter
 from infra.config import ConfigError, PlatformConfig
 from infra.config.loader import read_stack_file, stack_file_for
 from infra.config.platform import AddonsConfig, KedaConfig
@@ -110,7 +111,8 @@ def test_every_release_installs_the_cached_chart_of_its_pin(stack_render: Render
 def test_every_chart_pin_records_repository_source_and_date() -> None:
     assert len(CHART_PINS) >= 11
     for pin in CHART_PINS:
-        assert pin.repository.startswith("https://"), pin
+        # Karpenter publishes its charts only as OCI artifacts (public.ecr.aws/karpenter).
+        assert pin.repository.startswith(("https://", "oci://")), pin
         assert pin.version[0].isdigit() and pin.version.count(".") == 2, pin
         assert "https://" in pin.source, pin
         assert pin.pinned_on.startswith("20"), pin
@@ -169,6 +171,8 @@ def test_eks_stacks_install_every_addon_the_serving_unit_needs(stack_render: Ren
         expected.add("keda")
     if config.addons.argo_rollouts.enabled:
         expected.add("argo-rollouts")
+    if runs_karpenter(config):
+        expected.add("karpenter")
     assert release_names(stack_render) == expected
 
 

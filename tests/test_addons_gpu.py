@@ -56,6 +56,7 @@ RELEASE_TOLERATIONS: dict[str, dict[tuple[str, ...], str]] = {
     "aws-load-balancer-controller": {("tolerations",): CONTROLLER},
     "metrics-server": {("tolerations",): CONTROLLER},
     "cluster-autoscaler": {("tolerations",): CONTROLLER},
+    "karpenter": {("tolerations",): CONTROLLER},
 }
 
 

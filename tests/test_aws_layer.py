@@ -20,6 +20,7 @@ from components.service_accounts import (
     CLUSTER_AUTOSCALER,
     EBS_CSI_CONTROLLER,
     EFS_CSI_CONTROLLER,
+    KARPENTER,
     ROUTER_SERVICE_ACCOUNT,
     ServiceAccountRef,
     alertmanager_service_account,
@@ -29,6 +30,7 @@ from components.service_accounts import (
 from infra.aws.addons import addons_after_nodes, addons_before_nodes
 from infra.aws.cluster import admin_principals, kubeconfig, principal_resource_name
 from infra.aws.irsa import IAM_ROLE_NAME_MAX, iam_role_name, service_account_role_specs
+from infra.aws.karpenter import runs_karpenter
 from infra.aws.network import nat_gateway_count, subnet_layout
 from infra.aws.node_groups import (
     autoscaler_tags,
@@ -82,6 +84,11 @@ def one(render: RenderResult, type_: str, name: str) -> dict[str, Any]:
     matches = [r.inputs for r in render.aws(type_) if r.name == name]
     assert len(matches) == 1, f"expected one {type_} named {name}, found {len(matches)}"
     return matches[0]
+
+
+def managed_gpu_groups(config: PlatformConfig) -> list[tuple[str, GpuNodeGroupConfig]]:
+    """The GPU groups that are EKS managed node groups (a Karpenter pool is a NodePool instead)."""
+    return [(name, group) for name, group in config.node_groups.gpu.items() if not group.is_karpenter_pool]
 
 
 def node_group(render: RenderResult, group: str) -> dict[str, Any]:
@@ -419,7 +426,7 @@ def test_gpu_groups_carry_exactly_the_configured_taints_and_labels(stack: str) -
         "PreferNoSchedule": "PREFER_NO_SCHEDULE",
         "NoExecute": "NO_EXECUTE",
     }
-    for name, group in config.node_groups.gpu.items():
+    for name, group in managed_gpu_groups(config):
         inputs = node_group(render, name)
         assert inputs["taints"] == [
             {"key": t.key, "value": t.value, "effect": effects[t.effect]} for t in group.taints
@@ -462,7 +469,7 @@ def test_launch_templates_size_encrypt_the_root_disk_and_require_imdsv2(stack: s
     render = rendered(stack)
     config = config_of(render)
     sizes = {"system": config.node_groups.system.disk_size_gib}
-    sizes.update({name: group.disk_size_gib for name, group in config.node_groups.gpu.items()})
+    sizes.update({name: group.disk_size_gib for name, group in managed_gpu_groups(config)})
     for group, size in sizes.items():
         template = launch_template(render, group)
         (mapping,) = template["blockDeviceMappings"]
@@ -501,7 +508,7 @@ def _node_config(user_data_b64: str) -> dict[str, Any]:
 def test_gpu_nodes_assemble_local_nvme_at_the_configured_mount_path(stack: str) -> None:
     render = rendered(stack)
     config = config_of(render)
-    for name, group in config.node_groups.gpu.items():
+    for name, group in managed_gpu_groups(config):
         script = _decoded_script(launch_template(render, name)["userData"])
         mount_path = group.local_nvme.mount_path
         assert f"MOUNT_PATH={mount_path}\n" in script
@@ -514,7 +521,7 @@ def test_gpu_groups_carry_cluster_autoscaler_tags_to_scale_from_zero(stack: str)
     render = rendered(stack)
     config = config_of(render)
     prefix = "k8s.io/cluster-autoscaler"
-    for name, group in config.node_groups.gpu.items():
+    for name, group in managed_gpu_groups(config):
         tags = autoscaler_tags_of(render, name)
         assert tags[f"{prefix}/enabled"] == "true"
         assert tags[f"{prefix}/{config.cluster.name}"] == "owned"
@@ -719,6 +726,8 @@ def _expected_accounts(config: PlatformConfig) -> set[str]:
         accounts.add(AWS_LOAD_BALANCER_CONTROLLER.key)
     if config.addons.ebs_csi_driver.enabled:
         accounts.add(EBS_CSI_CONTROLLER.key)
+    if runs_karpenter(config):
+        accounts.add(KARPENTER.key)
     if config.security.secret_store.provider == "aws-secrets-manager":
         # Alertmanager and Grafana read their configuration and credential from Secrets Manager.
         if config.monitoring.alertmanager:
@@ -972,7 +981,7 @@ def test_every_aws_resource_uses_the_stacks_regional_provider(monkeypatch: pytes
 def test_gpu_nodes_pull_through_soci_parallel_mode_with_parallel_kubelet_pulls(stack: str) -> None:
     render = rendered(stack)
     config = config_of(render)
-    for name, group in config.node_groups.gpu.items():
+    for name, group in managed_gpu_groups(config):
         pull = group.image_pull
         node_config = _node_config(launch_template(render, name)["userData"])
         assert node_config["apiVersion"] == "node.eks.aws/v1alpha1" and node_config["kind"] == "NodeConfig"

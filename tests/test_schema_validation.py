@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -25,7 +26,8 @@ from infra.render import write_render
 from infra.stack_checks import load_stack
 from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
-from tests.support.argo_rollouts_crds import crd_schema_problems
+from tests.support.argo_rollouts_crds import crd_schema_problems, strict
+from tests.support.charts import data_crds
 
 RENDERED_STACKS = {**dict.fromkeys(STACKS), "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml"}
 CustomResourceCheck = Callable[[dict[str, Any]], list[str]]
@@ -137,6 +139,20 @@ def _schema_checked_elsewhere(obj: dict[str, Any]) -> list[str]:
     return []
 
 
+def _karpenter_schema_problems(obj: dict[str, Any]) -> list[str]:
+    """The pinned karpenter chart's CRD schema, strictly (unknown fields refused as the API server's
+    field validation does)."""
+    group, _, version = str(obj["apiVersion"]).partition("/")
+    crd = data_crds()[(group, str(obj["kind"]))]
+    [served] = [v for v in crd["spec"]["versions"] if v["name"] == version and v["served"]]
+    validator = jsonschema.Draft7Validator(strict(served["schema"]["openAPIV3Schema"]))
+    body = {key: value for key, value in obj.items() if key != "metadata"}
+    return [
+        f"{'.'.join(str(part) for part in error.absolute_path) or '(root)'}: {error.message}"
+        for error in validator.iter_errors(body)
+    ]
+
+
 # Reviewed: custom resources whose CRDs come with the pinned add-on charts. Each has field checks.
 ALLOWED_CUSTOM_RESOURCES: dict[tuple[str, str], CustomResourceCheck] = {
     ("monitoring.coreos.com/v1", "Prometheus"): _schema_checked_elsewhere,
@@ -149,6 +165,10 @@ ALLOWED_CUSTOM_RESOURCES: dict[tuple[str, str], CustomResourceCheck] = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): _prometheus_rule_problems,
     ("argoproj.io/v1alpha1", "Rollout"): _rollout_problems,
     ("argoproj.io/v1alpha1", "AnalysisTemplate"): crd_schema_problems,
+    # Karpenter pools (issue 41): the pinned karpenter chart's CRDs; their CEL rules run on the real
+    # API server in tests/test_deploy_karpenter.py.
+    ("karpenter.sh/v1", "NodePool"): _karpenter_schema_problems,
+    ("karpenter.k8s.aws/v1", "EC2NodeClass"): _karpenter_schema_problems,
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from components.cluster_addons import EFS_STORAGE_CLASS
 from components.model_service import KEEP_ALIVE_ENV
+from infra.aws.karpenter import karpenter_node_role_name, runs_karpenter
 from infra.render import RenderResult
 from tests.conftest import rendered
 from tests.test_addons_cluster import release
@@ -35,7 +36,11 @@ def test_efs_takes_only_tls_iam_mounts_by_the_node_role_and_never_root(stack: st
     allow = statements["MountAndWriteByClusterNodesThroughMountTargets"]
     # Only the node role (the mocks name a role's ARN after its resource): the EFS CSI node plugin
     # mounts with the node's identity; no pod role, no account-wide grant.
-    assert allow["Principal"]["AWS"] == ["arn:aws:iam::123456789012:role/aws-nodes-role"]
+    # With Karpenter pools, also the role of the nodes Karpenter launches (infra/aws/karpenter.py).
+    roles = ["arn:aws:iam::123456789012:role/aws-nodes-role"]
+    if runs_karpenter(config := config_of(render)):
+        roles.append(f"arn:aws:iam::123456789012:role/{karpenter_node_role_name(config.cluster.name)}")
+    assert allow["Principal"]["AWS"] == roles
     assert set(allow["Action"]) == {"elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"}
     # No statement grants root access, so root on a client is squashed.
     assert not any("ClientRootAccess" in json.dumps(s) for s in statements.values() if s["Effect"] == "Allow")

@@ -16,6 +16,7 @@ from components.service_accounts import EBS_CSI_CONTROLLER
 from infra.aws.addons import ManagedAddons, ManagedAddonsArgs, addons_after_nodes, addons_before_nodes
 from infra.aws.cluster import EksCluster, EksClusterArgs, admin_principals, kubeconfig
 from infra.aws.irsa import ServiceAccountRoles, ServiceAccountRolesArgs, service_account_role_specs
+from infra.aws.karpenter import KarpenterAws, KarpenterAwsArgs, runs_karpenter
 from infra.aws.network import Network, NetworkArgs
 from infra.aws.node_groups import NodeGroups, NodeGroupsArgs
 from infra.aws.policies import AwsLocation
@@ -116,6 +117,19 @@ class AwsInfrastructure(pulumi.ComponentResource):
             ),
             opts=children,
         )
+        karpenter = None
+        if runs_karpenter(config):
+            karpenter = KarpenterAws(
+                f"{name}-karpenter",
+                KarpenterAwsArgs(
+                    cluster_name=cluster.name_output,
+                    plain_cluster_name=cluster_name,
+                    private_subnet_ids=network.private_subnet_ids,
+                    cluster_security_group_id=cluster.security_group_id,
+                    partition=partition,
+                ),
+                opts=children,
+            )
         storage = ModelStorage(
             f"{name}-storage",
             ModelStorageArgs(
@@ -126,7 +140,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 subnet_ids=network.private_subnet_ids,
                 node_security_group_id=cluster.security_group_id,
                 location=location,
-                efs_client_role_arns=[nodes.node_role_arn],
+                efs_client_role_arns=[nodes.node_role_arn, *([karpenter.node_role_arn] if karpenter else [])],
             ),
             opts=children,
         )
@@ -171,6 +185,8 @@ class AwsInfrastructure(pulumi.ComponentResource):
             load_balancer_source_cidrs=network.layout.load_balancer_cidrs(config.ingress.scheme),
             service_account_role_arns=roles.role_arns,
             web_acl_arn=web_acl.arn if web_acl is not None else None,
+            karpenter_node_role=karpenter.node_role_name if karpenter else None,
+            karpenter_interruption_queue=karpenter.queue_name if karpenter else None,
         )
         self.register_outputs(
             {

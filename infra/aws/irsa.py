@@ -19,12 +19,15 @@ from components.service_accounts import (
     CLUSTER_AUTOSCALER,
     EBS_CSI_CONTROLLER,
     EFS_CSI_CONTROLLER,
+    KARPENTER,
     ROUTER_SERVICE_ACCOUNT,
     ServiceAccountRef,
     alertmanager_service_account,
     grafana_service_account,
     model_service_account,
 )
+from infra.aws.karpenter import controller_policy as karpenter_controller_policy
+from infra.aws.karpenter import runs_karpenter
 from infra.aws.policies import (
     AwsLocation,
     PolicyDocument,
@@ -121,6 +124,10 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
                 CLUSTER_AUTOSCALER, policy=cluster_autoscaler_policy(location, config.cluster.name)
             )
         )
+    if runs_karpenter(config):
+        assert config.cluster.name is not None
+        policy = karpenter_controller_policy(location, config.cluster.name)
+        specs.append(ServiceAccountRoleSpec(KARPENTER, policy=policy))
     return specs
 
 

@@ -211,6 +211,8 @@ def node_group_specs(cluster_name: str, node_groups: NodeGroupsConfig) -> list[N
         )
     ]
     for group_name, group in node_groups.gpu.items():
+        if group.is_karpenter_pool:
+            continue  # a NodePool + EC2NodeClass (components/karpenter.py), not a managed group
         labels = gpu_node_labels(group_name, group)
         specs.append(
             NodeGroupSpec(

@@ -43,6 +43,7 @@ from infra.capacity.time_to_serve import ServingTimes, serving_times
 from infra.capacity.wake import WakePlan, wake_plan, wake_problems
 from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
 from infra.config.base import INT32_MAX
+from infra.config.cluster import GpuNodeGroupConfig
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -89,6 +90,31 @@ class CapacityProblem:
 
 
 @dataclass(frozen=True)
+class NodeSource:
+    """Where a replica's node comes from (issue 41): a managed group's Auto Scaling group scaled by the
+    Cluster Autoscaler, or a Karpenter NodePool that may launch any of its types."""
+
+    provisioner: str
+    """`managed` or `karpenter`."""
+    instance_types: tuple[tuple[str, int], ...]
+    """(type, GPUs per node) of every type a new node may be."""
+    capacity_types: tuple[str, ...]
+    """In the order they are tried (a managed group has one)."""
+    worst_case: str
+    """The instance type with the fewest GPUs: the one every replica must fit (validate checks it)."""
+    gpu_limit: int
+    """Most GPUs the group or pool may hold (max_size × GPUs, or the pool's max_gpus)."""
+    new_node_seconds: float
+    """Expected time from the pending pod to a serving replica on a new node (`serving.new_node`)."""
+
+    @property
+    def path(self) -> str:
+        if self.provisioner == "karpenter":
+            return "Karpenter NodePool -> NodeClaim -> EC2 CreateFleet"
+        return "Cluster Autoscaler -> managed node group's Auto Scaling group"
+
+
+@dataclass(frozen=True)
 class ModelPlan:
     model: str
     gpu_group: str
@@ -116,6 +142,8 @@ class ModelPlan:
     problems: tuple[CapacityProblem, ...] = ()
     lora_cpu_cache_bytes: int = 0
     """Host memory of vLLM's full LoRA adapter cache (max_cpu_loras adapters of max_lora_rank)."""
+    node_source: NodeSource | None = None
+    """Where a new replica's node comes from: the group's provisioner, instance types, capacity types."""
 
     @property
     def fits(self) -> bool:
@@ -449,7 +477,9 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         local_nvme=local_nvme,
         tensor_parallel_size=model.tensor_parallel_size,
     )
-    serving = serving_times(model, config, startup, gpu_model=group.gpu_model.name)
+    serving = serving_times(
+        model, config, startup, gpu_model=group.gpu_model.name, karpenter_pool=group.is_karpenter_pool
+    )
     return ModelPlan(
         model=model.name,
         gpu_group=gpu_group,
@@ -471,6 +501,24 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         wake=wake_plan(model, config, serving, gpu_group),
         problems=tuple(_problems(shape, placement, sizing) + _startup_problems(model, startup, local_nvme)),
         lora_cpu_cache_bytes=_lora_cpu_cache_bytes(model, shape, placement.settings),
+        node_source=node_source(group, serving.new_node.seconds()),
+    )
+
+
+def node_source(group: GpuNodeGroupConfig, new_node_seconds: float) -> NodeSource:
+    instances = tuple((instance.name, instance.gpus_per_node) for instance in group.gpu_instances)
+    worst = min(group.gpu_instances, key=lambda instance: (instance.gpus_per_node, instance.name))
+    if group.is_karpenter_pool:
+        capacity, limit = tuple(group.karpenter.capacity_types), group.pool_gpu_limit
+    else:
+        capacity, limit = (group.capacity_type.replace("_", "-"),), group.max_size * group.max_gpus_per_node
+    return NodeSource(
+        provisioner=group.provisioner,
+        instance_types=instances,
+        capacity_types=capacity,
+        worst_case=worst.name,
+        gpu_limit=limit,
+        new_node_seconds=new_node_seconds,
     )
 
 

@@ -141,6 +141,7 @@ def format_plan_table(plan: PlatformPlan) -> str:
         ],
         right=set(range(1, len(phase_names) + 4)),
     )
+    lines += ["", *_node_source_lines(models)]
     if plan.tenants:
         lines += ["", *_tenant_lines(plan)]
     for p in models:
@@ -200,6 +201,39 @@ def _tenant_lines(plan: PlatformPlan) -> list[str]:
         ],
         right={2, 3},
     )
+
+
+def _node_source_lines(models: Sequence[ModelPlan]) -> list[str]:
+    """Where a new replica's node comes from, which types it may be, and how long it takes."""
+    sources = [(p, p.node_source) for p in models if p.node_source is not None]
+    lines = ["Where a new replica's node comes from (docs/autoscaling.md)"]
+    lines += _table(
+        [
+            "model",
+            "GPU group",
+            "path",
+            "instance types (GPUs)",
+            "capacity types",
+            "fits on",
+            "GPU limit",
+            "new node, s",
+        ],
+        [
+            [
+                p.model,
+                p.gpu_group,
+                source.path,
+                ", ".join(f"{name} ({gpus})" for name, gpus in source.instance_types),
+                " > ".join(source.capacity_types),
+                f"all; worst case {source.worst_case}" if p.fits else "-",
+                str(source.gpu_limit),
+                f"{source.new_node_seconds:.0f}",
+            ]
+            for p, source in sources
+        ],
+        right={6, 7},
+    )
+    return lines
 
 
 def _serving_lines(serving: ServingTimes) -> list[str]:
@@ -373,6 +407,19 @@ def _model_json(plan: ModelPlan) -> dict[str, Any]:
             "safety_factor": plan.startup.safety_factor,
             "budget_seconds": plan.startup_budget_seconds,
         },
+        "node_source": (
+            {
+                "provisioner": plan.node_source.provisioner,
+                "path": plan.node_source.path,
+                "instance_types": {name: gpus for name, gpus in plan.node_source.instance_types},
+                "capacity_types": list(plan.node_source.capacity_types),
+                "worst_case_instance_type": plan.node_source.worst_case,
+                "gpu_limit": plan.node_source.gpu_limit,
+                "new_node_seconds": round(plan.node_source.new_node_seconds, 1),
+            }
+            if plan.node_source is not None
+            else None
+        ),
         "time_to_serve": _serving_json(plan.serving),
         "wake_from_zero": _wake_json(plan.wake),
         "problems": [

@@ -166,6 +166,7 @@ def serving_times(
     startup: StartupPlan,
     timings: StartupTimings | None = None,
     gpu_model: str | None = None,
+    karpenter_pool: bool = False,
 ) -> ServingTimes:
     """Expected time to a serving replica of `model` on a warm node and on a new node (`gpu_model`:
     the GPU it runs on, to say when that is not the one measured)."""
@@ -197,10 +198,19 @@ def serving_times(
     # Without an autoscaler nothing watches the load: a replica starts when someone raises `replicas`.
     signal = _signal_steps(model, config, timings) if model.autoscaling.enabled else []
     warm = TimeToServe("warm_node", (*signal, weights, _vllm_start(timings, WARM_START, False), probe_step))
-    scan = timings.outside_the_pod["cluster_autoscaler_scan"]
     node_ready = timings.outside_the_pod["gpu_node_ready"]
+    if karpenter_pool:
+        # Karpenter's launch path (issue 41): its batch window closes, it creates a NodeClaim and
+        # launches the instance itself (CreateFleet), no Auto Scaling group in between.
+        batch = timings.outside_the_pod["karpenter_batch"]
+        seen = Step(
+            "Karpenter batches the pending pod and creates a NodeClaim", batch.seconds, batch.source, "node"
+        )
+    else:
+        scan = timings.outside_the_pod["cluster_autoscaler_scan"]
+        seen = Step("the Cluster Autoscaler sees the pending pod", scan.seconds, scan.source, "node")
     node_steps = [
-        Step("the Cluster Autoscaler sees the pending pod", scan.seconds, scan.source, "node"),
+        seen,
         Step("the GPU node boots and registers its GPUs", node_ready.seconds, node_ready.source, "node"),
         Step(
             "the vLLM image is pulled",

@@ -226,6 +226,99 @@ class SystemNodeGroupConfig(StrictModel):
         return self
 
 
+KarpenterCapacityType = Literal["reserved", "spot", "on-demand"]
+KARPENTER_CAPACITY_ORDER: tuple[KarpenterCapacityType, ...] = ("reserved", "spot", "on-demand")
+"""The order Karpenter's AWS provider launches in when a NodePool allows several capacity types:
+reserved capacity first (priced at zero while a reservation has room), then the cheaper of spot and
+on-demand, which is spot wherever it is offered (aws/karpenter-provider-aws v1.14.1, docs
+concepts/nodepools.md "karpenter.sh/capacity-type" and concepts/scheduling.md "Reserved capacity")."""
+
+
+class NodeClassRefConfig(StrictModel):
+    """A node class the cluster already has (mode `existing`, where the stack creates no AWS
+    resources and so no EC2NodeClass)."""
+
+    group: Annotated[str, Field(min_length=1, max_length=253)] = "karpenter.k8s.aws"
+    """API group of the node class (`karpenter.k8s.aws` for EC2NodeClass)."""
+    kind: Annotated[str, Field(min_length=1, max_length=63)] = "EC2NodeClass"
+    """Its kind."""
+    name: Annotated[str, dns_label(63)]
+    """Its name (cluster-scoped)."""
+
+
+class KarpenterPoolConfig(StrictModel):
+    """How a GPU group with `provisioner: karpenter` becomes a Karpenter NodePool and EC2NodeClass
+    (components/karpenter.py, docs/autoscaling.md "Karpenter GPU pools"). Ignored by managed groups."""
+
+    capacity_types: Annotated[list[KarpenterCapacityType], Field(min_length=1)] = ["on-demand"]
+    """`reserved` (On-Demand Capacity Reservations and Capacity Blocks for ML, named in
+    `capacity_reservation_ids`), `spot`, `on-demand`, in the order Karpenter tries them (reserved,
+    spot, on-demand: `validate` refuses another order, since Karpenter would not follow it)."""
+    capacity_reservation_ids: list[Annotated[str, Field(pattern=r"^cr-[0-9a-z]+$")]] = []
+    """Capacity reservations (`cr-...`, ODCRs or Capacity Blocks) the pool may launch into; needed by
+    `reserved`. Rendered as the EC2NodeClass's `capacityReservationSelectorTerms`."""
+    placement_group: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    """Name of an EC2 placement group every node of the pool launches into (`placementGroupSelector`);
+    a cluster placement group keeps a multi-node replica on one network spine."""
+    max_gpus: Annotated[int, Field(ge=1)] | None = None
+    """The NodePool's limit in `nvidia.com/gpu`: Karpenter launches no node past it. Null: the group's
+    `max_size` × the most GPUs any of its instance types has."""
+    ami_version: Annotated[str, Field(pattern=r"^(latest|v\d{8}|v\d+\.\d+\.\d+)$")] = "latest"
+    """The EKS-optimised AMI release (`al2023@<version>` or `bottlerocket@<version>` alias; Karpenter
+    picks the NVIDIA variant for GPU instance types). `latest`: a new AMI drifts the nodes, which are
+    replaced only once no serving pod holds them; pin a release (format `v20240625`, upstream's
+    example) to update on your own schedule."""
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
+    """`WhenEmpty`: only nodes without serving pods are removed. Serving pods carry
+    `karpenter.sh/do-not-disrupt`, so `WhenEmptyOrUnderutilized` spares them too, but may move other
+    pods of the pool."""
+    consolidate_after_seconds: Annotated[int, Field(ge=0, le=86400)] = 300
+    """How long a node stays without new pods before it is consolidated (removed when empty): the
+    grace for a model that scales back up soon after going to zero."""
+    expire_after_hours: Annotated[int, Field(ge=1)] | None = 720
+    """Node lifetime (Karpenter's default, 30 days); null: `Never`. An expired node that still holds a
+    serving pod is cordoned but the pod is not evicted (do-not-disrupt, no terminationGracePeriod):
+    it goes at the model's next rollout or scale-in."""
+    disruption_budget_nodes: Annotated[str, Field(pattern=r"^(\d+|\d+%)$")] = "10%"
+    """At most this many nodes (or share of the pool) disrupted at once by consolidation, drift or
+    expiry."""
+    termination_grace_period_minutes: Annotated[int, Field(ge=1)] | None = None
+    """Karpenter's `terminationGracePeriod`: with it set, drift and expiry delete pods that carry
+    `karpenter.sh/do-not-disrupt` once it runs out (upstream concepts/disruption.md), so `validate`
+    refuses it on a pool that serves a model. Null (no bound) is the only value for serving pools."""
+    node_class: NodeClassRefConfig | None = None
+    """Mode `existing`: the node class the cluster already has (the stack creates none there). Mode
+    `eks`: leave null; the stack creates an EC2NodeClass named after the group."""
+
+    @model_validator(mode="after")
+    def _capacity_types_as_karpenter_orders_them(self) -> KarpenterPoolConfig:
+        if len(set(self.capacity_types)) != len(self.capacity_types):
+            raise ConfigProblem("lists a capacity type twice; keep one", at=("capacity_types",))
+        ordered = sorted(self.capacity_types, key=KARPENTER_CAPACITY_ORDER.index)
+        if self.capacity_types != ordered:
+            raise ConfigProblem(
+                "Karpenter launches reserved capacity first, then spot wherever it is offered, then "
+                f"on-demand; list them in that order ({ordered}), or drop the types it should not use",
+                at=("capacity_types",),
+                value=self.capacity_types,
+            )
+        if "reserved" in self.capacity_types and not self.capacity_reservation_ids:
+            raise ConfigProblem(
+                "`reserved` needs the reservations to launch into: list their ids (cr-...) in "
+                "capacity_reservation_ids, or remove `reserved`",
+                at=("capacity_types",),
+                value=self.capacity_types,
+            )
+        if self.capacity_reservation_ids and "reserved" not in self.capacity_types:
+            raise ConfigProblem(
+                "reservations are used only for capacity type `reserved`; add it first to "
+                "capacity_types, or remove the ids",
+                at=("capacity_reservation_ids",),
+                value=self.capacity_reservation_ids,
+            )
+        return self
+
+
 class GpuNodeGroupConfig(StrictModel):
     instance_types: Annotated[list[str], Field(min_length=1)]
     """GPU instance types from infra/catalogue/gpu_instances.yaml, all with the same GPU model."""
@@ -252,6 +345,12 @@ class GpuNodeGroupConfig(StrictModel):
     image_pull: ImagePullConfig = ImagePullConfig()
     """How new nodes get the vLLM image: SOCI parallel pull, parallel kubelet pulls, a fast root
     volume, optionally a snapshot that already holds the image."""
+    provisioner: Literal["managed", "karpenter"] = "managed"
+    """`managed`: an EKS managed node group scaled by the Cluster Autoscaler. `karpenter`: a Karpenter
+    NodePool + EC2NodeClass (settings in `karpenter`), which launches any of `instance_types` in any
+    capacity type and zone that has room. Both kinds can live in one stack (docs/autoscaling.md)."""
+    karpenter: KarpenterPoolConfig = KarpenterPoolConfig()
+    """The pool's settings when `provisioner: karpenter`."""
 
     @model_validator(mode="after")
     def _instance_types_known_and_uniform(self) -> GpuNodeGroupConfig:
@@ -289,7 +388,28 @@ class GpuNodeGroupConfig(StrictModel):
         taint_keys = [(taint.key, taint.effect) for taint in self.taints]
         if len(set(taint_keys)) != len(taint_keys):
             raise ConfigProblem("two taints with the same key and effect; keep one", at=("taints",))
+        if self.provisioner == "karpenter" and self.min_size > 0:
+            raise ConfigProblem(
+                "a Karpenter pool keeps no nodes without pods: min_size must be 0 (a model's own "
+                "min_replicas keeps its nodes); for capacity that stays up whatever runs, use a "
+                "managed group (provisioner: managed)",
+                at=("min_size",),
+                value=self.min_size,
+            )
         return self
+
+    @property
+    def is_karpenter_pool(self) -> bool:
+        return self.provisioner == "karpenter"
+
+    @property
+    def max_gpus_per_node(self) -> int:
+        return max(instance.gpus_per_node for instance in self.gpu_instances)
+
+    @property
+    def pool_gpu_limit(self) -> int:
+        """The NodePool's `nvidia.com/gpu` limit (karpenter.max_gpus, default max_size × the most GPUs)."""
+        return self.karpenter.max_gpus or self.max_size * self.max_gpus_per_node
 
     @property
     def gpu_instances(self):
@@ -326,3 +446,24 @@ class NodeGroupsConfig(StrictModel):
     """The system group for controllers, Prometheus and add-ons (no GPUs, no taint)."""
     gpu: Annotated[dict[Annotated[str, dns_label(30)], GpuNodeGroupConfig], Field(min_length=1)]
     """GPU node groups keyed by name; models refer to them by that name."""
+
+    @model_validator(mode="after")
+    def _managed_groups_and_pools_claim_different_nodes(self) -> NodeGroupsConfig:
+        # A pod that tolerates a managed group's taints and selects its labels would also fit a pool
+        # with the same ones: the Cluster Autoscaler and Karpenter would both add a node for it.
+        managed = {name: group for name, group in self.gpu.items() if not group.is_karpenter_pool}
+        for name, pool in self.gpu.items():
+            if not pool.is_karpenter_pool:
+                continue
+            for other, group in managed.items():
+                same_taints = {str(t) for t in pool.taints} == {str(t) for t in group.taints}
+                if same_taints and dict(pool.labels) == dict(group.labels):
+                    raise ConfigProblem(
+                        f"this Karpenter pool claims the same taints and labels as managed group "
+                        f"'{other}': a pod that fits one fits the other, and the Cluster Autoscaler and "
+                        "Karpenter would both add a node for it; give the pool a label of its own "
+                        "(e.g. labels: {vllm-platform/provisioner: karpenter}) or a taint of its own",
+                        at=("gpu", name, "labels"),
+                        value=dict(pool.labels),
+                    )
+        return self

@@ -433,6 +433,15 @@ class ClusterAutoscalerConfig(AddonConfig):
     treated as failed and another group is tried."""
 
 
+class KarpenterConfig(AddonConfig):
+    """Mode `eks`: Karpenter's controller (charts karpenter-crd and karpenter, IRSA role, the SQS
+    interruption queue and its EventBridge rules from the AWS layer), installed when at least one GPU
+    group has `provisioner: karpenter`. Mode `existing`: off; the cluster runs its own Karpenter."""
+
+    replicas: Annotated[int, Field(ge=1, le=3)] = 2
+    """Controller replicas (leader election): a second one takes over at once when one restarts."""
+
+
 # (mode eks, mode existing): add-ons an existing cluster usually runs already, or that need the IAM
 # roles and VPC only mode `eks` creates, are off there unless switched on.
 ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
@@ -448,6 +457,7 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
     "cluster_autoscaler": (True, False),
     "image_prepull": (True, True),
     "ebs_csi_driver": (True, False),
+    "karpenter": (True, False),
 }
 
 
@@ -469,6 +479,8 @@ class AddonsConfig(StrictModel):
     """Pull the pinned vLLM image on every GPU node ahead of scale-up."""
     ebs_csi_driver: EbsCsiDriverConfig = EbsCsiDriverConfig()
     """EBS volumes for Prometheus (EKS managed add-on; no chart)."""
+    karpenter: KarpenterConfig = KarpenterConfig()
+    """Karpenter's controller for the GPU groups with `provisioner: karpenter` (mode eks)."""
 
 
 def _fill_addon_defaults(addons: Any, mode: str) -> Any:

@@ -11,6 +11,7 @@ from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
+from components.multi_node_addons import MultiNodeAddons, MultiNodeAddonsArgs
 from components.operations import Operations, OperationsArgs
 from components.router import Router, RouterArgs
 from components.scrape import scrape_settings
@@ -91,12 +92,17 @@ class KubernetesPlatform(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # LeaderWorkerSet controller and EFA device plugin, only for models whose replicas span nodes.
+        multi_node_addons = MultiNodeAddons(
+            f"{name}-multi-node", MultiNodeAddonsArgs(config=config), opts=child
+        )
         # What model objects need first: the efs-sc StorageClass, the CSI drivers, the load balancer
         # controller's webhooks, KEDA's CRDs, the adapter's custom metrics API, registered GPUs.
         self.addons_ready: list[pulumi.Resource] = [
             cluster_addons.storage_class,
             *cluster_addons.releases,
             *gpu_addons.releases,
+            *multi_node_addons.releases,
             *([monitoring.adapter_release] if monitoring.adapter_release else []),
         ]
         endpoints: dict[str, dict[str, str]] = {}

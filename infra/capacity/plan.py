@@ -427,13 +427,19 @@ def model_shape(model: ModelConfig) -> ModelShape:
 
 def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> ModelPlan:
     """Plan `model` on the GPU group `gpu_group` of `config` (its own, or another for comparison)."""
+    from infra.multi_node import pipeline_stage_shape
+
     group = config.node_groups.gpu[gpu_group]
-    shape = model_shape(model)
+    # A multi-node replica is planned per GPU of its largest pipeline stage (issue 42).
+    shape = pipeline_stage_shape(model_shape(model), model.pipeline_parallel_size)
+    gpus_per_node = max(instance.gpus_per_node for instance in group.gpu_instances)
+    if model.parallelism.tensor_parallel_across_nodes:
+        gpus_per_node = max(gpus_per_node, model.tensor_parallel_size)
     placement = _Placement(
         gpu=group.gpu_model,
         tensor_parallel_size=model.tensor_parallel_size,
         settings=_settings(model),
-        gpus_per_node=max(instance.gpus_per_node for instance in group.gpu_instances),
+        gpus_per_node=gpus_per_node,
     )
     sizing = _size(shape, placement)
     typical = model.capacity.typical_input_tokens + model.capacity.typical_output_tokens

@@ -395,7 +395,8 @@ class NodeGroups(pulumi.ComponentResource):
             subnet_ids = subnet_ids[:1]
             assert self.efa_security_group is not None
             multi_node = {
-                "placement": {"group_name": placement_group.name},
+                # A placement group's id is its name (EC2 names them; the provider's `id`).
+                "placement": {"group_name": placement_group.id},
                 "network_interfaces": efa_network_interfaces(
                     spec.efa_interfaces, [args.cluster_security_group_id, self.efa_security_group.id]
                 ),

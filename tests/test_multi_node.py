@@ -497,3 +497,20 @@ def test_the_pinned_lws_crd_schema_refuses_what_the_controller_would_not_know() 
     }
     assert list(jsonschema.Draft7Validator(_schema_for(lws)).iter_errors(lws)) == []
     assert list(jsonschema.Draft7Validator(_schema_for(broken)).iter_errors(broken))
+
+
+def test_the_real_pinned_vllm_parser_accepts_the_rendered_leader_and_worker_arguments() -> None:
+    """vLLM 0.32.0's own `vllm serve` parser (the CPU build's venv, as tests/test_tensor_parallel.py
+    uses it) over the rendered arguments, the LWS variables expanded as the kubelet would."""
+    from tests.support.vllm_server import check_many_with_real_vllm
+
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    address = f"{SERVER_NAME}-0.{SERVER_NAME}.{NAMESPACE}"
+    lists = [
+        [
+            t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", address)
+            for t in _server(template[role])["args"]
+        ]
+        for role, rank in (("leaderTemplate", "0"), ("workerTemplate", "1"))
+    ]
+    assert check_many_with_real_vllm(lists) == [None, None]

@@ -582,6 +582,11 @@ class StartupConfig(StrictModel):
     with a warm compile cache (about 1 minute for an 8B model on the lab H200, shared/gpu/README.md)."""
     compile_seconds: Annotated[int, Field(ge=0)] = 240
     """Extra time on a cold compile cache: torch.compile (first start about 3 minutes on the lab H200)."""
+    group_rendezvous_seconds: Annotated[int, Field(ge=0)] = 120
+    """parallelism.nodes_per_replica above 1: the leader's engine waits at vLLM's rendezvous until every
+    member of its group has loaded and joined (the members start in parallel, so a group starts in the
+    time of its slowest member plus this), and NCCL then sets up its EFA channels. An allowance, not yet
+    measured here (issue 42): raise it after timing a group."""
     allreduce_jit_seconds: Annotated[int, Field(ge=0)] = 180
     """Extra time with gpus_per_replica > 1 on a cold JIT cache: FlashInfer builds the fused all-reduce
     kernels of the `trtllm` backend (174 s on the lab's 2x H200 host, bench/tensor_parallel at commit

@@ -179,8 +179,11 @@ def replica_bound_problems(config: PlatformConfig) -> list[Problem]:
         if group is None or not group.gpu_instances:
             continue  # reported by the schema (unknown group)
         per_node = max(instance.gpus_per_node for instance in group.gpu_instances) // model.gpus_per_replica
-        # A multi-node replica takes nodes_per_replica whole nodes (infra/multi_node.py).
+        # A multi-node replica takes nodes_per_replica whole nodes (infra/multi_node.py, which also
+        # reports a group too small for one replica).
         most = group.max_size * per_node // model.nodes_per_replica
+        if most == 0 and model.is_multi_node:
+            continue
         counts: list[tuple[tuple[str | int, ...], int]] = [(("replicas",), model.replicas)]
         if model.autoscaling.enabled:
             counts = [

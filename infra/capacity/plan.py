@@ -450,7 +450,8 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
     # A multi-node replica is planned per GPU of its largest pipeline stage (issue 42).
     shape = pipeline_stage_shape(whole_model, model.pipeline_parallel_size)
     gpus_per_node = max(instance.gpus_per_node for instance in group.gpu_instances)
-    if model.parallelism.tensor_parallel_across_nodes:
+    if model.is_multi_node:
+        # Tensor parallelism wider than a node is infra/multi_node.py's to refuse (or allow).
         gpus_per_node = max(gpus_per_node, model.tensor_parallel_size)
     placement = _Placement(
         gpu=group.gpu_model,

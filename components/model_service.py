@@ -26,7 +26,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import karpenter, load_balancer, probes, rollouts, secrets, server_auth
+from components import karpenter, leader_worker_set, load_balancer, probes, rollouts, secrets, server_auth
 from components.autoscaling import (
     autoscaler_owns_replicas,
     create_model_autoscaler,
@@ -40,6 +40,7 @@ from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from components.service_accounts import model_service_account
 from components.vllm_arguments import (
     SERVE_COMMAND,
+    NodeRole,
     build_server_arguments,
     format_number,
     lora_environment,
@@ -336,7 +337,9 @@ def keep_alive_environment(config: PlatformConfig) -> list[dict[str, str]]:
     return [{"name": KEEP_ALIVE_ENV, "value": str(seconds)}]
 
 
-def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan) -> dict[str, Any]:
+def server_container(
+    config: PlatformConfig, model: ModelConfig, plan: ModelPlan, node_role: NodeRole | None = None
+) -> dict[str, Any]:
     local_nvme = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
     resources = model.resources
     gpus = str(model.gpus_per_replica)
@@ -393,6 +396,7 @@ def server_container(config: PlatformConfig, model: ModelConfig, plan: ModelPlan
             render_endpoints=serves_render_endpoints(config, model),
             adapter_root=LOCAL_ROOT if local_nvme else SHARED_ROOT,
             tenants=bool(config.tenants),
+            node_role=node_role,
         ),
         "ports": [{"name": probes.PORT_NAME, "containerPort": model.vllm.port, "protocol": "TCP"}],
         "env": env,
@@ -438,7 +442,11 @@ def _spread(topology_key: str, model: ModelConfig) -> dict[str, Any]:
 
 
 def pod_template(
-    config: PlatformConfig, model: ModelConfig, plan: ModelPlan, service_account: str
+    config: PlatformConfig,
+    model: ModelConfig,
+    plan: ModelPlan,
+    service_account: str,
+    node_role: NodeRole | None = None,
 ) -> dict[str, Any]:
     group = config.node_groups.gpu[model.gpu_group]
     return {
@@ -472,7 +480,7 @@ def pod_template(
             ],
             "securityContext": pod_security_context(),
             "initContainers": [preload_container(config, model, plan.gpu_model)],
-            "containers": [server_container(config, model, plan)],
+            "containers": [server_container(config, model, plan, node_role)],
             "volumes": _volumes(config, model),
         },
     }
@@ -509,7 +517,20 @@ def uses_alb_traffic_split(config: PlatformConfig, model: ModelConfig) -> bool:
 def workload(
     config: PlatformConfig, model: ModelConfig, plan: ModelPlan, service_account: str
 ) -> tuple[str, str, dict[str, Any]]:
-    """(apiVersion, kind, spec) of what runs the pods: the one place that picks Deployment or Rollout."""
+    """(apiVersion, kind, spec) of what runs the pods: the one place that picks Deployment, Rollout or,
+    for a model whose replica spans nodes, LeaderWorkerSet (components/leader_worker_set.py)."""
+    if model.is_multi_node:
+        return (
+            leader_worker_set.LWS_API_VERSION,
+            leader_worker_set.LWS_KIND,
+            leader_worker_set.leader_worker_set_spec(
+                config,
+                model,
+                pod_template(config, model, plan, service_account, NodeRole.in_pod(leader=True)),
+                pod_template(config, model, plan, service_account, NodeRole.in_pod(leader=False)),
+                None if autoscaler_owns_replicas(model) else model.replicas,
+            ),
+        )
     spec = deployment_spec(config, model, plan, service_account)
     if rollouts.uses_canary(model):
         return (
@@ -548,7 +569,8 @@ def limit_range_spec() -> dict[str, Any]:
 def service_spec(model: ModelConfig) -> dict[str, Any]:
     return {
         "type": "ClusterIP",
-        "selector": model_selector_labels(model.name),
+        # A multi-node model's endpoints are its group leaders only (its workers run --headless).
+        "selector": leader_worker_set.serving_selector_labels(model),
         "ports": [
             {
                 "name": probes.PORT_NAME,
@@ -856,6 +878,15 @@ class ModelService(pulumi.ComponentResource):
         if kind == "Deployment":
             deployment = kubernetes.apps.v1.Deployment(
                 f"{name}-deployment", metadata=workload_meta, spec=workload_spec, opts=workload_opts
+            )
+        elif kind == leader_worker_set.LWS_KIND:
+            deployment = kubernetes.apiextensions.CustomResource(
+                f"{name}-leader-worker-set",
+                api_version=api_version,
+                kind=kind,
+                metadata=workload_meta,
+                spec=workload_spec,
+                opts=workload_opts,
             )
         else:
             # The analysis its steps run, against the Prometheus the PodMonitor feeds.

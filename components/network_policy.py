@@ -146,4 +146,13 @@ def model_network_policies(config: PlatformConfig, model: ModelConfig,
             ],
         }),
     ]
+    if model.is_multi_node:
+        # The members of a group reach each other on every port: vLLM's rendezvous (--master-port),
+        # torch.distributed's and NCCL's bootstrap sockets on ports they choose at run time (issue 42).
+        # EFA's own traffic bypasses the kernel and is allowed by the nodes' security group instead.
+        policies.append(("allow-group-members", {
+            "podSelector": pods, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": pods}]}],
+            "egress": [{"to": [{"podSelector": pods}]}],
+        }))
     return policies

@@ -12,6 +12,7 @@ from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.karpenter import KarpenterPools, KarpenterPoolsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
 from components.monitoring import Monitoring, MonitoringArgs
+from components.multi_node_addons import MultiNodeAddons, MultiNodeAddonsArgs
 from components.operations import Operations, OperationsArgs
 from components.router import Router, RouterArgs
 from components.scrape import scrape_settings
@@ -104,6 +105,10 @@ class KubernetesPlatform(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # LeaderWorkerSet controller and EFA device plugin, only for models whose replicas span nodes.
+        multi_node_addons = MultiNodeAddons(
+            f"{name}-multi-node", MultiNodeAddonsArgs(config=config), opts=child
+        )
         # What model objects need first: the efs-sc StorageClass, the CSI drivers, the load balancer
         # controller's webhooks, KEDA's CRDs, the adapter's custom metrics API, registered GPUs, the
         # Karpenter pools.
@@ -111,6 +116,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
             cluster_addons.storage_class,
             *cluster_addons.releases,
             *gpu_addons.releases,
+            *multi_node_addons.releases,
             *([monitoring.adapter_release] if monitoring.adapter_release else []),
             *([karpenter.release] if karpenter.release else []),
             *karpenter.node_pools.values(),

@@ -128,7 +128,8 @@ def gpu_quota(model: ModelConfig) -> int:
     (up to the grace period). Without it a rollout at max replicas would be refused by the quota
     and back off instead of waiting. `rollouts.peak_pods` counts both, for the canary's room check too.
     """
-    return peak_pods(model) * model.gpus_per_replica
+    # A multi-node replica (issue 42) is a group of nodes_per_replica pods, replaced as a whole.
+    return peak_pods(model) * model.gpus_per_replica * model.nodes_per_replica
 
 
 def progress_deadline_seconds(startup_budget_seconds: int) -> int:

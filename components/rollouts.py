@@ -499,6 +499,8 @@ def rolling_surge_problems(config: PlatformConfig) -> list[Problem]:
     for index, model in enumerate(config.models):
         surge = rollout_strategy(model).max_surge
         room = group_room(config, model)
+        if model.is_multi_node:
+            continue  # a LeaderWorkerSet replaces whole groups in place (components/leader_worker_set.py)
         if uses_canary(model) or surge == 0 or room is None or not room.fits or room.free_sets >= surge:
             continue
         floor = (

@@ -45,6 +45,7 @@ from components.labels import (
     model_selector_labels,
     router_selector_labels,
 )
+from components.leader_worker_set import serving_selector_labels
 from components.model_service import (
     IRSA_SKIP_CONTAINERS_ANNOTATION,
     PUBLIC_API_PATH,
@@ -173,7 +174,8 @@ def router_arguments(config: PlatformConfig) -> list[str]:
 def model_router_arguments(config: PlatformConfig, model: ModelConfig, index: int) -> list[str]:
     """One model's `vllm-router`: single-model mode with the model's policy over its ready pods,
     found by upstream's Kubernetes discovery (pods with the model's labels in its namespace)."""
-    selector = [f"{key}={value}" for key, value in model_selector_labels(model.name).items()]
+    # A multi-node model's leaders only: its workers run --headless and serve no API (issue 42).
+    selector = [f"{key}={value}" for key, value in serving_selector_labels(model).items()]
     return [
         "--service-discovery",
         "--selector",

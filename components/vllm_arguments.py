@@ -91,6 +91,51 @@ def lora_environment(model: ModelConfig) -> list[dict[str, str]]:
     return [{"name": RUNTIME_LORA_ENV, "value": "True"}]
 
 
+LEADER_WORKER_SET_NAME = "vllm"
+"""components/model_service.py's SERVER_NAME: the LeaderWorkerSet, and the headless Service LWS names
+after it, whose DNS names make up `LWS_LEADER_ADDRESS`."""
+
+MASTER_PORT = 29501
+"""`--master-port` of a multi-node replica: the leader's torch.distributed store (vLLM 0.32.0's default,
+written out so the NetworkPolicy and a reader see it)."""
+
+
+@dataclass(frozen=True)
+class NodeRole:
+    """Which member of a multi-node replica (a LeaderWorkerSet group) the arguments are for.
+
+    `rank` and `leader_address` are command-line text: in the rendered pods `$(LWS_WORKER_INDEX)` and
+    `$(LWS_LEADER_ADDRESS)`, which the kubelet expands from the variables LWS's pod webhook injects
+    (0 for the leader); the validate-time parser check gives the values they expand to.
+    """
+
+    rank: str
+    leader_address: str
+    leader: bool
+
+    @classmethod
+    def in_pod(cls, *, leader: bool) -> NodeRole:
+        return cls(rank="$(LWS_WORKER_INDEX)", leader_address="$(LWS_LEADER_ADDRESS)", leader=leader)
+
+
+def multi_node_arguments(model: ModelConfig, role: NodeRole) -> list[str]:
+    """vLLM's own multi-node launch for `model` (issue 42): the world of tensor × pipeline ranks over
+    `--nnodes` nodes, rendezvous at the leader (`--master-addr`), every node but the leader headless
+    (no API server: only its workers, vllm/entrypoints/cli/serve.py run_headless)."""
+    arguments = [
+        "--pipeline-parallel-size", str(model.pipeline_parallel_size),
+        "--nnodes", str(model.nodes_per_replica),
+        "--node-rank", role.rank,
+        "--master-addr", role.leader_address,
+        "--master-port", str(MASTER_PORT),
+    ]
+    if model.parallelism.expert_parallel:
+        arguments.append("--enable-expert-parallel")
+    if not role.leader:
+        arguments.append("--headless")
+    return arguments
+
+
 def build_server_arguments(
     model: ModelConfig,
     model_path: str,
@@ -98,6 +143,7 @@ def build_server_arguments(
     render_endpoints: bool = False,
     adapter_root: str | None = None,
     tenants: bool = False,
+    node_role: NodeRole | None = None,
 ) -> list[str]:
     """Arguments after `vllm serve` for `model`, serving the weights at `model_path` and its LoRA
     adapters from under `adapter_root` (`adapter_path`); with `render_endpoints`, also vLLM's render
@@ -110,6 +156,8 @@ def build_server_arguments(
     The API key is not an argument: vLLM reads `VLLM_API_KEY` from the environment, which the
     Deployment fills from a Secret, so the key never appears in the pod spec or `ps` output.
     """
+    if model.is_multi_node and node_role is None:
+        raise ValueError(f"model {model.name} spans {model.nodes_per_replica} nodes: pass its node_role")
     engine = model.vllm
     arguments = [
         model_path,
@@ -117,8 +165,9 @@ def build_server_arguments(
         "--host", LISTEN_HOST,
         "--port", str(engine.port),
         "--tensor-parallel-size", str(model.tensor_parallel_size),
-        *(["--distributed-executor-backend", DISTRIBUTED_EXECUTOR_BACKEND] if model.tensor_parallel_size > 1
-          else []),
+        *(["--distributed-executor-backend", DISTRIBUTED_EXECUTOR_BACKEND]
+          if model.tensor_parallel_size > 1 or model.is_multi_node else []),
+        *(multi_node_arguments(model, node_role) if model.is_multi_node and node_role else []),
         "--gpu-memory-utilization", format_number(engine.gpu_memory_utilization),
         "--max-model-len", str(engine.max_model_len),
         "--max-num-seqs", str(engine.max_num_seqs),
@@ -158,7 +207,7 @@ def tensor_parallel_environment(model: ModelConfig) -> list[dict[str, str]]:
     A single-GPU pod does no collective communication, so the variables would only be noise in its
     spec and a changed default would roll every single-GPU pod for nothing (docs/tensor-parallel.md).
     """
-    if model.tensor_parallel_size == 1:
+    if model.tensor_parallel_size == 1 and not model.is_multi_node:
         return []
     settings = {
         **model.vllm.nccl_env,
@@ -208,11 +257,14 @@ RESERVED_FLAGS: tuple[ReservedFlag, ...] = (
     ReservedFlag(("--middleware",),
                  "the platform's API-key middleware must stay the outermost one (added last): a "
                  "middleware after it would see requests before the key is checked"),
-    ReservedFlag(("--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp"),
-                 "one pod holds gpus_per_replica GPUs for tensor parallelism only; scale out with replicas"),
+    ReservedFlag(("--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
+                  "--enable-expert-parallel", "--no-enable-expert-parallel", "-ep"),
+                 "set the model's parallelism block instead (nodes_per_replica, pipeline_parallel_size, "
+                 "data_parallel_size, expert_parallel; docs/multi-node.md); otherwise scale out with "
+                 "replicas"),
     ReservedFlag(("--distributed-executor-backend",),
-                 "tensor parallelism runs as vLLM's multiprocessing workers inside one pod (set with "
-                 "gpus_per_replica > 1); a replica never spans pods or nodes"),
+                 "the platform runs vLLM's multiprocessing workers (`mp`) in each pod, and across the "
+                 "nodes of a replica with parallelism.nodes_per_replica (never Ray)"),
 )
 _RESERVED = {spelling: flag for flag in RESERVED_FLAGS for spelling in flag.spellings}
 _NEGATIVE_NUMBER = re.compile(r"^-\d")
@@ -250,6 +302,19 @@ def served_model_path_placeholder(model: ModelConfig) -> str:
     return f"{PLACEHOLDER_ROOT}/{model.name}/{model.source.revision}"
 
 
+def validation_node_roles(model: ModelConfig) -> list[NodeRole | None]:
+    """The members whose arguments the validate-time check parses: the one pod of a one-node replica;
+    the leader and a worker of a multi-node one, with the values LWS's webhook gives their variables
+    (`LWS_WORKER_INDEX` 0 and 1; `LWS_LEADER_ADDRESS` is `<lws>-<group>.<lws>.<namespace>`)."""
+    if not model.is_multi_node:
+        return [None]
+    address = f"{LEADER_WORKER_SET_NAME}-0.{LEADER_WORKER_SET_NAME}.{model.namespace}"
+    return [
+        NodeRole(rank="0", leader_address=address, leader=True),
+        NodeRole(rank="1", leader_address=address, leader=False),
+    ]
+
+
 def server_argument_problems(config: PlatformConfig) -> list[Problem]:
     """Validate-time check: every model's arguments as the pinned vLLM's parser would see them.
 
@@ -268,15 +333,22 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
             continue  # the parser would only repeat the same flags less helpfully
         render = serves_render_endpoints(config, model)
         path = served_model_path_placeholder(model)
-        arguments = build_server_arguments(
-            model, path, render_endpoints=render, adapter_root=PLACEHOLDER_ROOT, tenants=bool(config.tenants)
-        )
-        typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
-        typed_findings = check_server_arguments(typed)
-        problems += [Problem(("models", index, "vllm"), " ".join(typed), found) for found in typed_findings]
-        for message in check_server_arguments(arguments):
-            if message not in typed_findings:
-                problems.append(Problem(extra_at, list(model.vllm.extra_args), message))
+        found_before = len(problems)
+        for role in validation_node_roles(model):
+            arguments = build_server_arguments(
+                model, path, render_endpoints=render, adapter_root=PLACEHOLDER_ROOT,
+                tenants=bool(config.tenants), node_role=role,
+            )
+            typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
+            typed_findings = check_server_arguments(typed)
+            problems += [
+                Problem(("models", index, "vllm"), " ".join(typed), found) for found in typed_findings
+            ]
+            for message in check_server_arguments(arguments):
+                if message not in typed_findings:
+                    problems.append(Problem(extra_at, list(model.vllm.extra_args), message))
+            if len(problems) > found_before:
+                break  # the worker's arguments would repeat the leader's findings
     return problems
 
 

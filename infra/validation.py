@@ -44,6 +44,7 @@ def platform_checks() -> list[PlatformCheck]:
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import listener_flag_problems, server_argument_problems
     from infra.capacity.plan import capacity_problems, scale_to_zero_problems
+    from infra.multi_node import multi_node_problems
     from infra.signal_checks import query_window_problems, signal_source_problems
 
     return [
@@ -79,6 +80,7 @@ def platform_checks() -> list[PlatformCheck]:
         signal_source_problems,
         query_window_problems,
         karpenter_pool_problems,
+        multi_node_problems,
     ]
 
 
@@ -178,7 +180,11 @@ def replica_bound_problems(config: PlatformConfig) -> list[Problem]:
         if group is None or not group.gpu_instances:
             continue  # reported by the schema (unknown group)
         per_node = max(instance.gpus_per_node for instance in group.gpu_instances) // model.gpus_per_replica
-        most = group.max_size * per_node
+        # A multi-node replica takes nodes_per_replica whole nodes (infra/multi_node.py, which also
+        # reports a group too small for one replica).
+        most = group.max_size * per_node // model.nodes_per_replica
+        if most == 0 and model.is_multi_node:
+            continue
         counts: list[tuple[tuple[str | int, ...], int]] = [(("replicas",), model.replicas)]
         if model.autoscaling.enabled:
             counts = [

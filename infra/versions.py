@@ -227,6 +227,34 @@ KARPENTER_CRD_CHART = ChartPin(
     f"same commit): NodePool, NodeClaim, EC2NodeClass and the rest, upgraded with the release; {_VENDORED}",
     pinned_on="2026-12-04",
 )
+# Multi-node replicas (issue 42): the LeaderWorkerSet controller and the EFA device plugin. Lock entries
+# checked 2026-12-04 with `charts pull --from-git` over mirrors of the upstream repositories
+# (../shared/chart-cache/new-pins-2026-12-04.yaml and README there).
+LWS_CHART = ChartPin(
+    chart="lws",
+    version="0.1.0",
+    repository="oci://registry.k8s.io/lws/charts",
+    source="https://github.com/kubernetes-sigs/lws/releases/tag/v0.10.0 (commit 2161f38f, 2026-08-21): the "
+    "chart as the tag's tree holds it, whose Chart.yaml says 0.1.0 (every LWS release's tree does); the "
+    "published package is the same tree repackaged as v0.10.0 with image tag v0.10.0 set in values, a "
+    "digest not readable here, so values pin the image (LWS_CONTROLLER_IMAGE); " + _VENDORED,
+    pinned_on="2026-12-05",
+)
+LWS_CONTROLLER_IMAGE = ImagePin(
+    repository="registry.k8s.io/lws/lws",
+    tag="v0.10.0",
+    source="https://github.com/kubernetes-sigs/lws/releases/tag/v0.10.0 (the image its release script "
+    "hack/push-chart.sh sets; the chart tree's default is `main`, pull policy Always)",
+    pinned_on="2026-12-05",
+)
+AWS_EFA_DEVICE_PLUGIN_CHART = ChartPin(
+    chart="aws-efa-k8s-device-plugin",
+    version="v0.5.30",
+    repository="https://aws.github.io/eks-charts",
+    source="https://github.com/aws/eks-charts tag v0.0.242 (commit 52396092; chart v0.5.30 since bfe91c4b, "
+    f"2026-07-21, first published in v0.0.241; device plugin v0.5.20); {_VENDORED}",
+    pinned_on="2026-12-05",
+)
 # Cluster Autoscaler must match the control plane's minor version (its scheduler simulation is
 # built from that Kubernetes release), so the image is chosen per cluster.kubernetes_version
 # instead of the chart's default. Each is the newest patch of its minor among the upstream release

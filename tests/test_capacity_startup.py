@@ -31,7 +31,8 @@ def test_budget_is_the_sum_of_the_phases_times_the_safety_factor() -> None:
         "engine_start": 50,
         "compile": 150,
     }
-    assert [name for name, _ in plan.phases] == [name for name in PHASES if name != "allreduce_jit"]
+    one_node_phases = [name for name in PHASES if name not in ("allreduce_jit", "group_rendezvous")]
+    assert [name for name, _ in plan.phases] == one_node_phases
     assert plan.budget_seconds == math.ceil((100 + 102.4 + 20.48 + 50 + 150) * 1.5)
 
 
@@ -40,7 +41,7 @@ def test_a_tensor_parallel_pod_also_budgets_the_all_reduce_kernel_build() -> Non
     startup = StartupConfig(allreduce_jit_seconds=180, safety_factor=1.5)
     single = plan_startup(startup, 10 * GIB, local_nvme=True)
     parallel = plan_startup(startup, 10 * GIB, local_nvme=True, tensor_parallel_size=2)
-    assert [name for name, _ in parallel.phases] == list(PHASES)
+    assert [name for name, _ in parallel.phases] == [name for name in PHASES if name != "group_rendezvous"]
     assert dict(parallel.phases)["allreduce_jit"] == 180
     assert parallel.expected_seconds == single.expected_seconds + 180
     assert parallel.budget_seconds == math.ceil(parallel.expected_seconds * 1.5)
@@ -74,3 +75,13 @@ def test_the_serving_units_startup_probe_allows_exactly_the_planned_budget(
         budget = plan.models[model.name].startup_budget_seconds
         assert budget <= allowed < budget + probe["periodSeconds"], (model.name, allowed, budget)
         assert probe["periodSeconds"] == model.startup.probe_period_seconds
+
+
+def test_a_multi_node_group_budgets_its_rendezvous_after_its_slowest_member() -> None:
+    """Members start in parallel: a group of two is one member's phases plus the rendezvous (issue 42)."""
+    startup = StartupConfig()
+    member = plan_startup(startup, 10 * GIB, local_nvme=True, tensor_parallel_size=8)
+    group = plan_startup(startup, 10 * GIB, local_nvme=True, tensor_parallel_size=8, nodes_per_replica=2)
+    assert [name for name, _ in group.phases] == list(PHASES)
+    assert group.expected_seconds == member.expected_seconds + startup.group_rendezvous_seconds
+    assert group.budget_seconds == math.ceil(group.expected_seconds * startup.safety_factor)

@@ -35,8 +35,13 @@ PINNED_NOT_INSTALLED: dict[str, str] = {
 }
 
 # The modules that install charts: every installed pin is one of their globals.
-INSTALLING_MODULES = ("components.gpu_addons", "components.monitoring", "components.cluster_addons",
-                      "components.karpenter")
+INSTALLING_MODULES = (
+    "components.gpu_addons",
+    "components.monitoring",
+    "components.cluster_addons",
+    "components.karpenter",
+    "components.multi_node_addons",
+)
 
 # Our own charts, for the tests of Helm's engine and of `charts pull`; nothing upstream.
 OWN_TEST_CHARTS = REPO_ROOT / "tests" / "data" / "charts"

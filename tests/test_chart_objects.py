@@ -27,12 +27,14 @@ from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import require_charts
 from tests.test_addons_cluster import config_of
 
-ALL_STACKS = [*STACKS, "existing"]
+ALL_STACKS = [*STACKS, "existing", "multinode"]
+# Stacks of tests/stacks/ by name; `multinode` adds the LWS controller and the EFA device plugin.
+TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml", "multinode": "Pulumi.multinode.yaml"}
 
 
 def _render(stack: str) -> RenderResult:
     require_charts()
-    return rendered(stack, TEST_STACKS_DIR / "Pulumi.existing.yaml" if stack == "existing" else None)
+    return rendered(stack, TEST_STACKS_DIR / TEST_STACK_FILES[stack] if stack in TEST_STACK_FILES else None)
 
 
 def _objects(result: RenderResult, release: str | None = None, kind: str | None = None) -> list[ChartObject]:

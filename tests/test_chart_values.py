@@ -25,7 +25,9 @@ from infra.render import RenderResult
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import chart_data, data_values, data_values_schema
 
-ALL_STACKS = [*STACKS, "existing"]
+ALL_STACKS = [*STACKS, "existing", "multinode"]
+# Stacks of tests/stacks/ by name; `multinode` adds the LWS controller and the EFA device plugin.
+TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml", "multinode": "Pulumi.multinode.yaml"}
 
 # Keys whose value the chart passes through to an object or a command line without reading its
 # keys, so the defaults cannot list them all. (dotted path; `*` matches one key)
@@ -114,7 +116,7 @@ def _merged(defaults: Any, ours: Any) -> Any:
 
 
 def _render(stack: str) -> RenderResult:
-    return rendered(stack, TEST_STACKS_DIR / "Pulumi.existing.yaml" if stack == "existing" else None)
+    return rendered(stack, TEST_STACKS_DIR / TEST_STACK_FILES[stack] if stack in TEST_STACK_FILES else None)
 
 
 @pytest.mark.parametrize("stack", ALL_STACKS)

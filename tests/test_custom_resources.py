@@ -16,11 +16,14 @@ from infra.render import RenderResult
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import data_crds, require_charts
 
-ALL_STACKS = [*STACKS, "existing"]
+ALL_STACKS = [*STACKS, "existing", "multinode"]
+# Stacks of tests/stacks/ by name: `multinode` holds the LeaderWorkerSet (issue 42).
+TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml", "multinode": "Pulumi.multinode.yaml"}
 
 
 def _render(stack: str) -> RenderResult:
-    return rendered(stack, TEST_STACKS_DIR / "Pulumi.existing.yaml" if stack == "existing" else None)
+    file = TEST_STACK_FILES.get(stack)
+    return rendered(stack, TEST_STACKS_DIR / file if file else None)
 
 
 def _schema_for(obj: Mapping[str, Any]) -> dict[str, Any]:

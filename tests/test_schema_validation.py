@@ -29,7 +29,11 @@ from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.support.argo_rollouts_crds import crd_schema_problems, strict
 from tests.support.charts import data_crds
 
-RENDERED_STACKS = {**dict.fromkeys(STACKS), "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml"}
+RENDERED_STACKS = {
+    **dict.fromkeys(STACKS),
+    "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml",
+    "multinode": TEST_STACKS_DIR / "Pulumi.multinode.yaml",
+}
 CustomResourceCheck = Callable[[dict[str, Any]], list[str]]
 
 
@@ -133,6 +137,38 @@ def _rollout_problems(obj: dict[str, Any]) -> list[str]:
     return [*crd_schema_problems(obj), *template]
 
 
+def _leader_worker_set_problems(obj: dict[str, Any]) -> list[str]:
+    """The pinned LWS CRD's schema, and each of its two pod templates checked strictly as a
+    Deployment's template (kubernetes-validate), as for a Rollout (issue 42)."""
+    import jsonschema
+
+    from tests.support.argo_rollouts_crds import strict
+    from tests.support.charts import data_crds
+
+    crd = data_crds()[("leaderworkerset.x-k8s.io", "LeaderWorkerSet")]
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1" and v["served"]]
+    validator = jsonschema.Draft7Validator(strict(served["schema"]["openAPIV3Schema"]))
+    body = {key: value for key, value in obj.items() if key != "metadata"}
+    problems = [
+        f"{'.'.join(str(part) for part in error.absolute_path) or '(root)'}: {error.message}"
+        for error in validator.iter_errors(body)
+    ]
+    group = _spec(obj).get("leaderWorkerTemplate") or {}
+    for role in ("leaderTemplate", "workerTemplate"):
+        template = group.get(role)
+        if not isinstance(template, dict):
+            problems.append(f"spec.leaderWorkerTemplate.{role} is missing")
+            continue
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": obj["metadata"],
+                         "spec": {"selector": {"matchLabels": labels}, "template": template}}
+        problems += [
+            f"{role} as a Deployment's template: {problem}"
+            for problem in schema_problems(as_deployment, DEFAULT_KUBERNETES_VERSION)
+        ]
+    return problems
+
+
 def _schema_checked_elsewhere(obj: dict[str, Any]) -> list[str]:
     """Chart-made custom resources: tests/test_chart_objects.py validates them (and ours) against the
     openAPIV3Schema of the pinned chart's CRD."""
@@ -169,6 +205,7 @@ ALLOWED_CUSTOM_RESOURCES: dict[tuple[str, str], CustomResourceCheck] = {
     # API server in tests/test_deploy_karpenter.py.
     ("karpenter.sh/v1", "NodePool"): _karpenter_schema_problems,
     ("karpenter.k8s.aws/v1", "EC2NodeClass"): _karpenter_schema_problems,
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): _leader_worker_set_problems,
 }
 
 

@@ -184,7 +184,7 @@ def test_api_key_in_extra_args_is_rejected_pointing_at_the_secret_store(tmp_path
 def test_pipeline_or_data_parallel_in_extra_args_is_rejected(tmp_path: Path) -> None:
     message = problems_for(tmp_path, ["--pipeline-parallel-size", "2", "-dp", "2"])
     assert "models[0].vllm.extra_args[0]" in message and "models[0].vllm.extra_args[2]" in message
-    assert "tensor parallelism" in message
+    assert "parallelism block" in message and "pipeline_parallel_size" in message
 
 
 def test_unknown_flag_in_extra_args_gets_the_parser_suggestion(tmp_path: Path) -> None:

@@ -167,7 +167,8 @@ def test_distributed_backend_in_extra_args_is_rejected_with_the_fix() -> None:
         ["--distributed-executor-backend", "ray"], ("models", 0, "vllm", "extra_args")
     )
     assert len(problems) == 1
-    assert "gpus_per_replica" in problems[0].message and "one pod" in problems[0].message
+    assert "in each pod" in problems[0].message and "nodes_per_replica" in problems[0].message
+    assert "never Ray" in problems[0].message
 
 
 # --- the nccl_env setting -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from infra.aws.policies import AwsLocation
 from infra.aws.storage import ModelStorage, ModelStorageArgs
 from infra.aws.tenant_limits import tenant_web_acl
 from infra.config import PlatformConfig
+from infra.multi_node import efa_groups, efa_interfaces_per_node
 
 
 class AwsInfrastructure(pulumi.ComponentResource):
@@ -114,6 +115,11 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 subnet_ids=network.private_subnet_ids,
                 depends_on=networking_addons.addons,
                 partition=partition,
+                efa_interfaces={
+                    group: efa_interfaces_per_node(config, group) for group in efa_groups(config)
+                },
+                vpc_id=network.vpc_id,
+                cluster_security_group_id=cluster.security_group_id,
             ),
             opts=children,
         )

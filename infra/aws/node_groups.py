@@ -187,9 +187,42 @@ class NodeGroupSpec:
     block_devices: tuple[BlockDevice, ...] = ()
     """EBS volumes of the launch template; empty: the root volume at gp3's baseline."""
     autoscaler_tags: dict[str, str] = field(default_factory=dict)
+    efa_interfaces: int = 0
+    """Multi-node groups (infra/multi_node.py group_needs_efa): EFA interfaces per node, one per network
+    card; the group then also lives in one zone and one cluster placement group. 0: none of that."""
 
 
-def node_group_specs(cluster_name: str, node_groups: NodeGroupsConfig) -> list[NodeGroupSpec]:
+EFA_INTERFACE_TYPE_PRIMARY = "efa"
+"""Network card 0 carries the node's primary interface, which must also be an ENA interface ("EFA with
+ENA"): EC2 refuses an EFA-only primary interface."""
+EFA_INTERFACE_TYPE_SECONDARY = "efa-only"
+"""Every further card: EFA-only interfaces, which take no IP address from the node subnet (32 per p5
+node otherwise) and carry only EFA traffic, AWS's configuration for P5 (EC2 user guide, "Maximize network
+bandwidth on accelerated instances with EFA")."""
+
+
+def efa_network_interfaces(
+    count: int, security_group_ids: Sequence[pulumi.Input[str]]
+) -> list[dict[str, object]]:
+    """The launch template's network interfaces for `count` EFA interfaces: one per network card,
+    card 0 at device index 0, every other card at device index 1 (EC2 user guide, as above). With
+    interfaces in the template EKS takes the node's security groups from them, so they carry the
+    cluster's and the EFA group's."""
+    return [
+        {
+            "device_index": 0 if card == 0 else 1,
+            "network_card_index": card,
+            "interface_type": EFA_INTERFACE_TYPE_PRIMARY if card == 0 else EFA_INTERFACE_TYPE_SECONDARY,
+            "delete_on_termination": "true",
+            "security_groups": list(security_group_ids),
+        }
+        for card in range(count)
+    ]
+
+
+def node_group_specs(
+    cluster_name: str, node_groups: NodeGroupsConfig, efa_interfaces: Mapping[str, int] | None = None
+) -> list[NodeGroupSpec]:
     if SYSTEM_GROUP in node_groups.gpu:
         raise ValueError(
             f"node_groups.gpu.{SYSTEM_GROUP}: the name is taken by the system node group; "
@@ -231,6 +264,7 @@ def node_group_specs(cluster_name: str, node_groups: NodeGroupsConfig) -> list[N
                 # The smallest instance type of the group: the autoscaler must not promise GPUs a
                 # node might not have.
                 autoscaler_tags=autoscaler_tags(cluster_name, labels, group.taints, group.min_gpus_per_node),
+                efa_interfaces=(efa_interfaces or {}).get(group_name, 0),
             )
         )
     return specs
@@ -247,6 +281,13 @@ class NodeGroupsArgs:
     depends_on: Sequence[pulumi.Resource] = ()
     """What nodes need before they can become Ready: the VPC CNI and kube-proxy add-ons."""
     partition: str = "aws"
+    efa_interfaces: Mapping[str, int] = field(default_factory=dict)
+    """GPU groups whose replicas span nodes → EFA interfaces per node (infra/multi_node.py)."""
+    vpc_id: pulumi.Input[str] | None = None
+    """Needed with efa_interfaces: the VPC of the EFA security group."""
+    cluster_security_group_id: pulumi.Input[str] | None = None
+    """Needed with efa_interfaces: EKS's cluster security group, which the EFA nodes' interfaces must
+    carry themselves (a launch template with interfaces replaces the one EKS would attach)."""
 
 
 class NodeGroups(pulumi.ComponentResource):
@@ -283,7 +324,12 @@ class NodeGroups(pulumi.ComponentResource):
         )
 
         self.groups = {}
-        for spec in node_group_specs(args.plain_cluster_name, args.node_groups):
+        self.efa_security_group: aws.ec2.SecurityGroup | None = None
+        self.placement_groups: dict[str, aws.ec2.PlacementGroup] = {}
+        specs = node_group_specs(args.plain_cluster_name, args.node_groups, args.efa_interfaces)
+        if any(spec.efa_interfaces for spec in specs):
+            self.efa_security_group = self._efa_security_group(name, args)
+        for spec in specs:
             self.groups[spec.name] = self._group(name, spec, args, role, [access_entry, *attachments])
 
         self.node_role_arn = role.arn
@@ -293,6 +339,38 @@ class NodeGroups(pulumi.ComponentResource):
                 "node_groups": {group_name: group.arn for group_name, group in self.groups.items()},
             }
         )
+
+    def _efa_security_group(self, name: str, args: NodeGroupsArgs) -> aws.ec2.SecurityGroup:
+        """EFA's requirement: a security group allowing all traffic to and from itself, inbound and
+        outbound (EC2 user guide, "Prepare an EFA-enabled security group"); EFA's SRD traffic is not
+        TCP/UDP, so narrower rules silently drop it."""
+        if args.vpc_id is None or args.cluster_security_group_id is None:
+            raise ValueError("EFA node groups need the VPC and the cluster security group (NodeGroupsArgs)")
+        child = pulumi.ResourceOptions(parent=self)
+        group = aws.ec2.SecurityGroup(
+            f"{name}-efa",
+            vpc_id=args.vpc_id,
+            description=f"EFA traffic between the multi-node GPU nodes of {args.plain_cluster_name}",
+            tags={"Name": f"{args.plain_cluster_name}-efa"},
+            opts=child,
+        )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-efa-self-ingress",
+            security_group_id=group.id,
+            referenced_security_group_id=group.id,
+            ip_protocol="-1",
+            description="all traffic from EFA nodes (EFA)",
+            opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-efa-self-egress",
+            security_group_id=group.id,
+            referenced_security_group_id=group.id,
+            ip_protocol="-1",
+            description="all traffic to EFA nodes (EFA)",
+            opts=child,
+        )
+        return group
 
     def _group(
         self,
@@ -304,12 +382,34 @@ class NodeGroups(pulumi.ComponentResource):
     ) -> aws.eks.NodeGroup:
         child = pulumi.ResourceOptions(parent=self)
         devices = spec.block_devices or (BlockDevice(root_device_name(spec.ami_type), spec.disk_size_gib),)
+        subnet_ids = list(args.subnet_ids)
+        multi_node: dict[str, object] = {}
+        if spec.efa_interfaces:
+            # A multi-node group: one cluster placement group (the nodes of a replica close together
+            # on the network), hence one zone: the first private subnet's.
+            placement_group = aws.ec2.PlacementGroup(
+                f"{name}-{spec.name}-placement",
+                strategy="cluster",
+                tags={"Name": f"{args.plain_cluster_name}-{spec.name}"},
+                opts=child,
+            )
+            self.placement_groups[spec.name] = placement_group
+            subnet_ids = subnet_ids[:1]
+            assert self.efa_security_group is not None
+            multi_node = {
+                # A placement group's id is its name (EC2 names them; the provider's `id`).
+                "placement": {"group_name": placement_group.id},
+                "network_interfaces": efa_network_interfaces(
+                    spec.efa_interfaces, [args.cluster_security_group_id, self.efa_security_group.id]
+                ),
+            }
         launch_template = aws.ec2.LaunchTemplate(
             f"{name}-{spec.name}",
             description=f"{args.plain_cluster_name} node group {spec.name}",
             block_device_mappings=[device.mapping() for device in devices],
             metadata_options=METADATA_OPTIONS,
             user_data=spec.user_data,
+            **multi_node,
             tag_specifications=[
                 {"resource_type": kind, "tags": {"Name": f"{args.plain_cluster_name}-{spec.name}"}}
                 for kind in ("instance", "volume")
@@ -321,7 +421,7 @@ class NodeGroups(pulumi.ComponentResource):
             cluster_name=args.cluster_name,
             version=args.kubernetes_version,
             node_role_arn=role.arn,
-            subnet_ids=list(args.subnet_ids),
+            subnet_ids=subnet_ids,
             instance_types=list(spec.instance_types),
             capacity_type=spec.capacity_type,
             ami_type=spec.ami_type,

@@ -144,6 +144,22 @@ class ModelPlan:
     """Host memory of vLLM's full LoRA adapter cache (max_cpu_loras adapters of max_lora_rank)."""
     node_source: NodeSource | None = None
     """Where a new replica's node comes from: the group's provisioner, instance types, capacity types."""
+    nodes_per_replica: int = 1
+    """Nodes (pods) of one replica; above 1 a LeaderWorkerSet group (issue 42)."""
+    pipeline_parallel_size: int = 1
+    """Pipeline stages of one replica; memory above is per GPU of the largest stage."""
+    gpus_per_node: int = 0
+    """GPUs of each pod of the replica (gpus_per_replica); 0 where not set (tests' hand-built plans)."""
+
+    @property
+    def gpus_per_replica_total(self) -> int:
+        """Every GPU one replica holds, over all its nodes."""
+        return (self.gpus_per_node or self.tensor_parallel_size) * self.nodes_per_replica
+
+    @property
+    def gpu_hours_per_day(self) -> int:
+        """What one warm replica holds in a day, in GPU-hours (× the GPU's hourly price for its cost)."""
+        return 24 * self.gpus_per_replica_total
 
     @property
     def fits(self) -> bool:
@@ -455,13 +471,21 @@ def model_shape(model: ModelConfig) -> ModelShape:
 
 def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> ModelPlan:
     """Plan `model` on the GPU group `gpu_group` of `config` (its own, or another for comparison)."""
+    from infra.multi_node import pipeline_stage_shape
+
     group = config.node_groups.gpu[gpu_group]
-    shape = model_shape(model)
+    whole_model = model_shape(model)
+    # A multi-node replica is planned per GPU of its largest pipeline stage (issue 42).
+    shape = pipeline_stage_shape(whole_model, model.pipeline_parallel_size)
+    gpus_per_node = max(instance.gpus_per_node for instance in group.gpu_instances)
+    if model.is_multi_node:
+        # Tensor parallelism wider than a node is infra/multi_node.py's to refuse (or allow).
+        gpus_per_node = max(gpus_per_node, model.tensor_parallel_size)
     placement = _Placement(
         gpu=group.gpu_model,
         tensor_parallel_size=model.tensor_parallel_size,
         settings=_settings(model),
-        gpus_per_node=max(instance.gpus_per_node for instance in group.gpu_instances),
+        gpus_per_node=gpus_per_node,
     )
     sizing = _size(shape, placement)
     typical = model.capacity.typical_input_tokens + model.capacity.typical_output_tokens
@@ -473,9 +497,10 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
     )
     startup = plan_startup(
         model.startup,
-        checkpoint_bytes(shape),
+        checkpoint_bytes(whole_model),  # every node of a group copies and reads the whole checkpoint
         local_nvme=local_nvme,
         tensor_parallel_size=model.tensor_parallel_size,
+        nodes_per_replica=model.nodes_per_replica,
     )
     serving = serving_times(
         model, config, startup, gpu_model=group.gpu_model.name, karpenter_pool=group.is_karpenter_pool
@@ -485,7 +510,7 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         gpu_group=gpu_group,
         gpu_model=group.gpu_model.name,
         tensor_parallel_size=model.tensor_parallel_size,
-        parameters=total_parameters(shape),
+        parameters=total_parameters(whole_model),
         weight_bytes_per_gpu=sizing.memory.weight_bytes,
         startup_budget_seconds=startup.budget_seconds,
         kv_cache_bytes_per_token=sizing.kv_bytes_per_token,
@@ -502,6 +527,9 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         problems=tuple(_problems(shape, placement, sizing) + _startup_problems(model, startup, local_nvme)),
         lora_cpu_cache_bytes=_lora_cpu_cache_bytes(model, shape, placement.settings),
         node_source=node_source(group, serving.new_node.seconds()),
+        nodes_per_replica=model.nodes_per_replica,
+        pipeline_parallel_size=model.pipeline_parallel_size,
+        gpus_per_node=model.gpus_per_replica,
     )
 
 

@@ -32,6 +32,11 @@ def _gib(value: int) -> str:
 
 
 def _placement(plan: ModelPlan) -> str:
+    if plan.nodes_per_replica > 1:
+        return (
+            f"{plan.gpu_group} ({plan.nodes_per_replica} nodes × {plan.gpus_per_node}× {plan.gpu_model}, "
+            f"TP {plan.tensor_parallel_size} × PP {plan.pipeline_parallel_size})"
+        )
     return f"{plan.gpu_group} ({plan.tensor_parallel_size}× {plan.gpu_model})"
 
 
@@ -148,6 +153,7 @@ def format_plan_table(plan: PlatformPlan) -> str:
         lines += ["", *_serving_lines(p.serving)]
         if p.wake.scales_to_zero:
             lines += ["", *_wake_lines(p.wake)]
+    lines += _group_lines(models)
     if plan.alternatives:
         lines += [
             "",
@@ -175,6 +181,31 @@ def format_plan_table(plan: PlatformPlan) -> str:
         for p, problem in problems:
             lines.append(f"  {p.model} on {p.gpu_group}: {problem.message}")
     return "\n".join(lines)
+
+
+def _group_lines(models: Sequence[ModelPlan]) -> list[str]:
+    """What a replica larger than one node needs (issue 42): its nodes and GPUs, how its parallelism
+    splits them, how long a group takes to start, and what one group holds in a day."""
+    groups = [p for p in models if p.nodes_per_replica > 1]
+    if not groups:
+        return []
+    lines = ["", "Replicas larger than one node (LeaderWorkerSet groups; docs/multi-node.md)"]
+    for p in groups:
+        expected = round(p.startup.expected_seconds)
+        rendezvous = dict(p.startup.phases).get("group_rendezvous", 0.0)
+        lines += [
+            f"  {p.model}: one replica is {p.nodes_per_replica} nodes of {p.gpus_per_node}× {p.gpu_model} "
+            f"= {p.gpus_per_replica_total} GPUs, tensor parallel {p.tensor_parallel_size} × pipeline "
+            f"{p.pipeline_parallel_size}; per GPU of the largest stage {_gib(p.weight_bytes_per_gpu)} GiB of "
+            f"weights and {_gib(max(0, p.memory.kv_cache_bytes))} GiB of KV cache ({p.kv_cache.tokens:,} "
+            "tokens per replica)",
+            f"    a group starts in about {expected} s on cold nodes: its slowest member (members start "
+            f"in parallel) plus {rendezvous:.0f} s of rendezvous; the leader's startupProbe allows "
+            f"{p.startup_budget_seconds} s",
+            f"    one warm group holds {p.gpu_hours_per_day} GPU-hours a day ({p.nodes_per_replica} nodes "
+            "around the clock); a failed member recreates the whole group, which costs one group start",
+        ]
+    return lines
 
 
 _SOURCES = {
@@ -371,6 +402,10 @@ def _model_json(plan: ModelPlan) -> dict[str, Any]:
         "gpu_group": plan.gpu_group,
         "gpu_model": plan.gpu_model,
         "tensor_parallel_size": plan.tensor_parallel_size,
+        "pipeline_parallel_size": plan.pipeline_parallel_size,
+        "nodes_per_replica": plan.nodes_per_replica,
+        "gpus_per_replica": plan.gpus_per_replica_total,
+        "gpu_hours_per_day_per_replica": plan.gpu_hours_per_day,
         "fits": plan.fits,
         "parameters": int(plan.parameters),
         "memory_bytes_per_gpu": {

@@ -16,6 +16,8 @@ PHASES = {
     "engine_start": "imports, engine process, memory profiling, CUDA-graph capture",
     "compile": "torch.compile on a cold compile cache",
     "allreduce_jit": "gpus_per_replica > 1: FlashInfer builds its fused all-reduce kernels (cold JIT cache)",
+    "group_rendezvous": "multi-node replica: the leader waits for every member of its group to join vLLM's "
+    "rendezvous (members start in parallel: the group takes its slowest member's time plus this)",
 }
 
 
@@ -33,7 +35,12 @@ class StartupPlan:
 
 
 def plan_startup(
-    startup: StartupConfig, checkpoint_bytes: int, *, local_nvme: bool, tensor_parallel_size: int = 1
+    startup: StartupConfig,
+    checkpoint_bytes: int,
+    *,
+    local_nvme: bool,
+    tensor_parallel_size: int = 1,
+    nodes_per_replica: int = 1,
 ) -> StartupPlan:
     """Phases of a cold start, each from the model's size and the storage speeds in `startup`.
 
@@ -42,6 +49,9 @@ def plan_startup(
     tensor-parallel worker reads the whole checkpoint (vLLM's safetensors iterator) at once, sharing
     the page cache, so the load takes the time of one full read. A tensor-parallel pod's first start on
     a GPU type also builds FlashInfer's fused all-reduce kernels (measured 174 s at TP=2 on the lab H200).
+    A multi-node replica's members run these phases in parallel, each on its own node reading the whole
+    checkpoint (the pipeline stage keeps only its layers), then meet at the leader's rendezvous: the
+    leader's startupProbe covers the group.
     """
     checkpoint_mib = checkpoint_bytes / MIB
     phases: list[tuple[str, float]] = [("image_pull", float(startup.image_pull_seconds))]
@@ -55,6 +65,8 @@ def plan_startup(
     phases.append(("compile", float(startup.compile_seconds)))
     if tensor_parallel_size > 1:
         phases.append(("allreduce_jit", float(startup.allreduce_jit_seconds)))
+    if nodes_per_replica > 1:
+        phases.append(("group_rendezvous", float(startup.group_rendezvous_seconds)))
     expected = sum(seconds for _, seconds in phases)
     return StartupPlan(
         phases=tuple(phases),

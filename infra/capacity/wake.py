@@ -132,7 +132,7 @@ def wake_plan(
         expected_case=expected,
         hold_seconds=hold,
         hold_source=source,
-        warm_replica_gpu_hours_per_day=24 * model.gpus_per_replica,
+        warm_replica_gpu_hours_per_day=24 * model.gpus_per_group,
         idle_group_gpu_hours_per_day=24 * group.min_size * group.min_gpus_per_node,
     )
 

@@ -582,6 +582,11 @@ class StartupConfig(StrictModel):
     with a warm compile cache (about 1 minute for an 8B model on the lab H200, shared/gpu/README.md)."""
     compile_seconds: Annotated[int, Field(ge=0)] = 240
     """Extra time on a cold compile cache: torch.compile (first start about 3 minutes on the lab H200)."""
+    group_rendezvous_seconds: Annotated[int, Field(ge=0)] = 120
+    """parallelism.nodes_per_replica above 1: the leader's engine waits at vLLM's rendezvous until every
+    member of its group has loaded and joined (the members start in parallel, so a group starts in the
+    time of its slowest member plus this), and NCCL then sets up its EFA channels. An allowance, not yet
+    measured here (issue 42): raise it after timing a group."""
     allreduce_jit_seconds: Annotated[int, Field(ge=0)] = 180
     """Extra time with gpus_per_replica > 1 on a cold JIT cache: FlashInfer builds the fused all-reduce
     kernels of the `trtllm` backend (174 s on the lab's 2x H200 host, bench/tensor_parallel at commit
@@ -645,6 +650,63 @@ class SloConfig(StrictModel):
     """A pod's KV-cache usage (0–1) above this for 5 minutes: requests are about to be preempted."""
 
 
+MAX_NODES_PER_REPLICA = 16
+"""Most nodes of one replica (a LeaderWorkerSet group): 16 × 8 GPUs covers every open model the issue
+names (issue 42) with room; the bound keeps a typo from asking for a hundred p5 nodes."""
+
+
+class ParallelismConfig(StrictModel):
+    """How one replica spreads over GPUs and nodes (vLLM's tensor, pipeline, data and expert
+    parallelism; docs/multi-node.md). With `nodes_per_replica: 1` (the default) a replica is one pod
+    and tensor parallel over its `gpus_per_replica` GPUs, as before; above 1 it is a LeaderWorkerSet
+    group of that many pods, one per node, each holding `gpus_per_replica` GPUs (the whole node)."""
+
+    nodes_per_replica: Annotated[int, Field(ge=1, le=MAX_NODES_PER_REPLICA)] = 1
+    """Nodes (pods) of one replica. Above 1: vLLM's own multi-node launch (`--nnodes`,
+    `--node-rank`, `--master-addr`; the workers `--headless`) in one LeaderWorkerSet group."""
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=128)] | None = None
+    """`--tensor-parallel-size`. null = the GPUs left per pipeline stage and data-parallel rank:
+    gpus_per_replica × nodes_per_replica / (pipeline × data). Above gpus_per_replica only with
+    `tensor_parallel_across_nodes`."""
+    pipeline_parallel_size: Annotated[int, Field(ge=1, le=128)] | None = None
+    """`--pipeline-parallel-size`. null = nodes_per_replica (one pipeline stage per node, tensor
+    parallel inside it: vLLM's advice for nodes without NVLink between them)."""
+    data_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
+    """`--data-parallel-size` (MoE models served with data and expert parallelism). Above 1 is refused
+    for now: the capacity plan of data-parallel groups is not built yet (issue 42)."""
+    expert_parallel: bool = False
+    """`--enable-expert-parallel`: a MoE model's experts spread over the tensor-parallel (× data-
+    parallel) ranks instead of each expert split across them; num_experts must divide by that count."""
+    tensor_parallel_across_nodes: bool = False
+    """Allow tensor parallelism wider than one node. Off: refused, since every layer's all-reduce
+    would then cross the network (EFA is a fraction of NVLink's bandwidth); prefer pipeline stages."""
+
+    @model_validator(mode="after")
+    def _single_node_is_tensor_parallel(self) -> ParallelismConfig:
+        if self.nodes_per_replica == 1:
+            if self.pipeline_parallel_size not in (None, 1):
+                raise ConfigProblem(
+                    "a one-node replica is one pod, tensor parallel over gpus_per_replica; pipeline "
+                    "parallelism is offered across nodes only: set nodes_per_replica above 1 or remove it",
+                    at=("pipeline_parallel_size",),
+                    value=self.pipeline_parallel_size,
+                )
+            if self.data_parallel_size != 1:
+                raise ConfigProblem(
+                    "data parallelism inside one node is more replicas: raise replicas instead, or set "
+                    "nodes_per_replica above 1 for a data/expert-parallel group",
+                    at=("data_parallel_size",),
+                    value=self.data_parallel_size,
+                )
+            if self.tensor_parallel_across_nodes:
+                raise ConfigProblem(
+                    "a one-node replica has no other node to spread over; remove it",
+                    at=("tensor_parallel_across_nodes",),
+                    value=True,
+                )
+        return self
+
+
 class ModelConfig(StrictModel):
     """One served model: its own namespace, vLLM Deployment, Service, PDB, autoscaler and ingress."""
 
@@ -658,7 +720,11 @@ class ModelConfig(StrictModel):
     gpu_group: str
     """Name of the GPU node group (node_groups.gpu) the model runs on."""
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
-    """GPUs of one pod = vLLM tensor-parallel size."""
+    """GPUs of one pod = vLLM tensor-parallel size. With parallelism.nodes_per_replica above 1: the GPUs
+    of each of the replica's pods, which must be every GPU of the group's nodes (one pod per node)."""
+    parallelism: ParallelismConfig = ParallelismConfig()
+    """Replicas larger than one node: nodes per replica and vLLM's tensor/pipeline/data/expert split
+    (docs/multi-node.md). Default: one node, tensor parallel over gpus_per_replica."""
     replicas: Annotated[int, Field(ge=0, le=INT32_MAX)] = 1
     """Fixed replica count, used when autoscaling is off."""
     autoscaling: AutoscalingConfig = AutoscalingConfig()
@@ -716,8 +782,37 @@ class ModelConfig(StrictModel):
         return f"vllm-{self.name}"
 
     @property
+    def nodes_per_replica(self) -> int:
+        return self.parallelism.nodes_per_replica
+
+    @property
+    def is_multi_node(self) -> bool:
+        """A replica is a LeaderWorkerSet group of nodes_per_replica pods (issue 42)."""
+        return self.parallelism.nodes_per_replica > 1
+
+    @property
+    def gpus_per_group(self) -> int:
+        """Every GPU of one replica, over all its pods."""
+        return self.gpus_per_replica * self.parallelism.nodes_per_replica
+
+    @property
+    def pipeline_parallel_size(self) -> int:
+        given = self.parallelism.pipeline_parallel_size
+        return given if given is not None else self.parallelism.nodes_per_replica
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.parallelism.data_parallel_size
+
+    @property
     def tensor_parallel_size(self) -> int:
-        return self.gpus_per_replica
+        """`--tensor-parallel-size`: gpus_per_replica on one node; across nodes the stack's value or
+        the GPUs left per pipeline stage and data-parallel rank (a product that does not match is
+        refused by validate, infra/multi_node.py)."""
+        given = self.parallelism.tensor_parallel_size
+        if given is not None:
+            return given
+        return max(1, self.gpus_per_group // (self.pipeline_parallel_size * self.data_parallel_size))
 
     @property
     def openai_model_name(self) -> str:

@@ -1,0 +1,131 @@
+"""A multi-node replica as a LeaderWorkerSet group (issue 42): the spec, the EFA requests and the NCCL /
+libfabric environment of its pods, and the labels that pick out its leaders. Pure functions;
+components/model_service.py creates the object (`workload`) beside the model's Service and PDB.
+
+Both templates come from `model_service.pod_template`, the Deployment's own, with the `vllm serve`
+arguments of `vllm_arguments.build_server_arguments` for each role (`NodeRole.in_pod`), so what differs
+between leader and worker is exactly the role: `--node-rank`, and `--headless` with no API (so no HTTP
+probes) on workers.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from components.labels import model_selector_labels
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+from infra.multi_node import efa_interfaces_per_node
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_KIND = "LeaderWorkerSet"
+
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+"""Set by LWS's pod webhook on every pod of a group: 0 on the leader (sigs.k8s.io/lws api/.../v1,
+WorkerIndexLabelKey, v0.10.0)."""
+
+RESTART_POLICY = "RecreateGroupAfterStart"
+"""A failed member after the group started recreates the whole group: vLLM cannot take a new process
+into a formed torch.distributed/NCCL world, so a lone restarted worker would wait forever and the
+leader's engine would stay broken. While any member is still Pending (a node being added, a 10–25 GB
+image pulling) a restart is not turned into a group recreation (LWS v0.9.0 made this a field), so the
+leader's rendezvous timing out while a worker's node is still coming does not restart the group in a
+loop; `RecreateGroupOnPodRestart` would."""
+
+STARTUP_POLICY = "LeaderCreated"
+"""Workers are created as soon as the leader pod exists. `LeaderReady` would deadlock: the leader's
+readiness is vLLM's /health, which answers only once every worker joined the engine."""
+
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+"""The EFA device plugin's extended resource (aws-efa-k8s-device-plugin, one per EFA interface)."""
+
+NCCL_NETWORK = "AWS Libfabric"
+"""`NCCL_NET`: NCCL must use the aws-ofi-nccl plugin's network or fail. This is the start-up check that
+fails loudly: without it NCCL silently falls back to its socket transport (TCP) when the plugin, the
+libfabric EFA provider or the EFA devices are missing; with it NCCL's init fails ("Failed to initialize
+any NET plugin" / network not found) and the group never becomes ready. "AWS Libfabric" is the name
+every aws-ofi-nccl release answers to ("Libfabric" only from 1.12, aws/aws-ofi-nccl#530)."""
+
+
+def efa_environment() -> list[dict[str, str]]:
+    """libfabric and NCCL settings of every member of a multi-node group, sorted by name."""
+    settings = {
+        # libfabric's EFA provider only: no silent choice of the TCP or shm providers.
+        "FI_PROVIDER": "efa",
+        # GPUDirect RDMA from the GPU to the EFA device (p4d and later; the plugin's advice).
+        "FI_EFA_USE_DEVICE_RDMA": "1",
+        "NCCL_NET": NCCL_NETWORK,
+    }
+    return [{"name": name, "value": value} for name, value in sorted(settings.items())]
+
+
+def serving_selector_labels(model: ModelConfig) -> dict[str, str]:
+    """Labels of the pods that serve the model's API: every pod of a one-node model, only the group
+    leaders of a multi-node one (the Service, the router's discovery). Workers run `--headless`."""
+    labels = model_selector_labels(model.name)
+    return {**labels, WORKER_INDEX_LABEL: "0"} if model.is_multi_node else labels
+
+
+def _member_template(
+    config: PlatformConfig, model: ModelConfig, template: dict[str, Any], *, leader: bool
+) -> dict[str, Any]:
+    member = copy.deepcopy(template)
+    spec = member["spec"]
+    # One pod per node: the pod asks for every GPU of the node already; the anti-affinity also keeps
+    # two members off one node while the device plugin has not registered GPUs yet.
+    spec.pop("topologySpreadConstraints", None)
+    spec["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": model_selector_labels(model.name)},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    server = spec["containers"][0]  # the vLLM container (model_service.server_container)
+    efa = str(efa_interfaces_per_node(config, model.gpu_group))
+    for kind in ("requests", "limits"):
+        server["resources"][kind][EFA_RESOURCE] = efa
+    server["env"] = [*server["env"], *efa_environment()]
+    if not leader:
+        # --headless: no API server, so nothing answers HTTP. A worker whose engine dies exits (its
+        # MultiprocExecutor's monitor), its restart recreates the group (RESTART_POLICY), and the
+        # leader's /health liveness fails when a remote rank hangs the engine.
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            server.pop(probe, None)
+        server.pop("ports", None)
+    return member
+
+
+def leader_worker_set_spec(
+    config: PlatformConfig,
+    model: ModelConfig,
+    leader_template: dict[str, Any],
+    worker_template: dict[str, Any],
+    replicas: int | None,
+) -> dict[str, Any]:
+    """The LeaderWorkerSet's spec for `model` from its pod templates (model_service.pod_template with
+    the leader's and a worker's NodeRole.in_pod arguments)."""
+    spec: dict[str, Any] = {
+        "leaderWorkerTemplate": {
+            "size": model.nodes_per_replica,
+            "restartPolicy": RESTART_POLICY,
+            "leaderTemplate": _member_template(config, model, leader_template, leader=True),
+            "workerTemplate": _member_template(config, model, worker_template, leader=False),
+        },
+        "startupPolicy": STARTUP_POLICY,
+        # Whole groups, one at a time, in place: a surge group needs nodes_per_replica free GPU nodes,
+        # which a GPU group rarely has (the one-node models' surge check, components/rollouts.py, does
+        # not apply; docs/multi-node.md says what a single-group model loses during an update).
+        "rolloutStrategy": {
+            "type": "RollingUpdate",
+            "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+        },
+        "networkConfig": {"subdomainPolicy": "Shared"},
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return spec

@@ -1,0 +1,232 @@
+"""Replicas larger than one node (issue 42): the checks `validate` runs over a model's parallelism, and
+the facts the AWS layer (and, later, Karpenter pools) ask of a GPU group.
+
+A multi-node replica is one LeaderWorkerSet group of `nodes_per_replica` pods, one per node, each
+holding every GPU of its node, joined by vLLM's own multi-node launch (components/leader_worker_set.py).
+Pure functions over the typed config: no Pulumi, no AWS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from infra.capacity.architecture import ModelShape
+from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
+from infra.config.errors import Problem
+from infra.config.models import ModelConfig
+from infra.config.platform import PlatformConfig
+
+
+def multi_node_models(config: PlatformConfig, gpu_group: str) -> list[ModelConfig]:
+    """The models whose replicas span several nodes of `gpu_group`."""
+    return [model for model in config.models if model.gpu_group == gpu_group and model.is_multi_node]
+
+
+def group_needs_efa(config: PlatformConfig, gpu_group: str) -> bool:
+    """Whether `gpu_group`'s nodes need EFA interfaces, the EFA device plugin, the self-referencing
+    security-group rule, one zone and a cluster placement group: some model's replica spans several
+    of its nodes. The hook for every kind of GPU capacity (managed node groups here; Karpenter pools
+    call the same function when they exist)."""
+    return bool(multi_node_models(config, gpu_group))
+
+
+def efa_groups(config: PlatformConfig) -> list[str]:
+    """GPU groups that need EFA (group_needs_efa), in config order."""
+    return [name for name in config.node_groups.gpu if group_needs_efa(config, name)]
+
+
+def efa_interfaces_per_node(config: PlatformConfig, gpu_group: str) -> int:
+    """EFA interfaces on each node of `gpu_group` (and `vpc.amazonaws.com/efa` each pod requests): the
+    most its instance types all take, so every node has them all (0 where the group needs none)."""
+    if not group_needs_efa(config, gpu_group):
+        return 0
+    return min(max_efa_interfaces(name) for name in config.node_groups.gpu[gpu_group].instance_types)
+
+
+def pipeline_stage_shape(shape: ModelShape, pipeline_parallel_size: int) -> ModelShape:
+    """The largest pipeline stage of `shape` as a model of its own, for the per-GPU memory plan.
+
+    vLLM gives each stage ceil(layers / pp) layers or fewer (vllm/distributed/utils.py,
+    get_pp_indices). The embedding and LM head live on the first and last stage only; planning every
+    stage with both over-counts them on purpose (the plan errs on the side of not fitting). A declared
+    parameter count shrinks with the layers.
+    """
+    if pipeline_parallel_size == 1:
+        return shape
+    layers = math.ceil(shape.num_hidden_layers / pipeline_parallel_size)
+    declared = shape.parameters_declared
+    return dataclasses.replace(
+        shape,
+        num_hidden_layers=layers,
+        first_dense_layers=min(shape.first_dense_layers, layers),
+        parameters_declared=declared * layers / shape.num_hidden_layers if declared else None,
+    )
+
+
+def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> list[Problem]:
+    from infra.capacity.plan import model_shape
+
+    parallelism = model.parallelism
+    at = ("models", index, "parallelism")
+    problems: list[Problem] = []
+    if not model.is_multi_node:
+        given = parallelism.tensor_parallel_size
+        if given is not None and given != model.gpus_per_replica:
+            problems.append(
+                Problem(
+                    (*at, "tensor_parallel_size"),
+                    given,
+                    "a one-node replica is tensor parallel over its gpus_per_replica "
+                    f"{model.gpus_per_replica} GPUs; remove tensor_parallel_size (or set gpus_per_replica)",
+                )
+            )
+        return problems
+    group = config.node_groups.gpu.get(model.gpu_group)
+    if group is None or not group.gpu_instances:
+        return problems  # reported by the schema (unknown group)
+    nodes = parallelism.nodes_per_replica
+    group_at = ("node_groups", "gpu", model.gpu_group)
+    # One pod per node holding the whole node: a second pod of the group on the same node would share
+    # its EFA devices and PCIe, and vLLM's --nnodes counts nodes, not pods.
+    partial = [i.name for i in group.gpu_instances if i.gpus_per_node != model.gpus_per_replica]
+    if partial:
+        counts = sorted({i.gpus_per_node for i in group.gpu_instances})
+        problems.append(
+            Problem(
+                ("models", index, "gpus_per_replica"),
+                model.gpus_per_replica,
+                "a multi-node replica has one pod per node holding every GPU of it, but "
+                f"{', '.join(partial)} of group '{model.gpu_group}' has {'/'.join(map(str, counts))} GPUs "
+                "per node; set "
+                f"gpus_per_replica to the node's GPU count (one GPU count per group)",
+            )
+        )
+    no_efa = [name for name in group.instance_types if max_efa_interfaces(name) == 0]
+    if no_efa:
+        same_gpu = [
+            name
+            for name in efa_instance_types()
+            if name.split(".")[0] in {i.name.split(".")[0] for i in group.gpu_instances}
+        ]
+        hint = f" (with EFA in the same families: {', '.join(same_gpu)})" if same_gpu else ""
+        problems.append(
+            Problem(
+                (*group_at, "instance_types"),
+                group.instance_types,
+                f"model '{model.name}' spans {nodes} nodes, but {', '.join(no_efa)} has no EFA "
+                "(infra/catalogue/efa_interfaces.yaml): NCCL between its nodes would run over TCP at a "
+                f"fraction of the bandwidth; use EFA instance types{hint}, or one node per replica",
+            )
+        )
+    if group.max_size < nodes:
+        problems.append(
+            Problem(
+                (*group_at, "max_size"),
+                group.max_size,
+                f"model '{model.name}' needs {nodes} nodes for one replica (parallelism.nodes_per_replica), "
+                f"but the group holds at most {group.max_size}; raise max_size to {nodes} or more",
+            )
+        )
+    tp, pp, dp = model.tensor_parallel_size, model.pipeline_parallel_size, model.data_parallel_size
+    if dp > 1:
+        problems.append(
+            Problem(
+                (*at, "data_parallel_size"),
+                dp,
+                "data-parallel groups (vLLM's --data-parallel-size-local/--data-parallel-start-rank launch "
+                "for MoE models) are not built yet: the capacity plan cannot size their expert split "
+                "(issue 42); serve the model with tensor × pipeline parallelism (data_parallel_size: 1)",
+            )
+        )
+        return problems
+    if tp * pp * dp != model.gpus_per_group:
+        problems.append(
+            Problem(
+                at,
+                {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "data_parallel_size": dp},
+                f"tensor {tp} × pipeline {pp} × data {dp} = {tp * pp * dp} GPUs, but one replica has "
+                f"{model.gpus_per_group} ({nodes} nodes × gpus_per_replica {model.gpus_per_replica}); vLLM "
+                f"refuses a world size that does not match the GPUs its --nnodes launch finds. E.g. tensor "
+                f"{model.gpus_per_replica} × pipeline {nodes}",
+            )
+        )
+        return problems
+    if tp > model.gpus_per_replica and not parallelism.tensor_parallel_across_nodes:
+        problems.append(
+            Problem(
+                (*at, "tensor_parallel_size"),
+                tp,
+                f"tensor parallelism {tp} is wider than one node ({model.gpus_per_replica} GPUs): every "
+                "layer's all-reduce would cross the network. Use tensor_parallel_size "
+                f"{model.gpus_per_replica} with pipeline_parallel_size {nodes}, or set "
+                "tensor_parallel_across_nodes: true to mean it",
+            )
+        )
+    if tp < model.gpus_per_replica and model.gpus_per_replica % tp:
+        problems.append(
+            Problem(
+                (*at, "tensor_parallel_size"),
+                tp,
+                f"a tensor-parallel group of {tp} does not tile a node of {model.gpus_per_replica} GPUs; "
+                f"choose a divisor of {model.gpus_per_replica}",
+            )
+        )
+    shape = model_shape(model)
+    if pp > shape.num_hidden_layers:
+        problems.append(
+            Problem(
+                (*at, "pipeline_parallel_size"),
+                pp,
+                f"{pp} pipeline stages for {shape.num_hidden_layers} layers: vLLM needs at least one layer "
+                "per stage; lower pipeline_parallel_size",
+            )
+        )
+    if parallelism.expert_parallel:
+        if not shape.is_moe:
+            problems.append(
+                Problem(
+                    (*at, "expert_parallel"),
+                    True,
+                    "expert parallelism is for MoE models; this architecture has no num_experts; remove it",
+                )
+            )
+        elif shape.num_experts % (tp * dp):
+            problems.append(
+                Problem(
+                    (*at, "expert_parallel"),
+                    True,
+                    f"{shape.num_experts} experts do not divide over {tp * dp} expert-parallel ranks "
+                    "(tensor × data): vLLM would give some GPUs one expert more than the plan counts; "
+                    "choose a tensor_parallel_size that divides num_experts",
+                )
+            )
+    model_at = ("models", index)
+    if model.autoscaling.enabled:
+        problems.append(
+            Problem(
+                (*model_at, "autoscaling", "enabled"),
+                True,
+                "autoscaling a multi-node model (whole groups through the LeaderWorkerSet scale subresource) "
+                "is not built yet (issue 42); set replicas and autoscaling.enabled: false",
+            )
+        )
+    if model.rollout.strategy != "rolling":
+        problems.append(
+            Problem(
+                (*model_at, "rollout", "strategy"),
+                model.rollout.strategy,
+                "Argo Rollouts cannot drive a LeaderWorkerSet, and the multi-node canary path is not built "
+                "yet (issue 42); use strategy: rolling (groups are replaced one at a time)",
+            )
+        )
+    return problems
+
+
+def multi_node_problems(config: PlatformConfig) -> list[Problem]:
+    """Validate-time check: a multi-node model's parallelism matches its GPUs, splits its shape, and
+    can be placed (EFA, room for one group)."""
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        problems += _model_problems(config, index, model)
+    return problems

@@ -1,0 +1,154 @@
+"""The rendered leader and worker arguments of a multi-node replica form one vLLM engine across two
+processes (issue 42): vLLM 0.32.0's CPU build, tensor parallel 2 across two "nodes" that are two
+process groups on loopback, the worker `--headless`, answering a completion on the leader's API.
+
+The stack is tests/stacks/Pulumi.multinode.yaml varied to one GPU per node and tensor parallelism
+across the two nodes, so the CPU build can run it. What changes between the rendered pods and this
+test: the LWS variables are expanded as the kubelet would (rank 0 and 1, the leader's address
+127.0.0.1), the master port is a free one, and `cpu_arguments` swaps in the tiny model with dummy
+weights and its context length (tests/e2e/conftest.py). Not covered here: separate network
+namespaces, and the router in front (the leader-only selection is tested on the render,
+tests/test_multi_node.py).
+
+Found while writing it: the same two processes with pipeline parallelism 2 (tensor 1) form the group
+and pass /health on the CPU build, but the first request kills the engine (vLLM 0.32.0 CPU,
+scheduler.update_from_output KeyError on the request id, under the pipeline's batch queue); tensor
+parallelism across the two processes serves.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from components.leader_worker_set import LWS_KIND
+from components.server_auth import CONFIG_MAP_NAME
+from infra.render import render_stack
+from tests.conftest import TEST_STACKS_DIR
+from tests.e2e.conftest import API_KEY, cpu_arguments
+from tests.support.vllm_server import (
+    REPO_ROOT,
+    RunningVllmServer,
+    free_port,
+    require_vllm_venv,
+    start_vllm_server,
+    stop_vllm_server,
+    vllm_subprocess_env,
+    wait_until_healthy,
+)
+
+pytestmark = pytest.mark.e2e
+
+GROUP_TIMEOUT_SECONDS = 420
+"""Two CPU processes of vLLM on a busy two-core machine: each imports torch and compiles."""
+
+
+def _tensor_across_two_nodes_stack(tmp_path: Path) -> Path:
+    data = yaml.safe_load((TEST_STACKS_DIR / "Pulumi.multinode.yaml").read_text())
+    config = data["config"]
+    config["vllm-platform:node_groups"]["gpu"] = {
+        "l40s": {"instance_types": ["g6e.8xlarge"], "min_size": 0, "desired_size": 2, "max_size": 2}
+    }
+    (model,) = config["vllm-platform:models"]
+    model.update(
+        name="llama-3-1-8b",
+        served_model_name="meta-llama/Llama-3.1-8B-Instruct",
+        architecture={"preset": "llama-3.1-8b"},
+        gpu_group="l40s",
+        gpus_per_replica=1,
+        parallelism={
+            "nodes_per_replica": 2,
+            "tensor_parallel_size": 2,
+            "pipeline_parallel_size": 1,
+            "tensor_parallel_across_nodes": True,
+        },
+        resources={
+            "cpu_request_cores": 8,
+            "memory_request_gib": 48,
+            "memory_limit_gib": 96,
+            "shm_size_gib": 8,
+        },
+    )
+    model["vllm"] = {"max_model_len": 8192, "max_num_seqs": 64}
+    path = tmp_path / "Pulumi.multinode-tp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _auth_environment(render: Any, container: dict[str, Any], directory: Path) -> dict[str, str]:
+    """The rendered auth ConfigMap where the container mounts it, as tests/e2e/conftest.py does."""
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "auth-middleware")
+    (config_map,) = [
+        c
+        for c in render.find("ConfigMap", CONFIG_MAP_NAME)
+        if c["metadata"]["namespace"] == "vllm-llama-3-1-8b"
+    ]
+    for file_name, text in config_map["data"].items():
+        (directory / file_name).write_text(text)
+    pythonpath = next(e["value"] for e in container["env"] if e["name"] == "PYTHONPATH")
+    assert pythonpath == mount
+    return {"PYTHONPATH": f"{directory}:{REPO_ROOT}"}
+
+
+def _expanded(args: list[str], rank: str, master_port: int) -> list[str]:
+    expanded = [
+        t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", "127.0.0.1") for t in args
+    ]
+    expanded[expanded.index("--master-port") + 1] = str(master_port)
+    return expanded
+
+
+def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    render = render_stack(
+        "multinode-tp", stack_file=_tensor_across_two_nodes_stack(tmp_path), allow_missing_charts=True
+    )
+    (lws,) = render.find(LWS_KIND, "vllm", "vllm-llama-3-1-8b")
+    template = lws["spec"]["leaderWorkerTemplate"]
+    leader_container = template["leaderTemplate"]["spec"]["containers"][0]
+    worker_container = template["workerTemplate"]["spec"]["containers"][0]
+    assert leader_container["args"][leader_container["args"].index("--tensor-parallel-size") + 1] == "2"
+    assert "--headless" in worker_container["args"]
+
+    master_port = free_port()
+    env = {"VLLM_API_KEY": API_KEY, **_auth_environment(render, leader_container, tmp_path)}
+    leader_args = cpu_arguments(_expanded(leader_container["args"], "0", master_port), tiny_model_dir)
+    worker_args = cpu_arguments(_expanded(worker_container["args"], "1", master_port), tiny_model_dir)
+
+    worker_log = tmp_path / "worker.log"
+    with worker_log.open("wb") as log:
+        worker_process = subprocess.Popen(
+            [str(require_vllm_venv()), "-m", "tests.support.vllm_server", "serve", *worker_args],
+            cwd=REPO_ROOT,
+            env=vllm_subprocess_env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    worker = RunningVllmServer(base_url="", port=0, process=worker_process, log_path=worker_log)
+    leader = start_vllm_server(leader_args, env=env, log_path=tmp_path / "leader.log")
+    try:
+        wait_until_healthy(leader, timeout_seconds=GROUP_TIMEOUT_SECONDS)
+        assert worker.process.poll() is None, worker.log_tail()
+        response = httpx.post(
+            f"{leader.base_url}/v1/completions",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            json={"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "hello", "max_tokens": 8},
+            timeout=120,
+        )
+        assert response.status_code == 200, (response.text, leader.log_tail())
+        assert response.json()["usage"]["completion_tokens"] == 8
+        # One engine over both processes: the worker holds tensor rank 1 of a world of 2.
+        worker_text = worker_log.read_text(errors="replace")
+        assert "world_size=2 rank=1" in worker_text, worker.log_tail()
+        assert "TP rank 1" in worker_text
+    finally:
+        stop_vllm_server(leader)
+        stop_vllm_server(worker)

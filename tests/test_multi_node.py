@@ -1,0 +1,516 @@
+"""Replicas larger than one node (issue 42): the parallelism config and what `validate` refuses, the
+vLLM multi-node arguments of leader and worker, the LeaderWorkerSet and its EFA wiring, and the AWS
+layer of a multi-node group (under Pulumi mocks: nothing here reaches AWS).
+
+The stack is tests/stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge), varied.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.helm.lock import load_lock
+from components.leader_worker_set import (
+    EFA_RESOURCE,
+    LWS_API_VERSION,
+    LWS_KIND,
+    RESTART_POLICY,
+    STARTUP_POLICY,
+    WORKER_INDEX_LABEL,
+)
+from components.model_service import SERVER_NAME
+from components.multi_node_addons import efa_device_plugin_values, lws_controller_values
+from components.vllm_arguments import (
+    LEADER_WORKER_SET_NAME,
+    build_server_arguments,
+    validation_node_roles,
+)
+from infra.capacity.plan import plan_platform
+from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
+from infra.config import ConfigError
+from infra.render import RenderResult
+from infra.stack_checks import load_stack
+from infra.versions import LWS_CONTROLLER_IMAGE
+from infra.vllm_flags import check_server_arguments
+from tests.conftest import TEST_STACKS_DIR, rendered
+from tests.support.charts import data_values, require_chart_data
+
+MULTINODE_STACK = TEST_STACKS_DIR / "Pulumi.multinode.yaml"
+NAMESPACE = "vllm-llama-3-1-405b"
+
+
+def multinode_render() -> RenderResult:
+    return rendered("multinode", MULTINODE_STACK)
+
+
+def stack_data() -> dict[str, Any]:
+    return yaml.safe_load(MULTINODE_STACK.read_text())
+
+
+def problems_of(tmp_path: Path, change) -> str:
+    """Validate the multinode stack after `change(config)`; the error message (it must fail)."""
+    data = stack_data()
+    change(data["config"])
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError) as caught:
+        load_stack("multinode", stack_file=path)
+    return str(caught.value)
+
+
+def model_of(config: dict[str, Any]) -> dict[str, Any]:
+    return config["vllm-platform:models"][0]
+
+
+def group_of(config: dict[str, Any]) -> dict[str, Any]:
+    return config["vllm-platform:node_groups"]["gpu"]["h100"]
+
+
+# --- config and validate ------------------------------------------------------------------------
+
+
+def test_the_multinode_stack_validates_and_derives_tensor_by_node_and_pipeline_by_nodes() -> None:
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    (model,) = config.models
+    assert model.is_multi_node and model.nodes_per_replica == 2
+    assert (model.tensor_parallel_size, model.pipeline_parallel_size, model.data_parallel_size) == (8, 2, 1)
+    assert model.gpus_per_group == 16
+
+
+def test_a_one_node_model_keeps_tensor_parallel_over_its_gpus() -> None:
+    config = load_stack("prod")
+    for model in config.models:
+        assert not model.is_multi_node
+        assert model.tensor_parallel_size == model.gpus_per_replica
+        assert model.pipeline_parallel_size == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "key_path", "fragment"),
+    [
+        pytest.param(
+            lambda c: model_of(c)["parallelism"].update(tensor_parallel_size=4),
+            "models[0].parallelism",
+            "tensor 4 × pipeline 2 × data 1 = 8 GPUs, but one replica has 16",
+            id="product-does-not-match-the-gpus",
+        ),
+        pytest.param(
+            lambda c: model_of(c)["parallelism"].update(tensor_parallel_size=16, pipeline_parallel_size=1),
+            "models[0].parallelism.tensor_parallel_size",
+            "tensor_parallel_across_nodes: true to mean it",
+            id="tensor-parallel-across-nodes-unasked",
+        ),
+        pytest.param(
+            lambda c: (
+                group_of(c).update(instance_types=["g6e.4xlarge"], max_size=2)
+                or model_of(c).update(gpus_per_replica=1)
+                or model_of(c)["parallelism"].update(tensor_parallel_size=1, pipeline_parallel_size=2)
+            ),
+            "node_groups.gpu.h100.instance_types",
+            "has no EFA",
+            id="group-without-efa",
+        ),
+        pytest.param(
+            lambda c: group_of(c).update(min_size=0, desired_size=1, max_size=1),
+            "node_groups.gpu.h100.max_size",
+            "needs 2 nodes for one replica",
+            id="max-size-below-one-replica",
+        ),
+        pytest.param(
+            lambda c: (
+                model_of(c).update(gpus_per_replica=4)
+                or model_of(c)["parallelism"].update(tensor_parallel_size=4, pipeline_parallel_size=2)
+            ),
+            "models[0].gpus_per_replica",
+            "one pod per node holding every GPU of it",
+            id="pod-not-a-whole-node",
+        ),
+        pytest.param(
+            lambda c: (
+                model_of(c)["parallelism"].update(
+                    tensor_parallel_size=6,
+                    pipeline_parallel_size=1,
+                    data_parallel_size=1,
+                )
+                or model_of(c)["parallelism"].update(tensor_parallel_across_nodes=True)
+            ),
+            "models[0].parallelism",
+            "= 6 GPUs, but one replica has 16",
+            id="product-short-with-across-nodes",
+        ),
+        pytest.param(
+            lambda c: model_of(c)["parallelism"].update(
+                data_parallel_size=2, tensor_parallel_size=8, pipeline_parallel_size=1
+            ),
+            "models[0].parallelism.data_parallel_size",
+            "not built yet",
+            id="data-parallel-not-built",
+        ),
+        pytest.param(
+            lambda c: model_of(c)["parallelism"].update(expert_parallel=True),
+            "models[0].parallelism.expert_parallel",
+            "expert parallelism is for MoE models",
+            id="expert-parallel-on-dense",
+        ),
+        pytest.param(
+            lambda c: (
+                group_of(c).update(max_size=3)
+                or model_of(c)["parallelism"].update(
+                    nodes_per_replica=3, tensor_parallel_size=3, pipeline_parallel_size=8
+                )
+            ),
+            "models[0].parallelism.tensor_parallel_size",
+            "choose a divisor",
+            id="tensor-group-does-not-tile-a-node",
+        ),
+        pytest.param(
+            lambda c: model_of(c).update(autoscaling={"enabled": True, "max_replicas": 1}),
+            "models[0].autoscaling.enabled",
+            "not built yet",
+            id="autoscaling-not-built",
+        ),
+    ],
+)
+def test_validate_refuses_a_topology_that_cannot_work(
+    tmp_path: Path, change, key_path: str, fragment: str
+) -> None:
+    message = problems_of(tmp_path, change)
+    assert f"vllm-platform:{key_path}" in message, message
+    assert fragment in message, message
+
+
+def test_heads_that_do_not_divide_over_tensor_parallelism_are_refused(tmp_path: Path) -> None:
+    # 405B has 128 query heads and 8 KV heads: tensor parallel 16 across both nodes splits them, but
+    # a model of 120 heads (8 KV heads) does not split over 16.
+    def change(config: dict[str, Any]) -> None:
+        model = model_of(config)
+        model["architecture"].update(num_attention_heads=120, num_key_value_heads=8, hidden_size=15360)
+        model["parallelism"].update(
+            tensor_parallel_size=16, pipeline_parallel_size=1, tensor_parallel_across_nodes=True
+        )
+
+    message = problems_of(tmp_path, change)
+    assert "num_attention_heads 120 is not divisible by 16" in message, message
+
+
+def test_experts_that_do_not_divide_over_the_expert_parallel_ranks_are_refused(tmp_path: Path) -> None:
+    def change(config: dict[str, Any]) -> None:
+        model = model_of(config)
+        model["architecture"].update(num_experts=12, num_experts_per_token=2, moe_intermediate_size=2048)
+        model["parallelism"].update(expert_parallel=True)
+
+    message = problems_of(tmp_path, change)
+    assert "vllm-platform:models[0].parallelism.expert_parallel" in message
+    assert "12 experts do not divide over 8 expert-parallel ranks" in message, message
+
+
+def test_pipeline_parallelism_on_one_node_is_refused_by_the_schema(tmp_path: Path) -> None:
+    def change(config: dict[str, Any]) -> None:
+        model_of(config)["parallelism"] = {"pipeline_parallel_size": 2}
+
+    message = problems_of(tmp_path, change)
+    assert "models[0].parallelism.pipeline_parallel_size" in message
+    assert "across nodes only" in message
+
+
+def test_tensor_parallel_size_on_one_node_must_be_the_pods_gpus(tmp_path: Path) -> None:
+    def change(config: dict[str, Any]) -> None:
+        model_of(config)["parallelism"] = {"tensor_parallel_size": 4}
+
+    message = problems_of(tmp_path, change)
+    assert "vllm-platform:models[0].parallelism.tensor_parallel_size" in message
+    assert "tensor parallel over its gpus_per_replica 8 GPUs" in message
+
+
+def test_a_canary_of_a_multi_node_model_is_refused(tmp_path: Path) -> None:
+    def change(config: dict[str, Any]) -> None:
+        model_of(config)["replicas"] = 1
+        model_of(config)["rollout"] = {"strategy": "canary"}
+        config["vllm-platform:addons"] = {"argo_rollouts": True}
+
+    message = problems_of(tmp_path, change)
+    assert "vllm-platform:models[0].rollout.strategy" in message
+    assert "Argo Rollouts cannot drive a LeaderWorkerSet" in message
+
+
+def test_replica_bound_counts_whole_groups(tmp_path: Path) -> None:
+    message = problems_of(tmp_path, lambda c: model_of(c).update(replicas=2))
+    assert "vllm-platform:models[0].replicas" in message
+    assert "holds at most 1 replicas" in message, message
+
+
+# --- the EFA table ------------------------------------------------------------------------------
+
+
+def test_every_instance_type_with_efa_here_is_one_the_efa_device_plugin_chart_supports() -> None:
+    """The device plugin's own list of EFA instance types (its chart's values, read from the pinned
+    chart data) must contain every row of our table: a row it lacks is a typo or a wrong claim."""
+    require_chart_data()
+    entry = load_lock()["aws-efa-k8s-device-plugin"]
+    supported = set(data_values(entry)["supportedInstanceLabels"]["values"])
+    assert set(efa_instance_types()) <= supported, set(efa_instance_types()) - supported
+    assert max_efa_interfaces("p5.48xlarge") == 32 and max_efa_interfaces("g6e.2xlarge") == 0
+
+
+# --- the vLLM arguments -------------------------------------------------------------------------
+
+
+def test_leader_and_worker_arguments_pass_the_pinned_vllm_flag_check() -> None:
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    (model,) = config.models
+    roles = validation_node_roles(model)
+    assert [role.leader for role in roles if role] == [True, False]
+    for role in roles:
+        arguments = build_server_arguments(model, "/mnt/models/x/r", node_role=role)
+        assert check_server_arguments(arguments) == [], arguments
+    leader, worker = (build_server_arguments(model, "/m", node_role=role) for role in roles)
+    assert "--headless" in worker and "--headless" not in leader
+    # The same command but for the role: the worker's is the leader's plus --headless, rank 1.
+    assert [t for t in worker if t != "--headless"] == [("1" if t == "0" else t) for t in leader]
+
+
+def test_a_multi_node_model_cannot_be_built_without_its_role() -> None:
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    with pytest.raises(ValueError, match="pass its node_role"):
+        build_server_arguments(config.models[0], "/m")
+
+
+def test_the_leader_address_the_check_assumes_is_the_one_lws_gives_the_rendered_set() -> None:
+    assert LEADER_WORKER_SET_NAME == SERVER_NAME
+    (lws,) = multinode_render().find(LWS_KIND, SERVER_NAME, NAMESPACE)
+    assert lws["metadata"]["name"] == LEADER_WORKER_SET_NAME
+
+
+# --- the LeaderWorkerSet ------------------------------------------------------------------------
+
+
+def _lws() -> dict[str, Any]:
+    (lws,) = multinode_render().find(LWS_KIND, SERVER_NAME, NAMESPACE)
+    return lws
+
+
+def _server(template: dict[str, Any]) -> dict[str, Any]:
+    return template["spec"]["containers"][0]
+
+
+def test_one_leader_worker_set_replaces_the_deployment_of_a_multi_node_model() -> None:
+    render = multinode_render()
+    assert render.find("Deployment", SERVER_NAME, NAMESPACE) == []
+    lws = _lws()
+    assert lws["apiVersion"] == LWS_API_VERSION
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    assert template["restartPolicy"] == RESTART_POLICY == "RecreateGroupAfterStart"
+    assert lws["spec"]["startupPolicy"] == STARTUP_POLICY == "LeaderCreated"
+    assert lws["spec"]["replicas"] == 1
+    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {
+        "maxUnavailable": 1,
+        "maxSurge": 0,
+    }
+
+
+def test_leader_and_worker_run_the_rendered_arguments_with_the_lws_variables() -> None:
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    leader, worker = _server(template["leaderTemplate"]), _server(template["workerTemplate"])
+    for server in (leader, worker):
+        args = server["args"]
+        assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+        assert args[args.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
+        assert args[args.index("--nnodes") + 1] == "2"
+        assert args[args.index("--tensor-parallel-size") + 1] == "8"
+        assert args[args.index("--pipeline-parallel-size") + 1] == "2"
+        assert args[args.index("--distributed-executor-backend") + 1] == "mp"
+    assert [t for t in worker["args"] if t != "--headless"] == leader["args"]
+    assert "--headless" in worker["args"]
+    # The same arguments with the values LWS's webhook gives the variables pass the flag check.
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    (model,) = config.models
+    address = f"{SERVER_NAME}-0.{SERVER_NAME}.{model.namespace}"
+    for server, rank in ((leader, "0"), (worker, "1")):
+        expanded = [
+            t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", address)
+            for t in server["args"]
+        ]
+        assert check_server_arguments(expanded) == []
+
+
+def test_every_member_asks_for_all_the_nodes_efa_devices_and_carries_the_efa_environment() -> None:
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        server = _server(template[role])
+        assert server["resources"]["requests"][EFA_RESOURCE] == "32"
+        assert server["resources"]["limits"][EFA_RESOURCE] == "32"
+        assert server["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        env = {e["name"]: e.get("value") for e in server["env"]}
+        assert env["NCCL_NET"] == "AWS Libfabric" and env["FI_PROVIDER"] == "efa"
+        anti = template[role]["spec"]["affinity"]["podAntiAffinity"]
+        assert (
+            anti["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"]
+            == "kubernetes.io/hostname"
+        )
+        # The shared model cache is preloaded on every node of the group.
+        assert [c["name"] for c in template[role]["spec"]["initContainers"]]
+
+
+def test_readiness_is_the_leaders_api_and_workers_serve_none() -> None:
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    leader, worker = _server(template["leaderTemplate"]), _server(template["workerTemplate"])
+    assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(leader)
+    assert not {"startupProbe", "readinessProbe", "livenessProbe", "ports"} & set(worker)
+
+
+def test_service_and_router_select_group_leaders_only() -> None:
+    render = multinode_render()
+    (service,) = render.find("Service", SERVER_NAME, NAMESPACE)
+    assert service["spec"]["selector"][WORKER_INDEX_LABEL] == "0"
+    routers = [d for d in render.find("Deployment") if d["metadata"]["namespace"] == "vllm-router"]
+    arguments = [
+        a for d in routers for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", [])
+    ]
+    assert f"{WORKER_INDEX_LABEL}=0" in arguments
+
+
+def test_group_members_may_reach_each_other_through_the_network_policies() -> None:
+    render = multinode_render()
+    (policy,) = render.find("NetworkPolicy", "allow-group-members", NAMESPACE)
+    pods = policy["spec"]["podSelector"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": pods}]}]
+    assert policy["spec"]["egress"] == [{"to": [{"podSelector": pods}]}]
+
+
+def test_the_gpu_quota_counts_every_node_of_a_group() -> None:
+    (quota,) = multinode_render().find("ResourceQuota", None, NAMESPACE)
+    # One group (2 nodes × 8 GPUs) plus one group being replaced.
+    assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "32"
+
+
+def test_one_node_stacks_render_no_leader_worker_set_and_no_multi_node_addons() -> None:
+    render = rendered("prod")
+    assert render.find(LWS_KIND) == []
+    assert not [r for r in render.helm_releases if r["name"] in ("lws", "aws-efa-k8s-device-plugin")]
+
+
+# --- the add-ons ----------------------------------------------------------------------------------
+
+
+def test_the_lws_controller_and_efa_plugin_are_released_with_values_from_config() -> None:
+    releases = {r["name"]: r for r in multinode_render().helm_releases}
+    lws = releases["lws"]
+    assert lws["namespace"] == "lws-system"
+    assert lws["values"] == lws_controller_values()
+    assert lws["values"]["image"]["manager"]["tag"] == LWS_CONTROLLER_IMAGE.tag != "main"
+    efa = releases["aws-efa-k8s-device-plugin"]
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    assert efa["values"] == efa_device_plugin_values(config)
+    assert efa["values"]["supportedInstanceLabels"] == {
+        "keys": ["vllm-platform/gpu-group"],
+        "values": ["h100"],
+    }
+    assert efa["values"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
+    assert ".dkr.ecr.us-west-2.amazonaws.com/" in efa["values"]["image"]["repository"]
+
+
+# --- the AWS layer (Pulumi mocks) ---------------------------------------------------------------
+
+
+def _aws(render: RenderResult, type_: str, name: str) -> dict[str, Any]:
+    (inputs,) = [r.inputs for r in render.aws(type_) if r.name == name]
+    return inputs
+
+
+def test_a_multi_node_group_gets_every_efa_interface_one_zone_and_a_cluster_placement_group() -> None:
+    render = multinode_render()
+    template = _aws(render, "aws:ec2/launchTemplate:LaunchTemplate", "aws-nodes-h100")
+    interfaces = template["networkInterfaces"]
+    assert len(interfaces) == 32
+    assert [(i["networkCardIndex"], i["deviceIndex"]) for i in interfaces] == [(0, 0)] + [
+        (c, 1) for c in range(1, 32)
+    ]
+    assert interfaces[0]["interfaceType"] == "efa"
+    assert {i["interfaceType"] for i in interfaces[1:]} == {"efa-only"}
+    placement = _aws(render, "aws:ec2/placementGroup:PlacementGroup", "aws-nodes-h100-placement")
+    assert placement["strategy"] == "cluster"
+    assert template["placement"]["groupName"]
+    group = _aws(render, "aws:eks/nodeGroup:NodeGroup", "aws-nodes-h100")
+    system = _aws(render, "aws:eks/nodeGroup:NodeGroup", "aws-nodes-system")
+    assert len(group["subnetIds"]) == 1 and len(system["subnetIds"]) == 2
+    assert group["subnetIds"][0] in system["subnetIds"]
+
+
+def test_efa_nodes_carry_the_cluster_group_and_an_all_traffic_self_referencing_group() -> None:
+    render = multinode_render()
+    ingress = _aws(
+        render, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "aws-nodes-efa-self-ingress"
+    )
+    egress = _aws(
+        render, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "aws-nodes-efa-self-egress"
+    )
+    for rule in (ingress, egress):
+        assert rule["ipProtocol"] == "-1"
+        assert rule["referencedSecurityGroupId"] == rule["securityGroupId"]
+    template = _aws(render, "aws:ec2/launchTemplate:LaunchTemplate", "aws-nodes-h100")
+    for interface in template["networkInterfaces"]:
+        assert ingress["securityGroupId"] in interface["securityGroups"]
+        assert len(interface["securityGroups"]) == 2  # and EKS's cluster security group
+
+
+def test_one_node_groups_keep_their_plain_launch_template() -> None:
+    render = rendered("prod")
+    for resource in render.aws("aws:ec2/launchTemplate:LaunchTemplate"):
+        assert "networkInterfaces" not in resource.inputs and "placement" not in resource.inputs
+    assert render.aws("aws:ec2/placementGroup:PlacementGroup") == []
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+
+def test_the_plan_sizes_each_gpu_by_its_largest_pipeline_stage() -> None:
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    plan = plan_platform(config).models["llama-3-1-405b"]
+    assert plan.fits
+    # 405B in BF16 is ~810 GB: half the layers on each node, split over 8 GPUs, is ~50 GB per GPU;
+    # on one node (TP 8, no pipeline) it would be twice that and could not fit an 80 GB H100.
+    assert 45e9 < plan.weight_bytes_per_gpu < 56e9
+
+
+def test_the_pinned_lws_crd_schema_refuses_what_the_controller_would_not_know() -> None:
+    """The CRD check (tests/test_custom_resources.py) over the LeaderWorkerSet is not vacuous: a restart
+    policy LWS v0.10.0 does not define fails it."""
+    import jsonschema
+
+    from tests.test_custom_resources import _schema_for
+
+    require_chart_data()
+    lws = _lws()
+    broken = {
+        **lws,
+        "spec": {
+            **lws["spec"],
+            "leaderWorkerTemplate": {**lws["spec"]["leaderWorkerTemplate"], "restartPolicy": "Always"},
+        },
+    }
+    assert list(jsonschema.Draft7Validator(_schema_for(lws)).iter_errors(lws)) == []
+    assert list(jsonschema.Draft7Validator(_schema_for(broken)).iter_errors(broken))
+
+
+def test_the_real_pinned_vllm_parser_accepts_the_rendered_leader_and_worker_arguments() -> None:
+    """vLLM 0.32.0's own `vllm serve` parser (the CPU build's venv, as tests/test_tensor_parallel.py
+    uses it) over the rendered arguments, the LWS variables expanded as the kubelet would."""
+    from tests.support.vllm_server import check_many_with_real_vllm
+
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    address = f"{SERVER_NAME}-0.{SERVER_NAME}.{NAMESPACE}"
+    lists = [
+        [
+            t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", address)
+            for t in _server(template[role])["args"]
+        ]
+        for role, rank in (("leaderTemplate", "0"), ("workerTemplate", "1"))
+    ]
+    assert check_many_with_real_vllm(lists) == [None, None]

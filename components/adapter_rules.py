@@ -88,10 +88,18 @@ SIGNALS: dict[str, ScalingSignal] = {
         ScalingSignal(vllm_metrics.NUM_REQUESTS_WAITING, "vllm", "sum", "requests waiting for a batch slot"),
         ScalingSignal(vllm_metrics.NUM_REQUESTS_RUNNING, "vllm", "sum", "requests in the running batch"),
         ScalingSignal(vllm_metrics.KV_CACHE_USAGE, "vllm", "avg", "fraction 0–1 of KV-cache blocks in use"),
-        ScalingSignal(DCGM_TENSOR_ACTIVE, "dcgm", "avg",
-                      "fraction 0–1 of cycles the tensor pipe is active, mean of the pod's GPUs"),
-        ScalingSignal(ROUTER_RUNNING_REQUESTS, "router", "sum",
-                      "the model's requests in flight through the router, per replica of the model"),
+        ScalingSignal(
+            DCGM_TENSOR_ACTIVE,
+            "dcgm",
+            "avg",
+            "fraction 0–1 of cycles the tensor pipe is active, mean of the pod's GPUs",
+        ),
+        ScalingSignal(
+            ROUTER_RUNNING_REQUESTS,
+            "router",
+            "sum",
+            "the model's requests in flight through the router, per replica of the model",
+        ),
     )
 }
 
@@ -266,8 +274,9 @@ def autoscaling_metric_problems(config: PlatformConfig) -> list[Problem]:
             try:
                 to_quantity(metric.target_average_value)
             except ValueError as error:
-                problems.append(Problem((*path, "target_average_value"), metric.target_average_value,
-                                        str(error)))
+                problems.append(
+                    Problem((*path, "target_average_value"), metric.target_average_value, str(error))
+                )
     return problems
 
 

@@ -91,8 +91,9 @@ def create_model_autoscaler(
         return kubernetes.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-hpa",
             metadata=metadata,
-            spec=hpa_spec(model.autoscaling, workload_reference(model, deployment_name),
-                          model_name=model.name),
+            spec=hpa_spec(
+                model.autoscaling, workload_reference(model, deployment_name), model_name=model.name
+            ),
             opts=opts,
         )
     return kubernetes.apiextensions.CustomResource(
@@ -100,8 +101,13 @@ def create_model_autoscaler(
         api_version=KEDA_API_VERSION,
         kind="ScaledObject",
         metadata=metadata,
-        spec=scaled_object_spec(model.autoscaling, workload_reference(model, deployment_name), namespace,
-                                prometheus_url(monitoring), model_name=model.name),
+        spec=scaled_object_spec(
+            model.autoscaling,
+            workload_reference(model, deployment_name),
+            namespace,
+            prometheus_url(monitoring),
+            model_name=model.name,
+        ),
         opts=opts,
     )
 
@@ -113,18 +119,27 @@ def scaling_behavior(autoscaling: AutoscalingConfig) -> dict[str, Any]:
             "stabilizationWindowSeconds": autoscaling.scale_up_stabilization_seconds,
             "selectPolicy": "Max",
             "policies": [
-                {"type": "Pods", "value": autoscaling.scale_up_pods_per_period,
-                 "periodSeconds": autoscaling.scale_up_period_seconds},
-                {"type": "Percent", "value": autoscaling.scale_up_percent_per_period,
-                 "periodSeconds": autoscaling.scale_up_period_seconds},
+                {
+                    "type": "Pods",
+                    "value": autoscaling.scale_up_pods_per_period,
+                    "periodSeconds": autoscaling.scale_up_period_seconds,
+                },
+                {
+                    "type": "Percent",
+                    "value": autoscaling.scale_up_percent_per_period,
+                    "periodSeconds": autoscaling.scale_up_period_seconds,
+                },
             ],
         },
         "scaleDown": {
             "stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds,
             "selectPolicy": "Max",
             "policies": [
-                {"type": "Pods", "value": autoscaling.scale_down_pods_per_period,
-                 "periodSeconds": autoscaling.scale_down_period_seconds},
+                {
+                    "type": "Pods",
+                    "value": autoscaling.scale_down_pods_per_period,
+                    "periodSeconds": autoscaling.scale_down_period_seconds,
+                },
             ],
         },
     }
@@ -142,8 +157,10 @@ def hpa_spec(
         "scaleTargetRef": dict(scale_target),
         "minReplicas": autoscaling.min_replicas,
         "maxReplicas": autoscaling.max_replicas,
-        "metrics": [hpa_metric(metric.metric, metric.target_average_value, model_name)
-                    for metric in autoscaling.metrics],
+        "metrics": [
+            hpa_metric(metric.metric, metric.target_average_value, model_name)
+            for metric in autoscaling.metrics
+        ],
         "behavior": scaling_behavior(autoscaling),
     }
 
@@ -158,8 +175,10 @@ def hpa_metric(series: str, target_average_value: float, model_name: str | None)
     return {
         "type": "External",
         "external": {
-            "metric": {"name": signal.custom_metric_name,
-                       "selector": {"matchLabels": external_metric_selector(model_name)}},
+            "metric": {
+                "name": signal.custom_metric_name,
+                "selector": {"matchLabels": external_metric_selector(model_name)},
+            },
             "target": target,
         },
     }
@@ -189,20 +208,30 @@ def scaled_object_spec(
             "replicas": keda_fallback_replicas(autoscaling),
         },
         "advanced": {
-            "horizontalPodAutoscalerConfig": {"name": deployment_name,
-                                              "behavior": scaling_behavior(autoscaling)},
+            "horizontalPodAutoscalerConfig": {
+                "name": deployment_name,
+                "behavior": scaling_behavior(autoscaling),
+            },
         },
         **(_to_zero(autoscaling) if autoscaling.min_replicas == 0 else {}),
-        "triggers": ([router_demand_trigger(autoscaling, prometheus_url, model_name)]
-                     if autoscaling.min_replicas == 0 else []) + [
+        "triggers": (
+            [router_demand_trigger(autoscaling, prometheus_url, model_name)]
+            if autoscaling.min_replicas == 0
+            else []
+        )
+        + [
             {
                 "type": "prometheus",
                 "name": SIGNALS[metric.metric].custom_metric_name,
                 "metricType": "AverageValue",
                 "metadata": {
                     "serverAddress": prometheus_url,
-                    "query": keda_query(SIGNALS[metric.metric], namespace=namespace,
-                                        deployment_name=deployment_name, model_name=model_name),
+                    "query": keda_query(
+                        SIGNALS[metric.metric],
+                        namespace=namespace,
+                        deployment_name=deployment_name,
+                        model_name=model_name,
+                    ),
                     # KEDA parses the threshold as a float, not as a Kubernetes quantity.
                     "threshold": _plain_number(metric.target_average_value),
                 },
@@ -261,15 +290,21 @@ def autoscaling_pipeline_problems(config: PlatformConfig) -> list[Problem]:
             continue
         path = ("models", index, "autoscaling")
         if not config.monitoring.enabled:
-            problems.append(Problem(
-                (*path, "enabled"), True,
-                "autoscaling reads vLLM and DCGM metrics from Prometheus, but monitoring.enabled is false; "
-                "set monitoring.enabled: true or autoscaling.enabled: false",
-            ))
+            problems.append(
+                Problem(
+                    (*path, "enabled"),
+                    True,
+                    "autoscaling reads vLLM and DCGM metrics from Prometheus, but monitoring.enabled is false; "
+                    "set monitoring.enabled: true or autoscaling.enabled: false",
+                )
+            )
         elif model.autoscaling.backend == "hpa" and not config.addons.prometheus_adapter.enabled:
-            problems.append(Problem(
-                (*path, "backend"), "hpa",
-                "backend 'hpa' reads its metrics from the Prometheus Adapter, which is off; set "
-                "addons.prometheus_adapter: true, or use backend 'keda' (with addons.keda: true)",
-            ))
+            problems.append(
+                Problem(
+                    (*path, "backend"),
+                    "hpa",
+                    "backend 'hpa' reads its metrics from the Prometheus Adapter, which is off; set "
+                    "addons.prometheus_adapter: true, or use backend 'keda' (with addons.keda: true)",
+                )
+            )
     return problems

@@ -102,8 +102,10 @@ def node_agent_tolerations(gpu_groups: GpuGroups) -> list[dict[str, str]]:
 
 def efs_csi_driver_values(gpu_groups: GpuGroups, context: ClusterContext) -> dict[str, Any]:
     return {
-        "controller": {"serviceAccount": irsa_service_account(context, EFS_CSI_CONTROLLER),
-                       "tolerations": []},
+        "controller": {
+            "serviceAccount": irsa_service_account(context, EFS_CSI_CONTROLLER),
+            "tolerations": [],
+        },
         "node": {"tolerations": node_agent_tolerations(gpu_groups)},
         # The chart makes its CSIDriver a Helm hook by default; helm.v4.Chart runs no hooks, and without
         # the CSIDriver (attachRequired: false) the kubelet waits for an attach that never comes.
@@ -122,8 +124,9 @@ def efs_storage_class_parameters(file_system_id: pulumi.Input[str]) -> dict[str,
     }
 
 
-def secrets_store_csi_driver_values(settings: SecretsStoreCsiDriverConfig, gpu_groups: GpuGroups
-                                    ) -> dict[str, Any]:
+def secrets_store_csi_driver_values(
+    settings: SecretsStoreCsiDriverConfig, gpu_groups: GpuGroups
+) -> dict[str, Any]:
     return {
         # The model namespaces read their API key from a synced Secret (ingress auth, env).
         "syncSecret": {"enabled": True},
@@ -153,16 +156,20 @@ def vault_csi_provider_values(secret_store: SecretStoreConfig, gpu_groups: GpuGr
         # the provider authenticates with the mounting pod's service account (Vault kubernetes auth).
         # `global.enabled` still renders the server's ServiceAccount and its system:auth-delegator
         # binding with the server off: neither is used by the CSI provider.
-        "server": {"enabled": False, "authDelegator": {"enabled": False},
-                   "serviceAccount": {"create": False}},
+        "server": {
+            "enabled": False,
+            "authDelegator": {"enabled": False},
+            "serviceAccount": {"create": False},
+        },
         "injector": {"enabled": False},
         "global": {"externalVaultAddr": secret_store.vault_address},
         "csi": {"enabled": True, "pod": {"tolerations": node_agent_tolerations(gpu_groups)}},
     }
 
 
-def aws_load_balancer_controller_values(settings: AwsLoadBalancerControllerConfig, context: ClusterContext,
-                                        ingress: IngressConfig) -> dict[str, Any]:
+def aws_load_balancer_controller_values(
+    settings: AwsLoadBalancerControllerConfig, context: ClusterContext, ingress: IngressConfig
+) -> dict[str, Any]:
     return {
         "clusterName": context.cluster_name,
         "region": context.region,
@@ -174,12 +181,15 @@ def aws_load_balancer_controller_values(settings: AwsLoadBalancerControllerConfi
         # The `alb` class admits only Ingresses in the platform's namespaces and binds them to the
         # stack's one ALB group, scheme and TLS policy: anyone else who can create an Ingress cannot
         # join the shared load balancer or change how it listens (issue 15).
-        "ingressClassParams": {"create": True, "spec": {
-            "namespaceSelector": {"matchLabels": {"app.kubernetes.io/part-of": PART_OF}},
-            "group": {"name": ingress_group_name(context.cluster_name)},
-            "scheme": ingress.scheme,
-            "sslPolicy": ALB_SSL_POLICY,
-        }},
+        "ingressClassParams": {
+            "create": True,
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"app.kubernetes.io/part-of": PART_OF}},
+                "group": {"name": ingress_group_name(context.cluster_name)},
+                "scheme": ingress.scheme,
+                "sslPolicy": ALB_SSL_POLICY,
+            },
+        },
         "tolerations": [],
     }
 
@@ -218,8 +228,18 @@ def keda_values() -> dict[str, Any]:
     return {"tolerations": []}
 
 
-ARGO_ROLLOUTS_PROVIDERS = ("istio", "smi", "ambassador", "awsLoadBalancerController", "awsAppMesh", "traefik",
-                           "apisix", "contour", "glooPlatform", "gatewayAPI")
+ARGO_ROLLOUTS_PROVIDERS = (
+    "istio",
+    "smi",
+    "ambassador",
+    "awsLoadBalancerController",
+    "awsAppMesh",
+    "traefik",
+    "apisix",
+    "contour",
+    "glooPlatform",
+    "gatewayAPI",
+)
 """The chart's provider RBAC switches (values.yaml `providerRBAC.providers`), all on by default."""
 
 
@@ -227,9 +247,11 @@ def argo_rollouts_values() -> dict[str, Any]:
     """The controller only (no dashboard), two replicas with leader election and a PDB, and RBAC for
     the one traffic router the canaries use: the AWS Load Balancer Controller's Ingress and
     TargetGroupBindings (components/rollouts.py)."""
-    controller_labels = {"app.kubernetes.io/name": "argo-rollouts",
-                         "app.kubernetes.io/instance": "argo-rollouts",
-                         "app.kubernetes.io/component": "rollouts-controller"}
+    controller_labels = {
+        "app.kubernetes.io/name": "argo-rollouts",
+        "app.kubernetes.io/instance": "argo-rollouts",
+        "app.kubernetes.io/component": "rollouts-controller",
+    }
     return {
         "installCRDs": True,
         # Deleting the release must not delete every Rollout with its CRD (and the pods with them).
@@ -241,26 +263,40 @@ def argo_rollouts_values() -> dict[str, Any]:
             "tolerations": [],
             # One controller watches a handful of Rollouts: small, and bounded so it cannot starve
             # the system nodes (the chart sets no resources).
-            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                          "limits": {"cpu": "1", "memory": "1Gi"}},
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "256Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
         },
         # The chart's context plus a high UID (the image's own is 999, inside hosts' system range).
         "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001},
         "containerSecurityContext": {
-            "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"},
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         # The chart's own PDB cannot set unhealthyPodEvictionPolicy, so a controller pod that never
         # becomes ready would block node drains (policy pdbs-allow-node-drains); ours, in the release.
-        "extraObjects": [{
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "argo-rollouts", "namespace": ARGO_ROLLOUTS_NAMESPACE,
-                         "labels": controller_labels},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": controller_labels},
-                     "unhealthyPodEvictionPolicy": "AlwaysAllow"},
-        }],
+        "extraObjects": [
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {
+                    "name": "argo-rollouts",
+                    "namespace": ARGO_ROLLOUTS_NAMESPACE,
+                    "labels": controller_labels,
+                },
+                "spec": {
+                    "maxUnavailable": 1,
+                    "selector": {"matchLabels": controller_labels},
+                    "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                },
+            }
+        ],
         "dashboard": {"enabled": False},
         "providerRBAC": {
             "enabled": True,
@@ -287,23 +323,30 @@ class ClusterAddons(pulumi.ComponentResource):
     storage_class: kubernetes.storage.v1.StorageClass
     ebs_storage_class: kubernetes.storage.v1.StorageClass | None
 
-    def __init__(self, name: str, args: ClusterAddonsArgs,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(
+        self, name: str, args: ClusterAddonsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
         super().__init__("vllm-platform:cluster_addons:ClusterAddons", name, None, opts)
         addons, groups, context = args.addons, args.gpu_groups, args.context
         self.releases = []
 
         def release(chart_release: ChartRelease, after: pulumi.Resource | None = None) -> pulumi.Resource:
-            created = install_chart(chart_release, pulumi.ResourceOptions(
-                parent=self, depends_on=[after] if after else []))
+            created = install_chart(
+                chart_release, pulumi.ResourceOptions(parent=self, depends_on=[after] if after else [])
+            )
             self.releases.append(created)
             return created
 
         efs_driver = None
         if addons.efs_csi_driver.enabled:
-            efs_driver = release(ChartRelease(
-                "aws-efs-csi-driver", AWS_EFS_CSI_DRIVER_CHART, ADDONS_NAMESPACE,
-                efs_csi_driver_values(groups, context)))
+            efs_driver = release(
+                ChartRelease(
+                    "aws-efs-csi-driver",
+                    AWS_EFS_CSI_DRIVER_CHART,
+                    ADDONS_NAMESPACE,
+                    efs_csi_driver_values(groups, context),
+                )
+            )
         # The StorageClass exists in both modes: in mode `existing` the cluster's own EFS CSI driver
         # provisions from it, with the file system named in storage.existing_efs_file_system_id.
         self.storage_class = kubernetes.storage.v1.StorageClass(
@@ -335,39 +378,80 @@ class ClusterAddons(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
         if addons.secrets_store_csi_driver.enabled:
-            driver = release(ChartRelease(
-                "secrets-store-csi-driver", SECRETS_STORE_CSI_DRIVER_CHART, ADDONS_NAMESPACE,
-                secrets_store_csi_driver_values(addons.secrets_store_csi_driver, groups)))
+            driver = release(
+                ChartRelease(
+                    "secrets-store-csi-driver",
+                    SECRETS_STORE_CSI_DRIVER_CHART,
+                    ADDONS_NAMESPACE,
+                    secrets_store_csi_driver_values(addons.secrets_store_csi_driver, groups),
+                )
+            )
             if args.secret_store.provider == "aws-secrets-manager":
-                release(ChartRelease(
-                    "secrets-store-csi-driver-provider-aws", SECRETS_STORE_AWS_PROVIDER_CHART,
-                    ADDONS_NAMESPACE, secrets_store_aws_provider_values(groups)), after=driver)
+                release(
+                    ChartRelease(
+                        "secrets-store-csi-driver-provider-aws",
+                        SECRETS_STORE_AWS_PROVIDER_CHART,
+                        ADDONS_NAMESPACE,
+                        secrets_store_aws_provider_values(groups),
+                    ),
+                    after=driver,
+                )
             elif args.secret_store.provider == "vault":
-                release(ChartRelease(
-                    "vault-csi-provider", VAULT_CSI_PROVIDER_CHART, ADDONS_NAMESPACE,
-                    vault_csi_provider_values(args.secret_store, groups)), after=driver)
+                release(
+                    ChartRelease(
+                        "vault-csi-provider",
+                        VAULT_CSI_PROVIDER_CHART,
+                        ADDONS_NAMESPACE,
+                        vault_csi_provider_values(args.secret_store, groups),
+                    ),
+                    after=driver,
+                )
         if addons.aws_load_balancer_controller.enabled:
-            release(ChartRelease(
-                "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART, ADDONS_NAMESPACE,
-                aws_load_balancer_controller_values(addons.aws_load_balancer_controller, context,
-                                                    args.ingress)))
+            release(
+                ChartRelease(
+                    "aws-load-balancer-controller",
+                    AWS_LOAD_BALANCER_CONTROLLER_CHART,
+                    ADDONS_NAMESPACE,
+                    aws_load_balancer_controller_values(
+                        addons.aws_load_balancer_controller, context, args.ingress
+                    ),
+                )
+            )
         if addons.metrics_server.enabled:
-            release(ChartRelease("metrics-server", METRICS_SERVER_CHART, ADDONS_NAMESPACE,
-                                 metrics_server_values()))
+            release(
+                ChartRelease(
+                    "metrics-server", METRICS_SERVER_CHART, ADDONS_NAMESPACE, metrics_server_values()
+                )
+            )
         if addons.cluster_autoscaler.enabled:
-            release(ChartRelease("cluster-autoscaler", CLUSTER_AUTOSCALER_CHART, ADDONS_NAMESPACE,
-                                 cluster_autoscaler_values(addons.cluster_autoscaler, context)))
+            release(
+                ChartRelease(
+                    "cluster-autoscaler",
+                    CLUSTER_AUTOSCALER_CHART,
+                    ADDONS_NAMESPACE,
+                    cluster_autoscaler_values(addons.cluster_autoscaler, context),
+                )
+            )
         self.keda_release = None
         if addons.keda.enabled:
-            keda_namespace = release_namespace(f"{name}-keda-namespace", KEDA_NAMESPACE,
-                                               pulumi.ResourceOptions(parent=self))
-            self.keda_release = release(ChartRelease("keda", KEDA_CHART, KEDA_NAMESPACE, keda_values()),
-                                        after=keda_namespace)
+            keda_namespace = release_namespace(
+                f"{name}-keda-namespace", KEDA_NAMESPACE, pulumi.ResourceOptions(parent=self)
+            )
+            self.keda_release = release(
+                ChartRelease("keda", KEDA_CHART, KEDA_NAMESPACE, keda_values()), after=keda_namespace
+            )
         if addons.argo_rollouts.enabled:
-            rollouts_namespace = release_namespace(f"{name}-argo-rollouts-namespace", ARGO_ROLLOUTS_NAMESPACE,
-                                                   pulumi.ResourceOptions(parent=self))
-            release(ChartRelease("argo-rollouts", ARGO_ROLLOUTS_CHART, ARGO_ROLLOUTS_NAMESPACE,
-                                 argo_rollouts_values()), after=rollouts_namespace)
+            rollouts_namespace = release_namespace(
+                f"{name}-argo-rollouts-namespace",
+                ARGO_ROLLOUTS_NAMESPACE,
+                pulumi.ResourceOptions(parent=self),
+            )
+            release(
+                ChartRelease(
+                    "argo-rollouts", ARGO_ROLLOUTS_CHART, ARGO_ROLLOUTS_NAMESPACE, argo_rollouts_values()
+                ),
+                after=rollouts_namespace,
+            )
         self.register_outputs({})
 
 
@@ -378,9 +462,12 @@ def addon_mode_problems(config: PlatformConfig) -> list[Problem]:
     problems = []
     for addon, reason in NEEDS_EKS_MODE.items():
         if getattr(config.addons, addon).enabled:
-            problems.append(Problem(
-                ("addons", addon, "enabled"), True,
-                f"{reason}; in mode 'existing' install it with the cluster's own tooling and set "
-                f"addons.{addon}: false",
-            ))
+            problems.append(
+                Problem(
+                    ("addons", addon, "enabled"),
+                    True,
+                    f"{reason}; in mode 'existing' install it with the cluster's own tooling and set "
+                    f"addons.{addon}: false",
+                )
+            )
     return problems

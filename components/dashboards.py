@@ -351,18 +351,28 @@ def tenants_dashboard() -> dict[str, Any]:
     panels = [
         Panel(
             "Requests per tenant, by status",
-            ((f"sum by (tenant, code) (rate({t.TENANT_REQUESTS}{{{TENANTS}}}[{RATE}]))",
-              "{{tenant}} {{code}}"),),
+            (
+                (
+                    f"sum by (tenant, code) (rate({t.TENANT_REQUESTS}{{{TENANTS}}}[{RATE}]))",
+                    "{{tenant}} {{code}}",
+                ),
+            ),
             unit="reqps",
             description="Requests that reached vLLM; 429s from the WAF's rate rules never do "
             "(CloudWatch: tenant-<name>-rate BlockedRequests).",
         ),
         Panel(
             "Tokens per tenant",
-            ((f'sum by (tenant) (rate({t.TENANT_TOKENS}{{{TENANTS},kind="prompt"}}[{RATE}]))',
-              "prompt {{tenant}}"),
-             (f'sum by (tenant) (rate({t.TENANT_TOKENS}{{{TENANTS},kind="completion"}}[{RATE}]))',
-              "completion {{tenant}}")),
+            (
+                (
+                    f'sum by (tenant) (rate({t.TENANT_TOKENS}{{{TENANTS},kind="prompt"}}[{RATE}]))',
+                    "prompt {{tenant}}",
+                ),
+                (
+                    f'sum by (tenant) (rate({t.TENANT_TOKENS}{{{TENANTS},kind="completion"}}[{RATE}]))',
+                    "completion {{tenant}}",
+                ),
+            ),
             unit="short",
         ),
         Panel(
@@ -372,8 +382,12 @@ def tenants_dashboard() -> dict[str, Any]:
         ),
         Panel(
             "Requests per tenant and model",
-            ((f"sum by (tenant, model) (rate({t.TENANT_REQUESTS}{{{TENANTS}}}[{RATE}]))",
-              "{{tenant}} {{model}}"),),
+            (
+                (
+                    f"sum by (tenant, model) (rate({t.TENANT_REQUESTS}{{{TENANTS}}}[{RATE}]))",
+                    "{{tenant}} {{model}}",
+                ),
+            ),
             unit="reqps",
         ),
     ]

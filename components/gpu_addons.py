@@ -62,8 +62,11 @@ def gpu_addon_tolerations(gpu_groups: GpuGroups, addon: GpuAddonConfig) -> list[
 
 def device_plugin_groups(gpu_groups: GpuGroups) -> list[str]:
     """GPU groups that need the chart's device plugin (not those whose OS ships one)."""
-    return sorted(name for name, group in gpu_groups.items()
-                  if group.ami_type not in AMI_TYPES_WITH_BUILTIN_DEVICE_PLUGIN)
+    return sorted(
+        name
+        for name, group in gpu_groups.items()
+        if group.ami_type not in AMI_TYPES_WITH_BUILTIN_DEVICE_PLUGIN
+    )
 
 
 def device_plugin_values(gpu_groups: GpuGroups, settings: NvidiaDevicePluginConfig) -> dict[str, Any]:
@@ -99,8 +102,9 @@ def dcgm_exporter_arguments(settings: DcgmExporterConfig) -> list[str]:
     return ["-f", DCGM_DEFAULT_COUNTERS, f"--collect-interval={settings.collect_interval_seconds * 1000}"]
 
 
-def dcgm_exporter_values(gpu_groups: GpuGroups, settings: DcgmExporterConfig,
-                         scrape: ScrapeSettings) -> dict[str, Any]:
+def dcgm_exporter_values(
+    gpu_groups: GpuGroups, settings: DcgmExporterConfig, scrape: ScrapeSettings
+) -> dict[str, Any]:
     return {
         "arguments": dcgm_exporter_arguments(settings),
         "affinity": gpu_nodes_affinity(gpu_groups),
@@ -121,8 +125,11 @@ def dcgm_exporter_values(gpu_groups: GpuGroups, settings: DcgmExporterConfig,
 
 
 def image_prepull_labels() -> dict[str, str]:
-    return {"app.kubernetes.io/name": IMAGE_PREPULL_NAME, "app.kubernetes.io/part-of": PART_OF,
-            "app.kubernetes.io/managed-by": "pulumi"}
+    return {
+        "app.kubernetes.io/name": IMAGE_PREPULL_NAME,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
 
 
 _RESTRICTED = {
@@ -154,24 +161,32 @@ def image_prepull_daemonset_spec(gpu_groups: GpuGroups, settings: ImagePrepullCo
                 "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": 5,
                 "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                "initContainers": [{
-                    "name": "pull-vllm",
-                    "image": VLLM_IMAGE.reference,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["/bin/sh", "-c", "exit 0"],
-                    "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
-                                  "limits": {"cpu": "100m", "memory": "64Mi"}},
-                    "securityContext": _RESTRICTED,
-                }],
-                "containers": [{
-                    "name": "pause",
-                    "image": PAUSE_IMAGE.reference,
-                    "imagePullPolicy": "IfNotPresent",
-                    "resources": {"requests": {"cpu": "1m", "memory": "8Mi"},
-                                  "limits": {"cpu": "10m", "memory": "16Mi"}},
-                    "securityContext": _RESTRICTED,
-                }],
+                "initContainers": [
+                    {
+                        "name": "pull-vllm",
+                        "image": VLLM_IMAGE.reference,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["/bin/sh", "-c", "exit 0"],
+                        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                        "resources": {
+                            "requests": {"cpu": "10m", "memory": "16Mi"},
+                            "limits": {"cpu": "100m", "memory": "64Mi"},
+                        },
+                        "securityContext": _RESTRICTED,
+                    }
+                ],
+                "containers": [
+                    {
+                        "name": "pause",
+                        "image": PAUSE_IMAGE.reference,
+                        "imagePullPolicy": "IfNotPresent",
+                        "resources": {
+                            "requests": {"cpu": "1m", "memory": "8Mi"},
+                            "limits": {"cpu": "10m", "memory": "16Mi"},
+                        },
+                        "securityContext": _RESTRICTED,
+                    }
+                ],
             },
         },
     }
@@ -196,23 +211,39 @@ class GpuAddons(pulumi.ComponentResource):
         groups = args.gpu_groups
         self.releases = []
         if args.device_plugin.enabled and device_plugin_groups(groups):
-            self.releases.append(install_chart(
-                ChartRelease(DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_CHART, GPU_ADDONS_NAMESPACE,
-                             device_plugin_values(groups, args.device_plugin)),
-                pulumi.ResourceOptions(parent=self),
-            ))
+            self.releases.append(
+                install_chart(
+                    ChartRelease(
+                        DEVICE_PLUGIN_RELEASE,
+                        NVIDIA_DEVICE_PLUGIN_CHART,
+                        GPU_ADDONS_NAMESPACE,
+                        device_plugin_values(groups, args.device_plugin),
+                    ),
+                    pulumi.ResourceOptions(parent=self),
+                )
+            )
         if args.dcgm_exporter.enabled:
-            self.releases.append(install_chart(
-                ChartRelease(DCGM_EXPORTER_RELEASE, DCGM_EXPORTER_CHART, GPU_ADDONS_NAMESPACE,
-                             dcgm_exporter_values(groups, args.dcgm_exporter, args.scrape)),
-                pulumi.ResourceOptions(
-                    parent=self, depends_on=[args.monitoring_crds] if args.monitoring_crds else []),
-            ))
+            self.releases.append(
+                install_chart(
+                    ChartRelease(
+                        DCGM_EXPORTER_RELEASE,
+                        DCGM_EXPORTER_CHART,
+                        GPU_ADDONS_NAMESPACE,
+                        dcgm_exporter_values(groups, args.dcgm_exporter, args.scrape),
+                    ),
+                    pulumi.ResourceOptions(
+                        parent=self, depends_on=[args.monitoring_crds] if args.monitoring_crds else []
+                    ),
+                )
+            )
         if args.image_prepull.enabled:
             kubernetes.apps.v1.DaemonSet(
                 f"{name}-image-prepull",
-                metadata={"name": IMAGE_PREPULL_NAME, "namespace": GPU_ADDONS_NAMESPACE,
-                          "labels": image_prepull_labels()},
+                metadata={
+                    "name": IMAGE_PREPULL_NAME,
+                    "namespace": GPU_ADDONS_NAMESPACE,
+                    "labels": image_prepull_labels(),
+                },
                 spec=image_prepull_daemonset_spec(groups, args.image_prepull),
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -237,14 +268,17 @@ def gpu_toleration_problems(config: PlatformConfig) -> list[Problem]:
             group = config.node_groups.gpu[group_name]
             for taint in untolerated_taints(tolerations, group.taints):
                 index = group.taints.index(taint)
-                problems.append(Problem(
-                    ("node_groups", "gpu", group_name, "taints", index), str(taint),
-                    f"addons.{addon_name}.tolerations does not tolerate this taint, so {addon_name} would "
-                    f"not run on group '{group_name}' ({_consequence(addon_name)}); add "
-                    f"{{key: {taint.key}, operator: {'Equal' if taint.value else 'Exists'}"
-                    f"{', value: ' + taint.value if taint.value else ''}, effect: {taint.effect}}} to it, "
-                    f"or remove the override to tolerate exactly the GPU taints",
-                ))
+                problems.append(
+                    Problem(
+                        ("node_groups", "gpu", group_name, "taints", index),
+                        str(taint),
+                        f"addons.{addon_name}.tolerations does not tolerate this taint, so {addon_name} would "
+                        f"not run on group '{group_name}' ({_consequence(addon_name)}); add "
+                        f"{{key: {taint.key}, operator: {'Equal' if taint.value else 'Exists'}"
+                        f"{', value: ' + taint.value if taint.value else ''}, effect: {taint.effect}}} to it, "
+                        f"or remove the override to tolerate exactly the GPU taints",
+                    )
+                )
     return problems
 
 
@@ -263,9 +297,12 @@ def gpu_registration_problems(config: PlatformConfig) -> list[Problem]:
     groups = device_plugin_groups(config.node_groups.gpu)
     if not groups:
         return []
-    return [Problem(
-        ("addons", "nvidia_device_plugin", "enabled"), False,
-        f"GPU group(s) {', '.join(groups)} run an AMI without a built-in device plugin, so their GPUs "
-        "would never be registered; set addons.nvidia_device_plugin: true (or use ami_type "
-        "BOTTLEROCKET_x86_64_NVIDIA)",
-    )]
+    return [
+        Problem(
+            ("addons", "nvidia_device_plugin", "enabled"),
+            False,
+            f"GPU group(s) {', '.join(groups)} run an AMI without a built-in device plugin, so their GPUs "
+            "would never be registered; set addons.nvidia_device_plugin: true (or use ami_type "
+            "BOTTLEROCKET_x86_64_NVIDIA)",
+        )
+    ]

@@ -97,8 +97,11 @@ def kube_prometheus_stack_values(
         # The chart makes the admission webhook's certificate with hook Jobs, which helm.v4.Chart does
         # not run; without them the operator would wait for a Secret that never exists. Our rules are
         # checked by promtool in the suite instead of by the webhook at apply time (docs/charts.md).
-        "prometheusOperator": {"tolerations": [], "admissionWebhooks": {"enabled": False},
-                               "tls": {"enabled": False}},
+        "prometheusOperator": {
+            "tolerations": [],
+            "admissionWebhooks": {"enabled": False},
+            "tls": {"enabled": False},
+        },
         "kube-state-metrics": {"tolerations": []},
         # A node agent: GPU nodes' memory, disk and network are what an operator looks at first.
         "prometheus-node-exporter": {"tolerations": all_gpu_tolerations(gpu_groups.values())},
@@ -129,8 +132,10 @@ def prometheus_storage_values(
         values["podAntiAffinity"] = "hard"
     size = f"{monitoring.prometheus_storage_gib}Gi"
     if monitoring.prometheus_persistent_volume:
-        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                                      "resources": {"requests": {"storage": size}}}
+        claim_spec: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+        }
         storage_class = monitoring.prometheus_storage_class or default_storage_class
         if storage_class:
             claim_spec["storageClassName"] = storage_class
@@ -146,8 +151,11 @@ def _irsa_annotations(context: ClusterContext | None, namespace: str, name: str)
     return {"eks.amazonaws.com/role-arn": role_arn} if role_arn else {}
 
 
-def alertmanager_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
-                        context: ClusterContext | None = None) -> dict[str, Any]:
+def alertmanager_values(
+    monitoring: MonitoringConfig,
+    secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+    context: ClusterContext | None = None,
+) -> dict[str, Any]:
     """`alertmanager`: its configuration (receivers) is a Secret from the secret store, never values.
 
     With a CSI provider the Alertmanager pod mounts the SecretProviderClass, which makes the driver
@@ -160,7 +168,8 @@ def alertmanager_values(monitoring: MonitoringConfig, secret_store: SecretStoreC
     assert monitoring.alertmanager_config_secret is not None  # MonitoringConfig requires it
     spec = values["alertmanagerSpec"]
     values["serviceAccount"] = {
-        "create": True, "name": ALERTMANAGER_SERVICE_ACCOUNT_NAME,
+        "create": True,
+        "name": ALERTMANAGER_SERVICE_ACCOUNT_NAME,
         "annotations": _irsa_annotations(context, monitoring.namespace, ALERTMANAGER_SERVICE_ACCOUNT_NAME),
     }
     # The chart would otherwise render its own Secret with a default configuration (literal data).
@@ -168,15 +177,19 @@ def alertmanager_values(monitoring: MonitoringConfig, secret_store: SecretStoreC
     if uses_csi(secret_store):
         spec["configSecret"] = ALERTMANAGER_CONFIG_SECRET
         spec["volumes"] = [csi_volume("alertmanager-config-store", ALERTMANAGER_PROVIDER_CLASS)]
-        spec["volumeMounts"] = [{"name": "alertmanager-config-store", "readOnly": True,
-                                 "mountPath": MONITORING_SECRETS_MOUNT}]
+        spec["volumeMounts"] = [
+            {"name": "alertmanager-config-store", "readOnly": True, "mountPath": MONITORING_SECRETS_MOUNT}
+        ]
     else:
         spec["configSecret"] = monitoring.alertmanager_config_secret.name
     return values
 
 
-def grafana_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
-                   context: ClusterContext | None = None) -> dict[str, Any]:
+def grafana_values(
+    monitoring: MonitoringConfig,
+    secret_store: SecretStoreConfig = DEFAULT_SECRET_STORE,
+    context: ClusterContext | None = None,
+) -> dict[str, Any]:
     """`grafana`: admin credential from the secret store, dashboards from labelled ConfigMaps."""
     values: dict[str, Any] = {"enabled": monitoring.grafana, "tolerations": []}
     if not monitoring.grafana:
@@ -184,37 +197,53 @@ def grafana_values(monitoring: MonitoringConfig, secret_store: SecretStoreConfig
     assert monitoring.grafana_admin_secret is not None  # MonitoringConfig requires it
     label, label_value = GRAFANA_DASHBOARD_LABEL
     csi = uses_csi(secret_store)
-    values.update({
-        "serviceAccount": {
-            "create": True, "name": GRAFANA_SERVICE_ACCOUNT_NAME,
-            "annotations": _irsa_annotations(context, monitoring.namespace, GRAFANA_SERVICE_ACCOUNT_NAME),
-        },
-        "admin": {
-            "existingSecret": GRAFANA_ADMIN_SECRET if csi else monitoring.grafana_admin_secret,
-            "userKey": "admin-user", "passwordKey": "admin-password",
-        },
-        # The chart's `helm test` Pod is a hook, which helm.v4.Chart does not run (docs/charts.md).
-        "testFramework": {"enabled": False},
-        # Bounded like every workload of the stack (the chart sets none); dashboards and a few
-        # operators' queries fit well inside these.
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                      "limits": {"cpu": "1", "memory": "1Gi"}},
-        # The sidecars read ConfigMaps and Secrets: in the monitoring namespace only (where our
-        # dashboards and the chart's live), not cluster-wide.
-        "rbac": {"namespaced": True},
-        # Our three dashboards (components/dashboards.py) come as ConfigMaps with this label.
-        "sidecar": {
-            "dashboards": {"enabled": True, "label": label, "labelValue": label_value,
-                           "searchNamespace": monitoring.namespace},
-            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"},
-                          "limits": {"cpu": "200m", "memory": "256Mi"}},
-        },
-    })
+    values.update(
+        {
+            "serviceAccount": {
+                "create": True,
+                "name": GRAFANA_SERVICE_ACCOUNT_NAME,
+                "annotations": _irsa_annotations(context, monitoring.namespace, GRAFANA_SERVICE_ACCOUNT_NAME),
+            },
+            "admin": {
+                "existingSecret": GRAFANA_ADMIN_SECRET if csi else monitoring.grafana_admin_secret,
+                "userKey": "admin-user",
+                "passwordKey": "admin-password",
+            },
+            # The chart's `helm test` Pod is a hook, which helm.v4.Chart does not run (docs/charts.md).
+            "testFramework": {"enabled": False},
+            # Bounded like every workload of the stack (the chart sets none); dashboards and a few
+            # operators' queries fit well inside these.
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "256Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
+            # The sidecars read ConfigMaps and Secrets: in the monitoring namespace only (where our
+            # dashboards and the chart's live), not cluster-wide.
+            "rbac": {"namespaced": True},
+            # Our three dashboards (components/dashboards.py) come as ConfigMaps with this label.
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": label,
+                    "labelValue": label_value,
+                    "searchNamespace": monitoring.namespace,
+                },
+                "resources": {
+                    "requests": {"cpu": "10m", "memory": "64Mi"},
+                    "limits": {"cpu": "200m", "memory": "256Mi"},
+                },
+            },
+        }
+    )
     if csi:
-        values["extraSecretMounts"] = [{
-            "name": "grafana-admin-store", "mountPath": MONITORING_SECRETS_MOUNT, "readOnly": True,
-            "csi": csi_volume("grafana-admin-store", GRAFANA_PROVIDER_CLASS)["csi"],
-        }]
+        values["extraSecretMounts"] = [
+            {
+                "name": "grafana-admin-store",
+                "mountPath": MONITORING_SECRETS_MOUNT,
+                "readOnly": True,
+                "csi": csi_volume("grafana-admin-store", GRAFANA_PROVIDER_CLASS)["csi"],
+            }
+        ]
     return values
 
 
@@ -238,8 +267,10 @@ def vllm_pod_monitor_spec(models: Sequence[ModelConfig], scrape: ScrapeSettings)
                 # the canary ones by the ReplicaSet hash Argo Rollouts labels them with.
                 "relabelings": [
                     {"sourceLabels": [_meta_label(MODEL_LABEL)], "targetLabel": "model"},
-                    {"sourceLabels": [_meta_label(POD_TEMPLATE_HASH_LABEL)],
-                     "targetLabel": POD_TEMPLATE_HASH_SERIES_LABEL},
+                    {
+                        "sourceLabels": [_meta_label(POD_TEMPLATE_HASH_LABEL)],
+                        "targetLabel": POD_TEMPLATE_HASH_SERIES_LABEL,
+                    },
                 ],
             }
         ],
@@ -253,20 +284,27 @@ def adapter_prometheus_values(url: str) -> dict[str, Any]:
     return {"url": f"{parsed.scheme}://{parsed.hostname}", "port": port, "path": parsed.path.rstrip("/")}
 
 
-def prometheus_adapter_values(settings: PrometheusAdapterConfig, monitoring: MonitoringConfig,
-                              models: Sequence[ModelConfig]) -> dict[str, Any]:
+def prometheus_adapter_values(
+    settings: PrometheusAdapterConfig, monitoring: MonitoringConfig, models: Sequence[ModelConfig]
+) -> dict[str, Any]:
     return {
         "replicas": settings.replicas,
-        "podDisruptionBudget": {"enabled": settings.replicas > 1, "maxUnavailable": 1,
-                                # An adapter pod that never gets ready must not block node drains.
-                                "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+        "podDisruptionBudget": {
+            "enabled": settings.replicas > 1,
+            "maxUnavailable": 1,
+            # An adapter pod that never gets ready must not block node drains.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
         "prometheus": adapter_prometheus_values(prometheus_url(monitoring)),
         "metricsRelistInterval": f"{settings.metrics_relist_interval_seconds}s",
         # Only our rules: the chart's defaults expose every container metric, and no `resource` rules,
         # so metrics-server keeps its APIService. `external` only for a router signal on an HPA model:
         # the chart then registers external.metrics.k8s.io, which validation allows only without KEDA.
-        "rules": {"default": False, "custom": adapter_rules(models),
-                  "external": adapter_external_rules(models)},
+        "rules": {
+            "default": False,
+            "custom": adapter_rules(models),
+            "external": adapter_external_rules(models),
+        },
         "tolerations": [],
     }
 
@@ -304,24 +342,39 @@ class Monitoring(pulumi.ComponentResource):
         installs_adapter = monitoring.enabled and args.prometheus_adapter.enabled
         namespace = None
         if installs_prometheus or installs_adapter:
-            namespace = release_namespace(f"{name}-namespace", monitoring.namespace,
-                                          pulumi.ResourceOptions(parent=self))
+            namespace = release_namespace(
+                f"{name}-namespace", monitoring.namespace, pulumi.ResourceOptions(parent=self)
+            )
         in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[namespace] if namespace else [])
         if installs_prometheus:
             self.prometheus_release = install_chart(
-                ChartRelease(KUBE_PROMETHEUS_STACK_RELEASE, KUBE_PROMETHEUS_STACK_CHART, monitoring.namespace,
-                             kube_prometheus_stack_values(
-                                 monitoring, args.gpu_groups, args.cluster_mode,
-                                 secret_store=args.secret_store,
-                                 default_storage_class=args.default_storage_class, context=args.context)),
+                ChartRelease(
+                    KUBE_PROMETHEUS_STACK_RELEASE,
+                    KUBE_PROMETHEUS_STACK_CHART,
+                    monitoring.namespace,
+                    kube_prometheus_stack_values(
+                        monitoring,
+                        args.gpu_groups,
+                        args.cluster_mode,
+                        secret_store=args.secret_store,
+                        default_storage_class=args.default_storage_class,
+                        context=args.context,
+                    ),
+                ),
                 in_namespace,
             )
         if installs_adapter:
             self.adapter_release = install_chart(
-                ChartRelease(PROMETHEUS_ADAPTER_RELEASE, PROMETHEUS_ADAPTER_CHART, monitoring.namespace,
-                             prometheus_adapter_values(args.prometheus_adapter, monitoring, args.models)),
-                pulumi.ResourceOptions(parent=self, depends_on=[
-                    resource for resource in (namespace, self.prometheus_release) if resource]),
+                ChartRelease(
+                    PROMETHEUS_ADAPTER_RELEASE,
+                    PROMETHEUS_ADAPTER_CHART,
+                    monitoring.namespace,
+                    prometheus_adapter_values(args.prometheus_adapter, monitoring, args.models),
+                ),
+                pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[resource for resource in (namespace, self.prometheus_release) if resource],
+                ),
             )
         if scrape.monitor_objects:
             # After the release that creates its CRD (kube-prometheus-stack) and its namespace.
@@ -330,8 +383,11 @@ class Monitoring(pulumi.ComponentResource):
                 f"{name}-vllm-pod-monitor",
                 api_version=PROMETHEUS_OPERATOR_API_VERSION,
                 kind="PodMonitor",
-                metadata={"name": VLLM_POD_MONITOR, "namespace": monitoring.namespace,
-                          "labels": scrape.labels},
+                metadata={
+                    "name": VLLM_POD_MONITOR,
+                    "namespace": monitoring.namespace,
+                    "labels": scrape.labels,
+                },
                 spec=vllm_pod_monitor_spec(args.models, scrape),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=after),
             )

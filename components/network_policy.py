@@ -82,20 +82,30 @@ def load_balancer_peer(config: PlatformConfig, load_balancer_cidrs: Sequence[str
 def prometheus_peer(config: PlatformConfig) -> AllowedPeer | None:
     if not config.monitoring.enabled:
         return None
-    return AllowedPeer("prometheus", ({
-        **namespace_selector(config.monitoring.namespace),
-        "podSelector": {"matchLabels": dict(config.security.prometheus_pod_labels)},
-    },))
+    return AllowedPeer(
+        "prometheus",
+        (
+            {
+                **namespace_selector(config.monitoring.namespace),
+                "podSelector": {"matchLabels": dict(config.security.prometheus_pod_labels)},
+            },
+        ),
+    )
 
 
 def router_peer(config: PlatformConfig) -> AllowedPeer | None:
     """The router's pods (components/router.py) send each request to one of the model's pods directly."""
     if not config.router.enabled:
         return None
-    return AllowedPeer("router", ({
-        **namespace_selector(ROUTER_NAMESPACE),
-        "podSelector": {"matchLabels": router_selector_labels()},
-    },))
+    return AllowedPeer(
+        "router",
+        (
+            {
+                **namespace_selector(ROUTER_NAMESPACE),
+                "podSelector": {"matchLabels": router_selector_labels()},
+            },
+        ),
+    )
 
 
 def serving_peers(config: PlatformConfig, load_balancer_cidrs: Sequence[str]) -> list[AllowedPeer]:
@@ -104,28 +114,42 @@ def serving_peers(config: PlatformConfig, load_balancer_cidrs: Sequence[str]) ->
     return [peer for peer in peers if peer is not None and peer.sources]
 
 
-def allow_peer_policy(peer: AllowedPeer, pods: dict[str, Any],
-                      ports: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+def allow_peer_policy(
+    peer: AllowedPeer, pods: dict[str, Any], ports: Sequence[dict[str, Any]]
+) -> tuple[str, dict[str, Any]]:
     """`allow-<peer>`: the peer's sources may open connections to `pods` on `ports`."""
-    return (f"allow-{peer.name}", {
-        "podSelector": pods, "policyTypes": ["Ingress"],
-        "ingress": [{"from": list(peer.sources), "ports": list(ports)}],
-    })
+    return (
+        f"allow-{peer.name}",
+        {
+            "podSelector": pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": list(peer.sources), "ports": list(ports)}],
+        },
+    )
 
 
 def allow_dns_policy() -> tuple[str, dict[str, Any]]:
     """`allow-dns`: every pod of the namespace may ask the cluster's DNS (after `default-deny`)."""
-    return ("allow-dns", {
-        "podSelector": {}, "policyTypes": ["Egress"],
-        "egress": [{
-            "to": [{**namespace_selector("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}],
-            "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
-        }],
-    })
+    return (
+        "allow-dns",
+        {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {**namespace_selector("kube-system"), "podSelector": {"matchLabels": KUBE_DNS_LABELS}}
+                    ],
+                    "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
+                }
+            ],
+        },
+    )
 
 
-def model_network_policies(config: PlatformConfig, model: ModelConfig,
-                           peers: Sequence[AllowedPeer]) -> list[tuple[str, dict[str, Any]]]:
+def model_network_policies(
+    config: PlatformConfig, model: ModelConfig, peers: Sequence[AllowedPeer]
+) -> list[tuple[str, dict[str, Any]]]:
     """(name, spec) of every NetworkPolicy in the model's namespace; none when they are switched off."""
     if not config.security.network_policies:
         return []
@@ -138,21 +162,33 @@ def model_network_policies(config: PlatformConfig, model: ModelConfig,
     policies += [allow_peer_policy(peer, pods, server_port) for peer in peers]
     policies += [
         allow_dns_policy(),
-        ("allow-model-storage", {
-            "podSelector": pods, "policyTypes": ["Egress"],
-            "egress": [
-                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": public_https_excepts(vpc_cidr)}}],
-                 "ports": [{"protocol": "TCP", "port": HTTPS_PORT}]},
-            ],
-        }),
+        (
+            "allow-model-storage",
+            {
+                "podSelector": pods,
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": public_https_excepts(vpc_cidr)}}],
+                        "ports": [{"protocol": "TCP", "port": HTTPS_PORT}],
+                    },
+                ],
+            },
+        ),
     ]
     if model.is_multi_node:
         # The members of a group reach each other on every port: vLLM's rendezvous (--master-port),
         # torch.distributed's and NCCL's bootstrap sockets on ports they choose at run time (issue 42).
         # EFA's own traffic bypasses the kernel and is allowed by the nodes' security group instead.
-        policies.append(("allow-group-members", {
-            "podSelector": pods, "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [{"podSelector": pods}]}],
-            "egress": [{"to": [{"podSelector": pods}]}],
-        }))
+        policies.append(
+            (
+                "allow-group-members",
+                {
+                    "podSelector": pods,
+                    "policyTypes": ["Ingress", "Egress"],
+                    "ingress": [{"from": [{"podSelector": pods}]}],
+                    "egress": [{"to": [{"podSelector": pods}]}],
+                },
+            )
+        )
     return policies

@@ -71,9 +71,12 @@ def lora_arguments(model: ModelConfig, adapter_root: str | None) -> list[str]:
         return []
     arguments = [
         "--enable-lora",
-        "--max-loras", str(lora.max_loras),
-        "--max-lora-rank", str(lora.max_lora_rank),
-        "--max-cpu-loras", str(lora.cpu_cache_size),
+        "--max-loras",
+        str(lora.max_loras),
+        "--max-lora-rank",
+        str(lora.max_lora_rank),
+        "--max-cpu-loras",
+        str(lora.cpu_cache_size),
     ]
     if lora.adapters:
         if adapter_root is None:
@@ -123,11 +126,16 @@ def multi_node_arguments(model: ModelConfig, role: NodeRole) -> list[str]:
     `--nnodes` nodes, rendezvous at the leader (`--master-addr`), every node but the leader headless
     (no API server: only its workers, vllm/entrypoints/cli/serve.py run_headless)."""
     arguments = [
-        "--pipeline-parallel-size", str(model.pipeline_parallel_size),
-        "--nnodes", str(model.nodes_per_replica),
-        "--node-rank", role.rank,
-        "--master-addr", role.leader_address,
-        "--master-port", str(MASTER_PORT),
+        "--pipeline-parallel-size",
+        str(model.pipeline_parallel_size),
+        "--nnodes",
+        str(model.nodes_per_replica),
+        "--node-rank",
+        role.rank,
+        "--master-addr",
+        role.leader_address,
+        "--master-port",
+        str(MASTER_PORT),
     ]
     if model.parallelism.expert_parallel:
         arguments.append("--enable-expert-parallel")
@@ -161,18 +169,30 @@ def build_server_arguments(
     engine = model.vllm
     arguments = [
         model_path,
-        "--served-model-name", model.openai_model_name,
-        "--host", LISTEN_HOST,
-        "--port", str(engine.port),
-        "--tensor-parallel-size", str(model.tensor_parallel_size),
-        *(["--distributed-executor-backend", DISTRIBUTED_EXECUTOR_BACKEND]
-          if model.tensor_parallel_size > 1 or model.is_multi_node else []),
+        "--served-model-name",
+        model.openai_model_name,
+        "--host",
+        LISTEN_HOST,
+        "--port",
+        str(engine.port),
+        "--tensor-parallel-size",
+        str(model.tensor_parallel_size),
+        *(
+            ["--distributed-executor-backend", DISTRIBUTED_EXECUTOR_BACKEND]
+            if model.tensor_parallel_size > 1 or model.is_multi_node
+            else []
+        ),
         *(multi_node_arguments(model, node_role) if model.is_multi_node and node_role else []),
-        "--gpu-memory-utilization", format_number(engine.gpu_memory_utilization),
-        "--max-model-len", str(engine.max_model_len),
-        "--max-num-seqs", str(engine.max_num_seqs),
-        "--dtype", engine.dtype,
-        "--kv-cache-dtype", engine.kv_cache_dtype,
+        "--gpu-memory-utilization",
+        format_number(engine.gpu_memory_utilization),
+        "--max-model-len",
+        str(engine.max_model_len),
+        "--max-num-seqs",
+        str(engine.max_num_seqs),
+        "--dtype",
+        engine.dtype,
+        "--kv-cache-dtype",
+        engine.kv_cache_dtype,
         _switch("--enable-prefix-caching", engine.enable_prefix_caching),
     ]
     if engine.max_num_batched_tokens is not None:
@@ -237,34 +257,62 @@ RESERVED_FLAGS: tuple[ReservedFlag, ...] = (
     ReservedFlag(("--dtype",), "set vllm.dtype instead"),
     ReservedFlag(("--kv-cache-dtype",), "set vllm.kv_cache_dtype instead"),
     ReservedFlag(("--quantization", "-q"), "set vllm.quantization instead"),
-    ReservedFlag(("--enable-prefix-caching", "--no-enable-prefix-caching"),
-                 "set vllm.enable_prefix_caching instead"),
-    ReservedFlag(("--enable-chunked-prefill", "--no-enable-chunked-prefill"),
-                 "set vllm.enable_chunked_prefill instead"),
+    ReservedFlag(
+        ("--enable-prefix-caching", "--no-enable-prefix-caching"), "set vllm.enable_prefix_caching instead"
+    ),
+    ReservedFlag(
+        ("--enable-chunked-prefill", "--no-enable-chunked-prefill"), "set vllm.enable_chunked_prefill instead"
+    ),
     ReservedFlag(("--enforce-eager", "--no-enforce-eager"), "set vllm.enforce_eager instead"),
-    ReservedFlag(("--enable-scale-out", "--no-enable-scale-out"),
-                 "the platform turns it on for models the router routes by prefix (router policy "
-                 "cache_aware), which need vLLM's render endpoints; choose the policy instead"),
-    ReservedFlag(("--enable-lora", "--no-enable-lora", "--lora-modules", "--max-loras", "--max-lora-rank",
-                  "--max-cpu-loras"),
-                 "set the model's lora block instead (adapters, max_loras, max_lora_rank, max_cpu_loras; "
-                 "docs/lora.md): the preloader fetches the adapters and the capacity plan counts them"),
-    ReservedFlag(("--shutdown-timeout",),
-                 "set drain.shutdown_timeout_seconds instead (it also sizes the grace period)"),
-    ReservedFlag(("--api-key",),
-                 "the API key comes from the secret store (api_key_secret) through VLLM_API_KEY; "
-                 "a key on the command line is visible in the pod spec"),
-    ReservedFlag(("--middleware",),
-                 "the platform's API-key middleware must stay the outermost one (added last): a "
-                 "middleware after it would see requests before the key is checked"),
-    ReservedFlag(("--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
-                  "--enable-expert-parallel", "--no-enable-expert-parallel", "-ep"),
-                 "set the model's parallelism block instead (nodes_per_replica, pipeline_parallel_size, "
-                 "data_parallel_size, expert_parallel; docs/multi-node.md); otherwise scale out with "
-                 "replicas"),
-    ReservedFlag(("--distributed-executor-backend",),
-                 "the platform runs vLLM's multiprocessing workers (`mp`) in each pod, and across the "
-                 "nodes of a replica with parallelism.nodes_per_replica (never Ray)"),
+    ReservedFlag(
+        ("--enable-scale-out", "--no-enable-scale-out"),
+        "the platform turns it on for models the router routes by prefix (router policy "
+        "cache_aware), which need vLLM's render endpoints; choose the policy instead",
+    ),
+    ReservedFlag(
+        (
+            "--enable-lora",
+            "--no-enable-lora",
+            "--lora-modules",
+            "--max-loras",
+            "--max-lora-rank",
+            "--max-cpu-loras",
+        ),
+        "set the model's lora block instead (adapters, max_loras, max_lora_rank, max_cpu_loras; "
+        "docs/lora.md): the preloader fetches the adapters and the capacity plan counts them",
+    ),
+    ReservedFlag(
+        ("--shutdown-timeout",), "set drain.shutdown_timeout_seconds instead (it also sizes the grace period)"
+    ),
+    ReservedFlag(
+        ("--api-key",),
+        "the API key comes from the secret store (api_key_secret) through VLLM_API_KEY; "
+        "a key on the command line is visible in the pod spec",
+    ),
+    ReservedFlag(
+        ("--middleware",),
+        "the platform's API-key middleware must stay the outermost one (added last): a "
+        "middleware after it would see requests before the key is checked",
+    ),
+    ReservedFlag(
+        (
+            "--pipeline-parallel-size",
+            "-pp",
+            "--data-parallel-size",
+            "-dp",
+            "--enable-expert-parallel",
+            "--no-enable-expert-parallel",
+            "-ep",
+        ),
+        "set the model's parallelism block instead (nodes_per_replica, pipeline_parallel_size, "
+        "data_parallel_size, expert_parallel; docs/multi-node.md); otherwise scale out with "
+        "replicas",
+    ),
+    ReservedFlag(
+        ("--distributed-executor-backend",),
+        "the platform runs vLLM's multiprocessing workers (`mp`) in each pod, and across the "
+        "nodes of a replica with parallelism.nodes_per_replica (never Ray)",
+    ),
 )
 _RESERVED = {spelling: flag for flag in RESERVED_FLAGS for spelling in flag.spellings}
 _NEGATIVE_NUMBER = re.compile(r"^-\d")
@@ -287,10 +335,13 @@ def reserved_flag_problems(extra_args: Sequence[str], at: tuple[str | int, ...])
         name = flag_name(token)
         reserved = _RESERVED.get(name) if name else None
         if reserved is not None:
-            problems.append(Problem(
-                path=(*at, index), value=token,
-                message=f"'{name}' duplicates a setting the platform builds: {reserved.fix}",
-            ))
+            problems.append(
+                Problem(
+                    path=(*at, index),
+                    value=token,
+                    message=f"'{name}' duplicates a setting the platform builds: {reserved.fix}",
+                )
+            )
     return problems
 
 
@@ -336,8 +387,12 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
         found_before = len(problems)
         for role in validation_node_roles(model):
             arguments = build_server_arguments(
-                model, path, render_endpoints=render, adapter_root=PLACEHOLDER_ROOT,
-                tenants=bool(config.tenants), node_role=role,
+                model,
+                path,
+                render_endpoints=render,
+                adapter_root=PLACEHOLDER_ROOT,
+                tenants=bool(config.tenants),
+                node_role=role,
             )
             typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
             typed_findings = check_server_arguments(typed)
@@ -376,32 +431,74 @@ class ListenerRule:
 
 
 LISTENER_RULES: tuple[ListenerRule, ...] = (
-    ListenerRule("headless", "on", "starts the engine without any API server (headless mode)",
-                 "remove it: a pod is one whole replica, API server included"),
-    ListenerRule("api_server_count", "below-1",
-                 "starts no API-server process (vLLM runs headless with fewer than 1)",
-                 "remove it (one API server) or give a number of at least 1"),
-    ListenerRule("uds", "on", "serves the API on a Unix socket and ignores --host and --port",
-                 "remove it: the pod must listen on vllm.port"),
-    ListenerRule("grpc", "on", "serves vLLM's gRPC API instead of the OpenAI HTTP API",
-                 "remove it: the router and clients speak the OpenAI HTTP API"),
-    *(
-        ListenerRule(dest, "on", "makes the server speak TLS (or ask for client certificates) on its port",
-                     "remove it: TLS ends at the load balancer (ingress.certificate_arn), and the probes, "
-                     "the router and the load balancer's targets speak plain HTTP to the pod")
-        for dest in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "ssl_ciphers",
-                     "enable_ssl_refresh")
+    ListenerRule(
+        "headless",
+        "on",
+        "starts the engine without any API server (headless mode)",
+        "remove it: a pod is one whole replica, API server included",
     ),
-    ListenerRule("nnodes", "above-1", "spreads one replica over several pods (nodes) and waits for them",
-                 "remove it: a replica is one pod of gpus_per_replica GPUs"),
-    ListenerRule("node_rank", "above-0", "makes this pod a headless worker of another node's replica",
-                 "remove it: a replica is one pod of gpus_per_replica GPUs"),
+    ListenerRule(
+        "api_server_count",
+        "below-1",
+        "starts no API-server process (vLLM runs headless with fewer than 1)",
+        "remove it (one API server) or give a number of at least 1",
+    ),
+    ListenerRule(
+        "uds",
+        "on",
+        "serves the API on a Unix socket and ignores --host and --port",
+        "remove it: the pod must listen on vllm.port",
+    ),
+    ListenerRule(
+        "grpc",
+        "on",
+        "serves vLLM's gRPC API instead of the OpenAI HTTP API",
+        "remove it: the router and clients speak the OpenAI HTTP API",
+    ),
     *(
-        ListenerRule(dest, "on", "makes the pod one data-parallel rank of a replica spread over pods",
-                     "remove it: one pod holds gpus_per_replica GPUs for tensor parallelism only; scale out "
-                     "with replicas")
-        for dest in ("data_parallel_rank", "data_parallel_start_rank", "data_parallel_external_lb",
-                     "data_parallel_hybrid_lb", "data_parallel_multi_port_external_lb")
+        ListenerRule(
+            dest,
+            "on",
+            "makes the server speak TLS (or ask for client certificates) on its port",
+            "remove it: TLS ends at the load balancer (ingress.certificate_arn), and the probes, "
+            "the router and the load balancer's targets speak plain HTTP to the pod",
+        )
+        for dest in (
+            "ssl_keyfile",
+            "ssl_certfile",
+            "ssl_ca_certs",
+            "ssl_cert_reqs",
+            "ssl_ciphers",
+            "enable_ssl_refresh",
+        )
+    ),
+    ListenerRule(
+        "nnodes",
+        "above-1",
+        "spreads one replica over several pods (nodes) and waits for them",
+        "remove it: a replica is one pod of gpus_per_replica GPUs",
+    ),
+    ListenerRule(
+        "node_rank",
+        "above-0",
+        "makes this pod a headless worker of another node's replica",
+        "remove it: a replica is one pod of gpus_per_replica GPUs",
+    ),
+    *(
+        ListenerRule(
+            dest,
+            "on",
+            "makes the pod one data-parallel rank of a replica spread over pods",
+            "remove it: one pod holds gpus_per_replica GPUs for tensor parallelism only; scale out "
+            "with replicas",
+        )
+        for dest in (
+            "data_parallel_rank",
+            "data_parallel_start_rank",
+            "data_parallel_external_lb",
+            "data_parallel_hybrid_lb",
+            "data_parallel_multi_port_external_lb",
+        )
     ),
 )
 """Every flag of the pinned vLLM that decides where and how the API listens; the others that look like

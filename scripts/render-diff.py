@@ -228,12 +228,20 @@ def rollout_step_changes(diff: StackDiff) -> list[str]:
     lines = []
     for old, new in diff.changed:
         if new.kind == "Rollout" and rollout_steps(old.content) != rollout_steps(new.content):
-            lines.append(f"- **{diff.stack}**: {new.label}: `{rollout_steps(old.content)}` → "
-                         f"`{rollout_steps(new.content)}`")
-    lines += [f"- **{diff.stack}**: {e.label} (new canary): `{rollout_steps(e.content)}`"
-              for e in diff.added if e.kind == "Rollout"]
-    lines += [f"- **{diff.stack}**: {e.label} removed: new revisions no longer go out as canaries"
-              for e in diff.removed if e.kind == "Rollout"]
+            lines.append(
+                f"- **{diff.stack}**: {new.label}: `{rollout_steps(old.content)}` → "
+                f"`{rollout_steps(new.content)}`"
+            )
+    lines += [
+        f"- **{diff.stack}**: {e.label} (new canary): `{rollout_steps(e.content)}`"
+        for e in diff.added
+        if e.kind == "Rollout"
+    ]
+    lines += [
+        f"- **{diff.stack}**: {e.label} removed: new revisions no longer go out as canaries"
+        for e in diff.removed
+        if e.kind == "Rollout"
+    ]
     return lines
 
 

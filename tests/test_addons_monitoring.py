@@ -72,8 +72,11 @@ def test_prod_prometheus_survives_a_restart_two_replicas_on_gp3_volumes_on_diffe
     assert as_int(spec["replicas"]) == 2
     assert spec["podAntiAffinity"] == "hard"
     claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
-    assert claim == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}},
-                     "storageClassName": "gp3"}
+    assert claim == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "50Gi"}},
+        "storageClassName": "gp3",
+    }
     assert spec["retention"] == "30d"
     assert spec["retentionSize"] == f"{int(50 * 0.85 * 1024)}MiB"
     [storage_class] = [o for o in rendered("prod").find("StorageClass") if o["metadata"]["name"] == "gp3"]
@@ -91,13 +94,19 @@ def test_prod_runs_alertmanager_with_receivers_from_the_secret_store_never_from_
     [volume] = spec["volumes"]
     assert volume["csi"]["volumeAttributes"] == {"secretProviderClass": "alertmanager-config"}
     assert [m["name"] for m in spec["volumeMounts"]] == [volume["name"]]  # mounted: the driver syncs
-    [provider_class] = [o for o in rendered("prod").find("SecretProviderClass")
-                        if o["metadata"]["name"] == "alertmanager-config"]
+    [provider_class] = [
+        o
+        for o in rendered("prod").find("SecretProviderClass")
+        if o["metadata"]["name"] == "alertmanager-config"
+    ]
     assert provider_class["metadata"]["namespace"] == "monitoring"
-    assert provider_class["spec"]["secretObjects"] == [{
-        "secretName": "alertmanager-config", "type": "Opaque",
-        "data": [{"objectName": "alertmanager.yaml", "key": "alertmanager.yaml"}],
-    }]
+    assert provider_class["spec"]["secretObjects"] == [
+        {
+            "secretName": "alertmanager-config",
+            "type": "Opaque",
+            "data": [{"objectName": "alertmanager.yaml", "key": "alertmanager.yaml"}],
+        }
+    ]
     assert "vllm-platform/prod/alertmanager" in provider_class["spec"]["parameters"]["objects"]
     annotations = values["serviceAccount"]["annotations"]
     assert annotations["eks.amazonaws.com/role-arn"].endswith("monitoring-kube-prometheus-stack-alertmanager")
@@ -106,19 +115,26 @@ def test_prod_runs_alertmanager_with_receivers_from_the_secret_store_never_from_
 def test_prod_grafana_reads_its_admin_credential_from_the_secret_store_and_watches_dashboards() -> None:
     values = release(rendered("prod"), "kube-prometheus-stack")["values"]["grafana"]
     assert values["enabled"] is True
-    assert values["admin"] == {"existingSecret": "grafana-admin", "userKey": "admin-user",
-                               "passwordKey": "admin-password"}
+    assert values["admin"] == {
+        "existingSecret": "grafana-admin",
+        "userKey": "admin-user",
+        "passwordKey": "admin-password",
+    }
     assert "adminPassword" not in values
     [mount] = values["extraSecretMounts"]
     assert mount["csi"]["volumeAttributes"] == {"secretProviderClass": "grafana-admin"}
     assert values["sidecar"]["dashboards"]["label"] == "grafana_dashboard"
     assert values["sidecar"]["dashboards"]["labelValue"] == "1"
     assert values["rbac"] == {"namespaced": True}  # the sidecars read the monitoring namespace only
-    [config_map] = [o for o in rendered("prod").find("ConfigMap")
-                    if o["metadata"]["name"] == "vllm-platform-dashboard-autoscaling"]
+    [config_map] = [
+        o
+        for o in rendered("prod").find("ConfigMap")
+        if o["metadata"]["name"] == "vllm-platform-dashboard-autoscaling"
+    ]
     assert config_map["metadata"]["namespace"] == "monitoring"
-    [provider_class] = [o for o in rendered("prod").find("SecretProviderClass")
-                        if o["metadata"]["name"] == "grafana-admin"]
+    [provider_class] = [
+        o for o in rendered("prod").find("SecretProviderClass") if o["metadata"]["name"] == "grafana-admin"
+    ]
     keys = {item["key"] for item in provider_class["spec"]["secretObjects"][0]["data"]}
     assert keys == {"admin-user", "admin-password"}
 
@@ -139,13 +155,20 @@ def test_the_ebs_csi_driver_is_an_eks_managed_add_on_with_its_own_irsa_role() ->
 
 def test_prometheus_can_keep_its_data_on_a_persistent_volume() -> None:
     config = load_stack("prod")
-    monitoring = config.monitoring.model_copy(update={"prometheus_persistent_volume": True,
-                                                      "prometheus_storage_gib": 50,
-                                                      "prometheus_storage_class": "gp3"})
+    monitoring = config.monitoring.model_copy(
+        update={
+            "prometheus_persistent_volume": True,
+            "prometheus_storage_gib": 50,
+            "prometheus_storage_class": "gp3",
+        }
+    )
     values = kube_prometheus_stack_values(monitoring, config.node_groups.gpu, config.cluster.mode)
     claim = values["prometheus"]["prometheusSpec"]["storageSpec"]["volumeClaimTemplate"]["spec"]
-    assert claim == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}},
-                     "storageClassName": "gp3"}
+    assert claim == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "50Gi"}},
+        "storageClassName": "gp3",
+    }
 
 
 def test_eks_does_not_scrape_control_plane_components_it_hides(stack_render: RenderResult) -> None:
@@ -265,17 +288,26 @@ def test_prometheus_url_follows_the_monitoring_namespace() -> None:
 
 def test_dcgm_exporter_reads_the_gpus_every_five_seconds_with_the_default_counters() -> None:
     require_charts()
-    [daemonset] = [o for o in rendered("prod").deployed_chart_objects
-                   if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "dcgm-exporter"]
+    [daemonset] = [
+        o
+        for o in rendered("prod").deployed_chart_objects
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "dcgm-exporter"
+    ]
     [container] = daemonset["spec"]["template"]["spec"]["containers"]
-    assert container["args"][-3:] == ["-f", "/etc/dcgm-exporter/default-counters.csv",
-                                      "--collect-interval=5000"]
+    assert container["args"][-3:] == [
+        "-f",
+        "/etc/dcgm-exporter/default-counters.csv",
+        "--collect-interval=5000",
+    ]
 
 
 def test_prod_alertmanager_chart_renders_no_secret_of_its_own() -> None:
     require_charts()
-    secrets = [o for o in rendered("prod").deployed_chart_objects
-               if o["kind"] == "Secret" and "alertmanager" in o["metadata"]["name"]]
+    secrets = [
+        o
+        for o in rendered("prod").deployed_chart_objects
+        if o["kind"] == "Secret" and "alertmanager" in o["metadata"]["name"]
+    ]
     assert secrets == []
     [alertmanager] = [o for o in rendered("prod").deployed_chart_objects if o["kind"] == "Alertmanager"]
     assert alertmanager["spec"]["configSecret"] == "alertmanager-config"

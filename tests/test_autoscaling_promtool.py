@@ -76,8 +76,9 @@ def recording_rules(models: list[ModelConfig]) -> dict[str, Any]:
                 "rules": [
                     {
                         "record": f"keda:{signal.custom_metric_name}",
-                        "expr": keda_query(signal, namespace=NAMESPACE, deployment_name=DEPLOYMENT,
-                                           model_name=MODEL),
+                        "expr": keda_query(
+                            signal, namespace=NAMESPACE, deployment_name=DEPLOYMENT, model_name=MODEL
+                        ),
                     }
                     for signal in hpa_signals(models)
                 ],

@@ -166,7 +166,11 @@ def test_pulumi_entry_point_runs_the_same_program() -> None:
 def test_cli_output_piped_into_a_reader_that_stops_early_is_not_an_error() -> None:
     completed = subprocess.run(
         f"{sys.executable} -m infra.cli plan prod | head -n 1",
-        shell=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        shell=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.stdout.startswith("Capacity plan")
     assert "BrokenPipeError" not in completed.stderr

@@ -130,8 +130,12 @@ def _prometheus_rule_problems(obj: dict[str, Any]) -> list[str]:
 def _rollout_problems(obj: dict[str, Any]) -> list[str]:
     """The CRD's schema keeps the pod template's own fields unchecked (preserve-unknown-fields); the
     template is a PodTemplateSpec, checked strictly as a Deployment's."""
-    as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": obj["metadata"],
-                     "spec": {key: _spec(obj)[key] for key in ("selector", "template")}}
+    as_deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": obj["metadata"],
+        "spec": {key: _spec(obj)[key] for key in ("selector", "template")},
+    }
     problems = schema_problems(as_deployment, DEFAULT_KUBERNETES_VERSION)
     template = [f"as a Deployment: {problem}" for problem in problems]
     return [*crd_schema_problems(obj), *template]
@@ -160,8 +164,12 @@ def _leader_worker_set_problems(obj: dict[str, Any]) -> list[str]:
             problems.append(f"spec.leaderWorkerTemplate.{role} is missing")
             continue
         labels = (template.get("metadata") or {}).get("labels") or {}
-        as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": obj["metadata"],
-                         "spec": {"selector": {"matchLabels": labels}, "template": template}}
+        as_deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": obj["metadata"],
+            "spec": {"selector": {"matchLabels": labels}, "template": template},
+        }
         problems += [
             f"{role} as a Deployment's template: {problem}"
             for problem in schema_problems(as_deployment, DEFAULT_KUBERNETES_VERSION)

@@ -76,10 +76,15 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Scan:
         directories[stack] = out / "kubernetes"
         for rollout in result.find("Rollout"):
             metadata = rollout["metadata"]
-            as_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
-                             "spec": {key: rollout["spec"][key] for key in ("selector", "template")}}
+            as_deployment = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": metadata,
+                "spec": {key: rollout["spec"][key] for key in ("selector", "template")},
+            }
             (out / "kubernetes" / metadata["namespace"] / f"deployment-{metadata['name']}.yaml").write_text(
-                yaml.safe_dump(as_deployment, sort_keys=False))
+                yaml.safe_dump(as_deployment, sort_keys=False)
+            )
             expected_pods.add((stack, f"Deployment.{metadata['namespace']}.{metadata['name']}"))
         # The charts' objects (charts/<release>/...) are scanned as this stack's too, when the chart
         # cache holds the charts (tests/support/charts.py).

@@ -55,8 +55,11 @@ def subnet_layout(vpc_cidr: str, availability_zone_count: int) -> SubnetLayout:
     # largest smaller size that gives one per AZ; an ALB needs a /27 at least.
     internal: list[ipaddress.IPv4Network] = []
     for prefix in range(public[0].prefixlen, MIN_LOAD_BALANCER_SUBNET_PREFIX + 1):
-        internal = [piece for piece in vpc.subnets(new_prefix=prefix)
-                    if not any(piece.overlaps(used) for used in taken)][:availability_zone_count]
+        internal = [
+            piece
+            for piece in vpc.subnets(new_prefix=prefix)
+            if not any(piece.overlaps(used) for used in taken)
+        ][:availability_zone_count]
         if len(internal) == availability_zone_count:
             break
     return SubnetLayout(

@@ -71,13 +71,17 @@ def namespace_problems(flat: dict[str, Any]) -> list[Problem]:
         if separator and namespace in KNOWN_NAMESPACES:
             continue
         if not separator:
-            message = (f"config key '{key}' has no namespace, so this program never reads it: "
-                       f"write it as '{PROJECT_NAMESPACE}:{key}'")
+            message = (
+                f"config key '{key}' has no namespace, so this program never reads it: "
+                f"write it as '{PROJECT_NAMESPACE}:{key}'"
+            )
         else:
             close = difflib.get_close_matches(namespace, KNOWN_NAMESPACES, n=1)
             hint = f"did you mean '{close[0]}:{name}'? " if close else ""
-            message = (f"unknown config namespace '{namespace}': {hint}this program reads only "
-                       f"{', '.join(repr(n + ':') for n in KNOWN_NAMESPACES)} keys")
+            message = (
+                f"unknown config namespace '{namespace}': {hint}this program reads only "
+                f"{', '.join(repr(n + ':') for n in KNOWN_NAMESPACES)} keys"
+            )
         problems.append(Problem((), str(key), message))
     return problems
 
@@ -101,10 +105,17 @@ def duplicate_key_problems(node: yaml.Node | None, path: tuple[str | int, ...] =
             if key in first_line:
                 at = _key_path((*path, key))
                 shown = key if at else ".".join(str(p) for p in (*path, key))
-                problems.append(Problem(at, shown, (
-                    f"key given twice (lines {first_line[key]} and {line}); YAML would keep only the "
-                    "last one "
-                    "silently: merge the two into one entry")))
+                problems.append(
+                    Problem(
+                        at,
+                        shown,
+                        (
+                            f"key given twice (lines {first_line[key]} and {line}); YAML would keep only the "
+                            "last one "
+                            "silently: merge the two into one entry"
+                        ),
+                    )
+                )
             else:
                 first_line[key] = line
             problems += duplicate_key_problems(value_node, (*path, key))

@@ -294,7 +294,8 @@ def autoscaling_pipeline_problems(config: PlatformConfig) -> list[Problem]:
                 Problem(
                     (*path, "enabled"),
                     True,
-                    "autoscaling reads vLLM and DCGM metrics from Prometheus, but monitoring.enabled is false; "
+                    "autoscaling reads vLLM and DCGM metrics from Prometheus, "
+                    "but monitoring.enabled is false; "
                     "set monitoring.enabled: true or autoscaling.enabled: false",
                 )
             )

@@ -272,10 +272,12 @@ def gpu_toleration_problems(config: PlatformConfig) -> list[Problem]:
                     Problem(
                         ("node_groups", "gpu", group_name, "taints", index),
                         str(taint),
-                        f"addons.{addon_name}.tolerations does not tolerate this taint, so {addon_name} would "
+                        f"addons.{addon_name}.tolerations does not tolerate this taint, "
+                        f"so {addon_name} would "
                         f"not run on group '{group_name}' ({_consequence(addon_name)}); add "
                         f"{{key: {taint.key}, operator: {'Equal' if taint.value else 'Exists'}"
-                        f"{', value: ' + taint.value if taint.value else ''}, effect: {taint.effect}}} to it, "
+                        f"{', value: ' + taint.value if taint.value else ''}, "
+                        f"effect: {taint.effect}}} to it, "
                         f"or remove the override to tolerate exactly the GPU taints",
                     )
                 )

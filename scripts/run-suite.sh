@@ -34,7 +34,7 @@ if ! make --no-print-directory setup || ! bash scripts/setup-test-tools.sh; then
   exit 1
 fi
 stamp "python set-up done"
-"$bin/ruff" check . || { kill "$tools_lane" 2>/dev/null; exit 1; }
+{ "$bin/ruff" check . && "$bin/ruff" format --check .; } || { kill "$tools_lane" 2>/dev/null; exit 1; }
 
 pytest_lane() { # name, pytest arguments...
   local name="$1"

@@ -188,6 +188,12 @@ def karpenter_values(settings: KarpenterConfig, context: ClusterContext) -> dict
         },
         # A controller: system nodes only, never a GPU node (nor a node it manages: the chart's affinity).
         "tolerations": [],
+        # The chart always renders its PDB (maxUnavailable 1) and cannot set unhealthyPodEvictionPolicy,
+        # so one controller pod that never became ready would block every drain of its node (policy
+        # pdbs-allow-node-drains). Karpenter runs leader-elected with a standby, so the PDB is made
+        # non-blocking: the chart spreads the replicas over nodes, so a drain still takes one at a time;
+        # two drains at once leave no provisioning for the minute a new pod takes, and nothing serving.
+        "podDisruptionBudget": {"name": "karpenter", "maxUnavailable": settings.replicas},
         # Upstream's recommendation for the controller (getting-started: 1 CPU, 1 GiB), bounded.
         "controller": {
             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}

@@ -304,7 +304,34 @@ def node_groups(resources: Sequence[Resource]) -> list[NodeGroup]:
         )
         name = str(resource.props.get("nodeGroupName") or resource.name)
         groups.append(NodeGroup(name, _mapping(resource.props.get("labels")), taints))
+    groups += [_node_pool_group(resource) for resource in resources if _is_karpenter_node_pool(resource)]
     return groups
+
+
+def _is_karpenter_node_pool(resource: Resource) -> bool:
+    api_version = str(resource.props.get("apiVersion", ""))
+    return resource.kind == "NodePool" and api_version.startswith("karpenter.sh/")
+
+
+def _node_pool_group(resource: Resource) -> NodeGroup:
+    """A Karpenter NodePool (issue 41) as the node group its nodes form: the template's labels, the
+    label Karpenter puts on every node it launches for the pool, the labels a requirement pins to one
+    value, and the template's taints (already in Kubernetes spelling)."""
+    spec = _mapping(resource.props.get("spec"))
+    template = _mapping(spec.get("template"))
+    name = str(resource.metadata.get("name") or resource.name)
+    labels: dict[str, Any] = {**_mapping(_mapping(template.get("metadata")).get("labels"))}
+    labels["karpenter.sh/nodepool"] = name
+    template_spec = _mapping(template.get("spec"))
+    for requirement in map(_mapping, _sequence(template_spec.get("requirements"))):
+        values = _sequence(requirement.get("values"))
+        if requirement.get("operator") == "In" and len(values) == 1:
+            labels.setdefault(str(requirement.get("key")), values[0])
+    taints = tuple(
+        (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+        for t in map(_mapping, _sequence(template_spec.get("taints")))
+    )
+    return NodeGroup(name, labels, taints)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -236,6 +236,7 @@ def wait_for_lock_change(
     last: bytes | None = None
     unchanged_since = time.monotonic()
     next_report = 0.0
+    owner_unreported = False
     while True:
         now = time.monotonic()
         content = read_lock_bytes(path)
@@ -254,10 +255,11 @@ def wait_for_lock_change(
             )
         state = LockState.decode(content)
         # An empty or torn read is the owner between creating the file and writing it (or mid-rewrite):
-        # wait a poll for its state rather than report an unknown owner for a whole interval (a
-        # download that ends within the interval would otherwise never name its owner), unless the
-        # file stays unreadable.
-        if now >= next_report and (state is not None or now - unchanged_since >= poll):
+        # such a report names no owner, so the next readable state is reported at once rather than a
+        # whole interval later (a download that ends within the interval would otherwise never name
+        # its owner).
+        if now >= next_report or (state is not None and owner_unreported):
             on_progress(state, now - unchanged_since)
             next_report = now + progress_interval_seconds
+            owner_unreported = state is None
         time.sleep(poll)

@@ -219,7 +219,7 @@ def _run(cluster: Cluster, deployer: Deployer, observed: dict[str, Any]) -> None
         observed["blocked"] = cluster.wait_for(
             "Karpenter reporting the disruption blocked by do-not-disrupt",
             lambda: _blocked_by_do_not_disrupt(cluster, node_name),
-            timeout=120,
+            timeout=300,
             interval=2,
         )
     except ClusterError as error:

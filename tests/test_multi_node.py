@@ -416,7 +416,6 @@ def test_the_lws_controller_and_efa_plugin_are_released_with_values_from_config(
     assert ".dkr.ecr.us-west-2.amazonaws.com/" in efa["values"]["image"]["repository"]
 
 
-
 def test_a_cluster_that_runs_its_own_lws_controller_gets_no_lws_release_but_still_the_set(
     tmp_path: Path,
 ) -> None:
@@ -429,6 +428,7 @@ def test_a_cluster_that_runs_its_own_lws_controller_gets_no_lws_release_but_stil
     assert "lws" not in names and "aws-efa-k8s-device-plugin" in names, names
     assert len(render.find(LWS_KIND, SERVER_NAME, NAMESPACE)) == 1
     assert load_stack("multinode", stack_file=MULTINODE_STACK).addons.leader_worker_set.enabled is True
+
 
 # --- the AWS layer (Pulumi mocks) ---------------------------------------------------------------
 

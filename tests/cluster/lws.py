@@ -219,7 +219,7 @@ def start_lws_controller(cluster: Cluster) -> subprocess.Popen:
         # The namespace the chart would run it in (its downward-API variable).
         env={**os.environ, "NAMESPACE": LWS_NAMESPACE, "POD_NAMESPACE": LWS_NAMESPACE},
     )
-    url = f"https://127.0.0.1:{WEBHOOK_PORT}{WEBHOOK_PATHS['pod-mutate']}"
+    url = f"https://127.0.0.1:{WEBHOOK_PORT}/"  # no webhook's path: a 404, nothing in its log
 
     def serving() -> bool:
         if process.poll() is not None:

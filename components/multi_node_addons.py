@@ -1,6 +1,7 @@
 """The add-ons multi-node replicas need (issue 42): the LeaderWorkerSet controller and the EFA device
 plugin, pinned upstream charts with values built from the config. Installed only when a model's replica
-spans nodes (infra/multi_node.py), so stacks without one render exactly as before.
+spans nodes (infra/multi_node.py), so stacks without one render exactly as before; the controller's
+chart also not where `addons.leader_worker_set` is off (a cluster that runs its own controller).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class MultiNodeAddons(pulumi.ComponentResource):
         super().__init__("vllm-platform:multi_node:MultiNodeAddons", name, None, opts)
         self.releases = []
         config = args.config
-        if uses_multi_node(config):
+        if uses_multi_node(config) and config.addons.leader_worker_set.enabled:
             namespace = release_namespace(
                 f"{name}-lws-namespace", LWS_NAMESPACE, pulumi.ResourceOptions(parent=self)
             )

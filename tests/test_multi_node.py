@@ -32,7 +32,7 @@ from components.vllm_arguments import (
 from infra.capacity.plan import plan_platform
 from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
 from infra.config import ConfigError
-from infra.render import RenderResult
+from infra.render import RenderResult, render_stack
 from infra.stack_checks import load_stack
 from infra.versions import LWS_CONTROLLER_IMAGE
 from infra.vllm_flags import check_server_arguments
@@ -414,6 +414,20 @@ def test_the_lws_controller_and_efa_plugin_are_released_with_values_from_config(
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     ]
     assert ".dkr.ecr.us-west-2.amazonaws.com/" in efa["values"]["image"]["repository"]
+
+
+def test_a_cluster_that_runs_its_own_lws_controller_gets_no_lws_release_but_still_the_set(
+    tmp_path: Path,
+) -> None:
+    data = stack_data()
+    data["config"]["vllm-platform:addons"] = {"leader_worker_set": False}
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    render = render_stack("multinode", stack_file=path, allow_missing_charts=True)
+    names = [r["name"] for r in render.helm_releases]
+    assert "lws" not in names and "aws-efa-k8s-device-plugin" in names, names
+    assert len(render.find(LWS_KIND, SERVER_NAME, NAMESPACE)) == 1
+    assert load_stack("multinode", stack_file=MULTINODE_STACK).addons.leader_worker_set.enabled is True
 
 
 # --- the AWS layer (Pulumi mocks) ---------------------------------------------------------------

@@ -442,6 +442,13 @@ class KarpenterConfig(AddonConfig):
     """Controller replicas (leader election): a second one takes over at once when one restarts."""
 
 
+class LeaderWorkerSetConfig(AddonConfig):
+    """The LeaderWorkerSet controller (chart `lws`), installed only when a model's replica spans nodes
+    (docs/multi-node.md). On in both modes; off only on a cluster that already runs an LWS controller
+    (API `leaderworkerset.x-k8s.io/v1`, release v0.10.0 or later) with its CRDs and admission webhooks,
+    as the multi-node deploy test's cluster does (tests/test_deploy_multi_node.py)."""
+
+
 # (mode eks, mode existing): add-ons an existing cluster usually runs already, or that need the IAM
 # roles and VPC only mode `eks` creates, are off there unless switched on.
 ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
@@ -458,6 +465,7 @@ ADDON_DEFAULTS: dict[str, tuple[bool, bool]] = {
     "image_prepull": (True, True),
     "ebs_csi_driver": (True, False),
     "karpenter": (True, False),
+    "leader_worker_set": (True, True),
 }
 
 
@@ -481,6 +489,8 @@ class AddonsConfig(StrictModel):
     """EBS volumes for Prometheus (EKS managed add-on; no chart)."""
     karpenter: KarpenterConfig = KarpenterConfig()
     """Karpenter's controller for the GPU groups with `provisioner: karpenter` (mode eks)."""
+    leader_worker_set: LeaderWorkerSetConfig = LeaderWorkerSetConfig()
+    """The LeaderWorkerSet controller for models whose replicas span nodes."""
 
 
 def _fill_addon_defaults(addons: Any, mode: str) -> Any:

@@ -5,7 +5,9 @@ admission chain including PodSecurity and ResourceQuota), kube-controller-manage
 and KWOK, each built by tools/build.sh. What is switched off, and why:
 - the webhook admission plugins (MutatingAdmissionWebhook, ValidatingAdmissionWebhook): the charts
   register admission webhooks whose pods KWOK only pretends to run, so every call to them would
-  fail (issue 33: "never patch the charts");
+  fail (issue 33: "never patch the charts"). `start_cluster(..., webhook_admission=True)` keeps them
+  on for a test whose stack installs no chart webhook and which serves the webhooks it registers
+  itself from a process on loopback (tests/cluster/lws.py, tests/test_deploy_multi_node.py);
 - the controllers that talk to a cloud (service load balancers, routes, node IPAM).
 """
 
@@ -200,6 +202,43 @@ def write_certificates(pki: Path) -> None:
     _openssl(pki, "rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
 
+def write_serving_certificate(pki: Path, name: str, sans: Sequence[str]) -> None:
+    """`<name>.crt` and `<name>.key` in `pki`, a server certificate for `sans` (e.g. "IP:127.0.0.1")
+    signed by the fixture's CA (write_certificates made it), for a webhook server of a test."""
+    (pki / f"{name}.ext").write_text(f"subjectAltName={','.join(sans)}\nextendedKeyUsage=serverAuth\n")
+    _openssl(
+        pki,
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN={name}",
+    )
+    _openssl(
+        pki,
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "2",
+        "-extfile",
+        f"{name}.ext",
+    )
+
+
 def write_kubeconfig(path: Path, pki: Path) -> None:
     config = {
         "apiVersion": "v1",
@@ -232,8 +271,15 @@ def _binary(name: str) -> str:
     return str(path)
 
 
-def start_cluster(netns: NetworkNamespace, workdir: Path, nodes: Sequence[dict[str, Any]]) -> Cluster:
-    """Start the control plane and KWOK in `netns`, register `nodes`, wait until all are Ready."""
+def start_cluster(
+    netns: NetworkNamespace,
+    workdir: Path,
+    nodes: Sequence[dict[str, Any]],
+    *,
+    webhook_admission: bool = False,
+) -> Cluster:
+    """Start the control plane and KWOK in `netns`, register `nodes`, wait until all are Ready.
+    `webhook_admission`: keep the webhook admission plugins on (off by default: see the module)."""
     pki = workdir / "pki"
     logs = workdir / "logs"
     write_certificates(pki)
@@ -269,7 +315,11 @@ def start_cluster(netns: NetworkNamespace, workdir: Path, nodes: Sequence[dict[s
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
-            f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}",
+            *(
+                []
+                if webhook_admission
+                else [f"--disable-admission-plugins={','.join(DISABLED_ADMISSION_PLUGINS)}"]
+            ),
             "--allow-privileged=true",
             "--profiling=false",
         ],

@@ -45,10 +45,13 @@ def require_chart_cache() -> None:
 
 
 @contextlib.contextmanager
-def cluster_for(config: PlatformConfig, workdir: Path) -> Iterator[Cluster]:
-    """A control plane with the stack's nodes at their groups' max sizes, torn down afterwards."""
+def cluster_for(
+    config: PlatformConfig, workdir: Path, *, webhook_admission: bool = False
+) -> Iterator[Cluster]:
+    """A control plane with the stack's nodes at their groups' max sizes, torn down afterwards
+    (`webhook_admission`: tests/cluster/control_plane.py `start_cluster`)."""
     with NetworkNamespace() as netns:
-        yield start_cluster(netns, workdir, stack_nodes(config))
+        yield start_cluster(netns, workdir, stack_nodes(config), webhook_admission=webhook_admission)
 
 
 def render_objects(stack: str, out: Path, *, stack_file: Path | None = None) -> list[dict[str, Any]]:

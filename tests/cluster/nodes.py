@@ -3,7 +3,8 @@
 Each group at its max size: the labels and taints the AWS layer gives the managed node group
 (infra/aws/node_groups.py `node_group_specs`, the same function), the labels EKS and the kubelet
 add (instance type, zone, capacity type, node group, architecture), and capacity from the
-instance catalogue: CPUs, memory and `nvidia.com/gpu` for GPU types (infra/catalogue); general-purpose
+instance catalogue: CPUs, memory and `nvidia.com/gpu` for GPU types (infra/catalogue), and
+`vpc.amazonaws.com/efa` on the groups that need EFA (a multi-node model's); general-purpose
 system types by AWS's size naming (below). A group with several instance types gets its first.
 
 Zones as the stack's subnets place them (`node_zones`): every group spans the private subnet of
@@ -12,7 +13,8 @@ each of the cluster's zones (infra/aws/infrastructure.py gives each node group a
 balances its own nodes over them. Groups balance independently, so nothing lines their first nodes
 up in the first zone: each group here starts in the zone after the previous group's last node. A
 small group then lands where zone bugs show, e.g. three zones, two system nodes and a GPU node
-alone in the third zone (issue 40).
+alone in the third zone (issue 40). A group that needs EFA (a multi-node model's) has one placement
+group and so one zone, the first, as the AWS layer gives it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from components.leader_worker_set import EFA_RESOURCE
 from infra.aws.network import subnet_layout
 from infra.aws.node_groups import node_group_specs, system_ami_type
 from infra.catalogue.gpu_instances import gpu_instance_types
 from infra.config import PlatformConfig
+from infra.multi_node import efa_interfaces_per_node, group_needs_efa
 from tests.cluster.control_plane import KWOK_NODE_LABEL
 
 # vCPUs per AWS instance size; memory per vCPU per family letter (m: 4 GiB, c: 2 GiB, r: 8 GiB, t: 4).
@@ -59,6 +63,11 @@ def node_zones(config: PlatformConfig, *, size: str = "max_size") -> dict[str, l
     next_zone = 0
     for spec in node_group_specs(config.cluster.name, config.node_groups):
         count = getattr(spec, size)
+        if spec.name in config.node_groups.gpu and group_needs_efa(config, spec.name):
+            # One cluster placement group, so one zone: the first private subnet's
+            # (infra/aws/node_groups.py, docs/multi-node.md "EFA on the nodes").
+            placed[spec.name] = [zones[0]] * count
+            continue
         placed[spec.name] = [zones[(next_zone + index) % len(zones)] for index in range(count)]
         next_zone = (next_zone + count) % len(zones)
     return placed
@@ -83,6 +92,11 @@ def stack_nodes(config: PlatformConfig, *, size: str = "max_size") -> list[dict[
         else:
             vcpus, memory_gib = general_purpose_capacity(instance_type)
             capacity = {"cpu": str(vcpus), "memory": f"{memory_gib}Gi"}
+        efa = efa_interfaces_per_node(config, spec.name) if spec.name in config.node_groups.gpu else 0
+        if efa:
+            # What the EFA device plugin registers on the nodes whose launch template has EFA
+            # interfaces: the groups that hold a multi-node model (infra/multi_node.py).
+            capacity[EFA_RESOURCE] = str(efa)
         capacity |= {"pods": str(PODS_PER_NODE), "ephemeral-storage": f"{spec.disk_size_gib}Gi"}
         architecture = "arm64" if "ARM_64" in system_ami_type([instance_type]) else "amd64"
         for index in range(getattr(spec, size)):

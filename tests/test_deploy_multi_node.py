@@ -1,0 +1,407 @@
+"""A multi-node model on the real control plane, with the real LeaderWorkerSet controller (issue 42).
+
+The stack is tests/stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge nodes per
+replica, one LeaderWorkerSet group each) moved onto the fixture's cluster: mode `existing`, the
+fixture's context, the GPU group at four nodes (room for a second group), system nodes big enough
+for the router. The KWOK nodes declare what the pods ask for: 8 GPUs and 32 `vpc.amazonaws.com/efa`
+each (tests/cluster/nodes.py), all in one zone as the group's placement group puts them.
+
+What runs: the API server (with webhook admission on), etcd, the scheduler, the controllers and KWOK
+as in every deploy test; LWS's controller v0.10.0 as a process (tests/cluster/lws.py, from
+$VLLM_PLATFORM_LWS_TOOLS, by default ../shared/tools/lws: the test is skipped, saying so, without it);
+the real Pulumi engine and Kubernetes provider deploying the stack (tests/cluster/pulumi_project.py).
+
+Webhooks, deliberately:
+- LWS's own are required (API defaults, the LWS_* variables), so the API server keeps its webhook
+  admission plugins on (`cluster_for(..., webhook_admission=True)`; every other deploy test keeps
+  them off) and the test registers webhook configurations of ours calling the controller at
+  https://127.0.0.1:19443 with the fixture CA's bundle.
+- The stack leaves LWS's chart out (`addons.leader_worker_set: false`, what a cluster that runs its
+  own controller sets). The chart's webhook configurations point at the in-cluster Service
+  `lws-webhook-service`, which the API server dials at a Service IP no one answers in the network
+  namespace: with admission on they would refuse the LeaderWorkerSet the same `up` creates. The chart
+  has no value that leaves them out, the charts are never patched, and deleting them after `up` is too
+  late (the set is created in the same `up`). Its controller Deployment would be only KWOK's anyway.
+- Nothing else in this stack registers a webhook: monitoring is off (kube-prometheus-stack's operator
+  webhooks and Prometheus Adapter's APIService), KEDA, Argo Rollouts and the AWS Load Balancer
+  Controller are off as mode `existing` defaults them; the add-ons installed (NVIDIA device plugin,
+  DCGM exporter, EFA device plugin, Secrets Store CSI driver with its AWS provider) register none.
+  `test_the_only_webhooks_after_up_are_the_tests_own` checks it on the live cluster.
+
+Steps (one module-scoped run; each test checks one):
+    up → the group Running (leader and worker, one per node, on the GPU group) →
+    preview --expect-no-changes →
+    /scale of the LeaderWorkerSet 1 -> 2 (a second whole group) -> 1, as KEDA's operator or the HPA
+    controller would write it →
+    a worker pod deleted: its whole group recreated (RecreateGroupAfterStart: new leader too) →
+    destroy: nothing of ours left.
+The times are written to out/deploy-tests/multi-node.json (docs/multi-node.md quotes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.leader_worker_set import EFA_RESOURCE, WORKER_INDEX_LABEL
+from components.model_service import SERVER_NAME
+from infra.stack_checks import load_stack
+from tests.cluster import tools
+from tests.cluster.control_plane import Cluster, ClusterError
+from tests.cluster.fixtures import REPO, cluster_for, require_chart_cache, require_cluster_tools
+from tests.cluster.lws import CONFIGURATION_NAME, install_lws_api, missing_reason, start_lws_controller
+from tests.cluster.pulumi_project import write_project
+from tests.conftest import TEST_STACKS_DIR
+from tests.test_deploy_pulumi import Deployer
+
+pytestmark = pytest.mark.cluster
+
+ARTEFACTS = REPO / "out" / "deploy-tests"
+MULTINODE_STACK_FILE = TEST_STACKS_DIR / "Pulumi.multinode.yaml"
+MODEL = "llama-3-1-405b"
+NAMESPACE = f"vllm-{MODEL}"
+GPU_GROUP = "h100"
+GPU_NODES = 4
+"""Two groups of two: the scaled-out step needs a second group's nodes."""
+LWS = SERVER_NAME
+"""The LeaderWorkerSet and its Service are named as a one-node model's Deployment is."""
+GROUP_SIZE = 2
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+NODE_GROUP_LABEL = "eks.amazonaws.com/nodegroup"
+WAIT_SECONDS = 180
+
+
+def _cluster_stack(path: Path) -> Path:
+    """The multinode example on the fixture's cluster (the module's docstring says what changes)."""
+    document = yaml.safe_load(MULTINODE_STACK_FILE.read_text())
+    config = document["config"]
+    config.pop("aws:region", None)
+    config["vllm-platform:cluster"] = {
+        "mode": "existing",
+        "name": "kwok-multinode",
+        "region": "us-west-2",
+        "availability_zone_count": 2,
+        "kubeconfig_context": "kwok-admin",
+    }
+    groups = config["vllm-platform:node_groups"]
+    groups["system"] = {"instance_types": ["m7i.2xlarge"], "min_size": 3, "desired_size": 3, "max_size": 3}
+    groups["gpu"][GPU_GROUP]["max_size"] = GPU_NODES
+    config["vllm-platform:addons"] = {"leader_worker_set": False, "secrets_store_csi_driver": True}
+    config["vllm-platform:monitoring"] = {"enabled": False}
+    config["vllm-platform:storage"] = {"existing_efs_file_system_id": "fs-0abc1234def567890"}
+    config["vllm-platform:security"] = {"load_balancer_source_cidrs": ["10.20.200.0/24", "10.20.201.0/24"]}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def _group_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    return [
+        pod
+        for pod in cluster.get("pods", namespace=NAMESPACE)
+        if WORKER_INDEX_LABEL in pod["metadata"].get("labels", {})
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")]
+
+
+def _groups_running(cluster: Cluster, groups: int) -> list[dict[str, Any]] | None:
+    """Every pod of `groups` whole groups Running, and no other group pod; else None."""
+    pods = _group_pods(cluster)
+    running = _running(pods)
+    return running if len(pods) == len(running) == groups * GROUP_SIZE else None
+
+
+def _endpoint_pods(cluster: Cluster) -> list[str]:
+    """The pods behind the model's Service (its EndpointSlices' ready endpoints)."""
+    slices = cluster.get_selected("endpointslices", f"kubernetes.io/service-name={LWS}")
+    return sorted(
+        endpoint["targetRef"]["name"]
+        for item in slices
+        if item["metadata"]["namespace"] == NAMESPACE
+        for endpoint in item.get("endpoints") or []
+        if endpoint.get("conditions", {}).get("ready") and endpoint.get("targetRef")
+    )
+
+
+def _leader_names(pods: list[dict[str, Any]]) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods if p["metadata"]["labels"][WORKER_INDEX_LABEL] == "0")
+
+
+def _snapshot(cluster: Cluster, pods: list[dict[str, Any]]) -> dict[str, Any]:
+    with contextlib.suppress(ClusterError):  # bounded; the tests report what was found
+        cluster.wait_for(
+            "the Service's endpoints to be the leaders",
+            lambda: _endpoint_pods(cluster) == _leader_names(pods),
+            timeout=60,
+        )
+    return {"pods": pods, "endpoints": _endpoint_pods(cluster)}
+
+
+@pytest.fixture(scope="module")
+def multi_node_run(tmp_path_factory):
+    require_cluster_tools(("pulumi", "pulumi-resource-kubernetes"))
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"the multi-node deploy test needs the LeaderWorkerSet controller: {reason}")
+    require_chart_cache()
+    workdir = tmp_path_factory.mktemp("multi-node")
+    stack_file = _cluster_stack(workdir / "Pulumi.cluster.yaml")
+    config = load_stack("cluster", stack_file=stack_file)
+    observed: dict[str, Any] = {"times": {}}
+    with cluster_for(config, workdir / "cluster", webhook_admission=True) as cluster:
+        project = workdir / "project"
+        write_project(project, stack_file, tools.program("pulumi-resource-kubernetes").parent)
+        deployer = Deployer(cluster, project)
+        start = time.monotonic()
+        install_lws_api(cluster)
+        start_lws_controller(cluster)
+        observed["times"]["lws_controller_ready_seconds"] = round(time.monotonic() - start, 1)
+        observed["nodes"] = {n["metadata"]["name"]: n for n in cluster.get("nodes")}
+        try:
+            _run(cluster, deployer, observed)
+        finally:
+            start = time.monotonic()
+            deployer.run("multi-node-9-destroy", "destroy")
+            observed["times"]["destroy_seconds"] = round(time.monotonic() - start, 1)
+            observed["after_destroy"] = _leftovers(cluster)
+        ARTEFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTEFACTS / "multi-node.json").write_text(json.dumps(observed["times"], indent=2))
+        yield deployer.results, observed
+
+
+def _run(cluster: Cluster, deployer: Deployer, observed: dict[str, Any]) -> None:
+    times = observed["times"]
+    start = time.monotonic()
+    if not deployer.run("multi-node-1-up", "up")["ok"]:
+        return
+    times["up_seconds"] = round(time.monotonic() - start, 1)
+    observed["webhook_configurations"] = {
+        kind: [item["metadata"]["name"] for item in cluster.get(kind)]
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+    }
+    observed["lws"] = cluster.get("leaderworkerset", namespace=NAMESPACE, name=LWS)
+    start = time.monotonic()
+    try:
+        pods = cluster.wait_for(
+            "one whole group Running", lambda: _groups_running(cluster, 1), timeout=WAIT_SECONDS
+        )
+    except ClusterError as error:
+        observed["group_error"] = f"{error}; pods: {_group_pods(cluster)}"
+        return
+    times["group_running_after_up_seconds"] = round(time.monotonic() - start, 1)
+    # `up` does not wait for a custom resource's pods, and goes on creating other objects: the group's
+    # own time is read from the API server's clock (whole seconds).
+    times["group_ready_after_set_created_seconds"] = _ready_after(observed["lws"], pods)
+    observed["one_group"] = _snapshot(cluster, pods)
+
+    start = time.monotonic()
+    deployer.run("multi-node-2-preview-no-changes", "preview", "--expect-no-changes")
+    times["preview_seconds"] = round(time.monotonic() - start, 1)
+
+    # 1 -> 2 -> 1 through /scale, the autoscaler's path (KEDA's operator, the HPA controller).
+    for step, groups in (("scale_out", 2), ("scale_in", 1)):
+        start = time.monotonic()
+        cluster.kubectl("scale", f"leaderworkerset/{LWS}", "-n", NAMESPACE, f"--replicas={groups}")
+        try:
+            pods = cluster.wait_for(
+                f"{groups} whole groups Running",
+                lambda n=groups: _groups_running(cluster, n),
+                timeout=WAIT_SECONDS,
+            )
+        except ClusterError as error:
+            observed[f"{step}_error"] = f"{error}; pods: {_group_pods(cluster)}"
+            return
+        times[f"{step}_to_{groups}_seconds"] = round(time.monotonic() - start, 1)
+        observed[step] = {
+            **_snapshot(cluster, pods),
+            "scale": json.loads(
+                cluster.kubectl(
+                    "get",
+                    "--raw",
+                    f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NAMESPACE}/leaderworkersets/{LWS}/scale",
+                ).stdout
+            ),
+        }
+
+    # A worker lost: the whole group comes back, leader included.
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+    worker = next(name for name in before if name != f"{LWS}-0")
+    start = time.monotonic()
+    cluster.kubectl("delete", "pod", worker, "-n", NAMESPACE, "--wait=false")
+
+    def recreated() -> list[dict[str, Any]] | None:
+        running = _groups_running(cluster, 1)
+        if not running or {p["metadata"]["uid"] for p in running} & set(before.values()):
+            return None
+        return running
+
+    try:
+        pods = cluster.wait_for("the group recreated, every member new", recreated, timeout=WAIT_SECONDS)
+    except ClusterError as error:
+        observed["recovery_error"] = f"{error}; pods: {_group_pods(cluster)}"
+        return
+    times["group_recreated_after_worker_deleted_seconds"] = round(time.monotonic() - start, 1)
+    observed["recovery"] = {"deleted": worker, "before": before, **_snapshot(cluster, pods)}
+
+
+def _timestamp(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def _ready_after(lws: dict[str, Any], pods: list[dict[str, Any]]) -> float:
+    """Seconds from the LeaderWorkerSet's creation to its last member's Ready condition."""
+    ready = max(
+        _timestamp(condition["lastTransitionTime"])
+        for pod in pods
+        for condition in pod["status"].get("conditions", [])
+        if condition["type"] == "Ready" and condition["status"] == "True"
+    )
+    return (ready - _timestamp(lws["metadata"]["creationTimestamp"])).total_seconds()
+
+
+def _leftovers(cluster: Cluster) -> dict[str, Any]:
+    ours = {NAMESPACE, "vllm-router"}
+
+    def gone():
+        return not ours & {ns["metadata"]["name"] for ns in cluster.get("namespaces")}
+
+    with contextlib.suppress(ClusterError):  # bounded; test_destroy_leaves_nothing_of_ours reports it
+        cluster.wait_for("our namespaces to be deleted", gone, timeout=WAIT_SECONDS, interval=2)
+    return {
+        "namespaces": sorted(ours & {ns["metadata"]["name"] for ns in cluster.get("namespaces")}),
+        "managed": cluster.get_selected("all", "app.kubernetes.io/managed-by=pulumi"),
+        "leader_worker_sets": cluster.get("leaderworkersets"),
+        "group_pods": [p["metadata"]["name"] for p in cluster.get_selected("pods", WORKER_INDEX_LABEL)],
+    }
+
+
+def _step(results: dict[str, Any], step: str) -> dict[str, Any]:
+    assert step in results, f"step {step} did not run (an earlier step failed: {sorted(results)})"
+    result = results[step]
+    assert result["ok"], f"{step}: {result['error'][-3000:]}"
+    return result
+
+
+def _container(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == SERVER_NAME)
+
+
+def _check_whole_groups(observed: dict[str, Any], pods: list[dict[str, Any]], groups: int) -> None:
+    """`groups` groups of a leader and a worker, one pod per node, every node of the GPU group."""
+    nodes = observed["nodes"]
+    assert len(pods) == groups * GROUP_SIZE
+    by_group: dict[str, list[str]] = {}
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        by_group.setdefault(labels[GROUP_INDEX_LABEL], []).append(labels[WORKER_INDEX_LABEL])
+    assert sorted(by_group) == [str(index) for index in range(groups)], by_group
+    assert all(sorted(indexes) == ["0", "1"] for indexes in by_group.values()), by_group
+    placed = [pod["spec"]["nodeName"] for pod in pods]
+    assert len(set(placed)) == len(placed), f"two members on one node: {placed}"
+    assert {nodes[name]["metadata"]["labels"][NODE_GROUP_LABEL] for name in placed} == {GPU_GROUP}
+    zones = {nodes[name]["metadata"]["labels"]["topology.kubernetes.io/zone"] for name in placed}
+    assert len(zones) == 1, zones
+    for pod in pods:
+        resources = _container(pod)["resources"]
+        node = nodes[pod["spec"]["nodeName"]]["status"]["allocatable"]
+        assert resources["requests"]["nvidia.com/gpu"] == node["nvidia.com/gpu"] == "8"
+        assert resources["requests"][EFA_RESOURCE] == node[EFA_RESOURCE] == "32"
+
+
+def test_up_creates_the_leader_worker_set(multi_node_run):
+    results, observed = multi_node_run
+    _step(results, "multi-node-1-up")
+    spec = observed["lws"]["spec"]
+    assert spec["replicas"] == 1
+    assert spec["leaderWorkerTemplate"]["size"] == GROUP_SIZE
+    assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupAfterStart"
+
+
+def test_a_whole_group_runs_one_pod_per_node_on_the_gpu_group(multi_node_run):
+    _, observed = multi_node_run
+    assert "group_error" not in observed, observed.get("group_error")
+    _check_whole_groups(observed, observed["one_group"]["pods"], groups=1)
+
+
+def test_the_pods_carry_the_lws_variables_the_rendered_arguments_use(multi_node_run):
+    _, observed = multi_node_run
+    assert "group_error" not in observed, observed.get("group_error")
+    pods = {p["metadata"]["labels"][WORKER_INDEX_LABEL]: p for p in observed["one_group"]["pods"]}
+    leader, worker = pods["0"], pods["1"]
+    for index, pod in pods.items():
+        container = _container(pod)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["LWS_LEADER_ADDRESS"] == f"{LWS}-0.{LWS}.{NAMESPACE}", env
+        assert env["LWS_GROUP_SIZE"] == str(GROUP_SIZE)
+        assert env["LWS_WORKER_INDEX"] == index
+        command = " ".join([*container.get("command", []), *container.get("args", [])])
+        assert "--nnodes 2" in command and "--node-rank $(LWS_WORKER_INDEX)" in command, command
+        assert "--master-addr $(LWS_LEADER_ADDRESS)" in command, command
+    assert "--headless" not in _container(leader)["args"] and "--headless" in _container(worker)["args"]
+
+
+def test_the_models_service_sends_requests_to_leaders_only(multi_node_run):
+    _, observed = multi_node_run
+    assert "group_error" not in observed, observed.get("group_error")
+    assert observed["one_group"]["endpoints"] == [f"{LWS}-0"]
+    if "scale_out" in observed:
+        assert observed["scale_out"]["endpoints"] == [f"{LWS}-0", f"{LWS}-1"]
+
+
+def test_second_preview_shows_no_changes(multi_node_run):
+    results, _ = multi_node_run
+    _step(results, "multi-node-2-preview-no-changes")
+
+
+def test_scale_subresource_adds_and_removes_whole_groups(multi_node_run):
+    _, observed = multi_node_run
+    for step in ("scale_out", "scale_in"):
+        assert f"{step}_error" not in observed, observed.get(f"{step}_error")
+    _check_whole_groups(observed, observed["scale_out"]["pods"], groups=2)
+    _check_whole_groups(observed, observed["scale_in"]["pods"], groups=1)
+    # What an autoscaler reads back from /scale: the groups, and the leaders' selector.
+    scale = observed["scale_out"]["scale"]
+    assert scale["spec"]["replicas"] == 2 and scale["status"]["replicas"] == 2
+    assert f"{WORKER_INDEX_LABEL}=0" in scale["status"]["selector"], scale["status"]
+    assert observed["scale_in"]["endpoints"] == [f"{LWS}-0"]
+
+
+def test_a_deleted_worker_recreates_its_whole_group(multi_node_run):
+    _, observed = multi_node_run
+    assert "recovery_error" not in observed, observed.get("recovery_error")
+    recovery = observed["recovery"]
+    _check_whole_groups(observed, recovery["pods"], groups=1)
+    names = {p["metadata"]["name"]: p["metadata"]["uid"] for p in recovery["pods"]}
+    assert set(names) == set(recovery["before"]), "the same group, by name"
+    assert not set(names.values()) & set(recovery["before"].values()), "leader and worker both new"
+    assert recovery["endpoints"] == [f"{LWS}-0"]
+
+
+def test_the_only_webhooks_after_up_are_the_tests_own(multi_node_run):
+    results, observed = multi_node_run
+    _step(results, "multi-node-1-up")
+    assert observed["webhook_configurations"] == {
+        "mutatingwebhookconfigurations": [CONFIGURATION_NAME],
+        "validatingwebhookconfigurations": [CONFIGURATION_NAME],
+    }
+
+
+def test_destroy_leaves_nothing_of_ours(multi_node_run):
+    results, observed = multi_node_run
+    _step(results, "multi-node-9-destroy")
+    assert observed["after_destroy"] == {
+        "namespaces": [],
+        "managed": [],
+        "leader_worker_sets": [],
+        "group_pods": [],
+    }

@@ -163,80 +163,26 @@ def write_certificates(pki: Path) -> None:
     )
     (pki / "apiserver.ext").write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
     (pki / "admin.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name, subject, ext in (
-        ("apiserver", "/CN=kube-apiserver", "apiserver.ext"),
-        ("admin", "/O=system:masters/CN=vllm-platform-test-admin", "admin.ext"),
-    ):
-        _openssl(
-            pki,
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            subject,
-        )
-        _openssl(
-            pki,
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.crt",
-            "-days",
-            "2",
-            "-extfile",
-            ext,
-        )
+    _signed_certificate(pki, "apiserver", "/CN=kube-apiserver", "apiserver.ext")
+    _signed_certificate(pki, "admin", "/O=system:masters/CN=vllm-platform-test-admin", "admin.ext")
     _openssl(pki, "genrsa", "-out", "sa.key", "2048")
     _openssl(pki, "rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+
+def _signed_certificate(pki: Path, name: str, subject: str, extensions: str) -> None:
+    """`<name>.key` and `<name>.crt` in `pki`: a new key pair for `subject`, signed by the fixture's CA
+    with the extensions file `extensions` (in `pki`)."""
+    _openssl(pki, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", subject)  # fmt: skip
+    _openssl(pki, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", extensions)  # fmt: skip
 
 
 def write_serving_certificate(pki: Path, name: str, sans: Sequence[str]) -> None:
     """`<name>.crt` and `<name>.key` in `pki`, a server certificate for `sans` (e.g. "IP:127.0.0.1")
     signed by the fixture's CA (write_certificates made it), for a webhook server of a test."""
     (pki / f"{name}.ext").write_text(f"subjectAltName={','.join(sans)}\nextendedKeyUsage=serverAuth\n")
-    _openssl(
-        pki,
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        f"{name}.key",
-        "-out",
-        f"{name}.csr",
-        "-subj",
-        f"/CN={name}",
-    )
-    _openssl(
-        pki,
-        "x509",
-        "-req",
-        "-in",
-        f"{name}.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        f"{name}.crt",
-        "-days",
-        "2",
-        "-extfile",
-        f"{name}.ext",
-    )
+    _signed_certificate(pki, name, f"/CN={name}", f"{name}.ext")
 
 
 def write_kubeconfig(path: Path, pki: Path) -> None:

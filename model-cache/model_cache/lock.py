@@ -262,4 +262,7 @@ def wait_for_lock_change(
             on_progress(state, now - unchanged_since)
             next_report = now + progress_interval_seconds
             owner_unreported = state is None
-        time.sleep(poll)
+        # An unreadable lock is a moment in its owner's write: read it again soon (for up to one
+        # poll interval) so a short hold still names its owner; past that it may be a crashed owner,
+        # and the normal poll applies until the ttl judges it stale.
+        time.sleep(poll if state is not None or now - unchanged_since >= poll else min(poll, 0.02))

@@ -171,6 +171,30 @@ def test_a_waiter_names_the_owner_even_when_it_first_reads_the_lock_before_its_o
     assert [report.owner if report else None for report in reports] == [None, "vllm-0:7"]
 
 
+def test_a_hold_shorter_than_one_poll_still_names_its_owner(tmp_path):
+    """CI, 2026-12-05 again: the waiter's first read was empty, the next poll came a second later
+    (ttl 60 s) and the download had ended by then, so no report named the owner."""
+    path = tmp_path / "rev.lock"
+    path.write_bytes(b"")
+    state = LockState("vllm-1:9", "token", 1, time.time(), host="another-node", pid=9)
+
+    def holder() -> None:
+        time.sleep(0.05)
+        path.write_bytes(state.encode())
+        time.sleep(0.3)
+        path.unlink()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    reports = []
+    try:
+        outcome = wait_for_lock_change(path, 60, time.monotonic() + 10, lambda s, age: reports.append(s), 60)
+    finally:
+        thread.join()
+    assert outcome == "released"
+    assert [report.owner if report else None for report in reports] == [None, "vllm-1:9"]
+
+
 def test_a_lock_that_stays_unreadable_is_reported_once_per_interval(tmp_path):
     path = tmp_path / "rev.lock"
     path.write_bytes(b"{torn")

@@ -205,7 +205,12 @@ def adapter_query(rule: dict[str, Any], *, namespace: str, pods: Sequence[str]) 
 
 
 def keda_query(
-    signal: ScalingSignal, *, namespace: str, deployment_name: str, model_name: str | None = None
+    signal: ScalingSignal,
+    *,
+    namespace: str,
+    deployment_name: str,
+    model_name: str | None = None,
+    leaders_only: bool = False,
 ) -> str:
     """The per-pod query of the adapter rule, summed over the Deployment's pods.
 
@@ -213,13 +218,20 @@ def keda_query(
     AverageValue target), so summing the per-pod values makes the threshold a per-pod average,
     exactly like the HPA's Pods metric. A router signal is the adapter's external query for the
     model (`model_name`): already the model's total.
+
+    leaders_only: the workload is a LeaderWorkerSet, whose replicas are groups. Only a group's
+    leader (`<name>-<group>`; its workers are `<name>-<group>-<worker>`) runs the API server and
+    the scheduler whose queue and KV gauges the signals read, so the sum is over leaders: a
+    threshold per group, as the HPA's Pods metric averages over the LWS's `hpaPodSelector`
+    (leaders only).
     """
     if signal.external:
         if model_name is None:
             raise ValueError(f"{signal.series} is per model: pass model_name")
         rule = adapter_external_rule(signal)
         return adapter_external_query(rule, selector=external_metric_selector(model_name))
-    matchers = f'namespace="{namespace}",pod=~"{deployment_name}-.+"'
+    pods = f"{deployment_name}-[0-9]+" if leaders_only else f"{deployment_name}-.+"
+    matchers = f'namespace="{namespace}",pod=~"{pods}"'
     per_pod = per_pod_query_template(signal).replace(SERIES, signal.series).replace(LABEL_MATCHERS, matchers)
     return f"sum({per_pod.replace(GROUP_BY, 'pod')})"
 

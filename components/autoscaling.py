@@ -21,6 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import leader_worker_set
 from components.adapter_rules import (
     SIGNALS,
     external_metric_selector,
@@ -231,6 +232,7 @@ def scaled_object_spec(
                         namespace=namespace,
                         deployment_name=deployment_name,
                         model_name=model_name,
+                        leaders_only=scale_target["kind"] == leader_worker_set.LWS_KIND,
                     ),
                     # KEDA parses the threshold as a float, not as a Kubernetes quantity.
                     "threshold": _plain_number(metric.target_average_value),

@@ -528,7 +528,7 @@ def workload(
                 model,
                 pod_template(config, model, plan, service_account, NodeRole.in_pod(leader=True)),
                 pod_template(config, model, plan, service_account, NodeRole.in_pod(leader=False)),
-                None if autoscaler_owns_replicas(model) else model.replicas,
+                replicas_at_creation(model) if autoscaler_owns_replicas(model) else model.replicas,
             ),
         )
     spec = deployment_spec(config, model, plan, service_account)

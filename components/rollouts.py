@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from components import leader_worker_set
 from infra import vllm_metrics
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
@@ -77,7 +78,15 @@ def uses_canary(model: ModelConfig) -> bool:
 
 
 def workload_reference(model: ModelConfig, name: str) -> dict[str, str]:
-    """What an HPA or KEDA ScaledObject scales: the Deployment, or the Rollout (scale subresource)."""
+    """What an HPA or KEDA ScaledObject scales: the Deployment, the Rollout, or for a multi-node model
+    the LeaderWorkerSet (each through its scale subresource; an LWS's counts whole groups, and its
+    selector, `status.hpaPodSelector`, picks the groups' leaders only)."""
+    if model.is_multi_node:
+        return {
+            "apiVersion": leader_worker_set.LWS_API_VERSION,
+            "kind": leader_worker_set.LWS_KIND,
+            "name": name,
+        }
     if uses_canary(model):
         return {"apiVersion": ROLLOUTS_API_VERSION, "kind": ROLLOUT_KIND, "name": name}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}

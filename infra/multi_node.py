@@ -202,15 +202,6 @@ def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> l
                 )
             )
     model_at = ("models", index)
-    if model.autoscaling.enabled:
-        problems.append(
-            Problem(
-                (*model_at, "autoscaling", "enabled"),
-                True,
-                "autoscaling a multi-node model (whole groups through the LeaderWorkerSet scale subresource) "
-                "is not built yet (issue 42); set replicas and autoscaling.enabled: false",
-            )
-        )
     if model.rollout.strategy != "rolling":
         problems.append(
             Problem(

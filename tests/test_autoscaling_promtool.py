@@ -157,3 +157,50 @@ def test_a_wrong_expectation_fails_the_promtool_test(tmp_path: Path) -> None:
     result = promtool("test", "rules", "adapter_queries_test.yml", cwd=tmp_path)
     assert result.returncode != 0
     assert "avg(adapter:dcgm_fi_prof_pipe_tensor_active)" in result.stdout + result.stderr
+
+
+def _leaders_test(tmp_path: Path, *, leaders_only: bool) -> subprocess.CompletedProcess[str]:
+    """A LeaderWorkerSet `vllm` with two groups of two: leaders `vllm-0`, `vllm-1`, workers `vllm-0-1`,
+    `vllm-1-1`. Workers carry a KV gauge here (a scrape of a headless member would give one); the
+    trigger must count the leaders' engines only: 0.75 + 0 = 0.75."""
+    signal = SIGNALS["vllm:kv_cache_usage_perc"]
+    query = keda_query(signal, namespace=NAMESPACE, deployment_name=DEPLOYMENT, leaders_only=leaders_only)
+    rules = {"groups": [{"name": "keda", "rules": [{"record": "keda:groups", "expr": query}]}]}
+    (tmp_path / RULES_FILE).write_text(yaml.safe_dump(rules, sort_keys=False))
+    gauges = {"vllm-0": "0.75", "vllm-0-1": "0.25", "vllm-1": "0", "vllm-1-1": "0.25"}
+    test = {
+        "rule_files": [RULES_FILE],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": f'vllm:kv_cache_usage_perc{{namespace="{NAMESPACE}",pod="{pod}",'
+                        'container="vllm",job="vllm",engine="0"}',
+                        "values": f"{value}x5",
+                    }
+                    for pod, value in gauges.items()
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": "keda:groups",
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": "keda:groups", "value": 0.75}],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "leaders_test.yml").write_text(yaml.safe_dump(test, sort_keys=False))
+    return promtool("test", "rules", "leaders_test.yml", cwd=tmp_path)
+
+
+def test_a_leader_worker_sets_triggers_count_its_group_leaders_only(tmp_path: Path) -> None:
+    result = _leaders_test(tmp_path, leaders_only=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+    # The one-node form (every pod of the workload) would count the workers too: 1.25, not 0.75.
+    one_node = _leaders_test(tmp_path, leaders_only=False)
+    assert one_node.returncode != 0
+    assert "1.25" in one_node.stdout + one_node.stderr

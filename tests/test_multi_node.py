@@ -168,10 +168,10 @@ def test_a_one_node_model_keeps_tensor_parallel_over_its_gpus() -> None:
             id="tensor-group-does-not-tile-a-node",
         ),
         pytest.param(
-            lambda c: model_of(c).update(autoscaling={"enabled": True, "max_replicas": 1}),
-            "models[0].autoscaling.enabled",
-            "not built yet",
-            id="autoscaling-not-built",
+            lambda c: model_of(c).update(autoscaling={"enabled": True, "max_replicas": 2}),
+            "models[0].autoscaling.max_replicas",
+            "holds at most 1 replicas",
+            id="autoscaled-groups-beyond-the-group",
         ),
     ],
 )
@@ -286,6 +286,20 @@ def test_the_leader_address_the_check_assumes_is_the_one_lws_gives_the_rendered_
 
 
 # --- the LeaderWorkerSet ------------------------------------------------------------------------
+
+
+def autoscaled_render(tmp_path: Path, **autoscaling: Any) -> RenderResult:
+    """The multinode stack with its model autoscaled (`autoscaling` over enabled: true), KEDA and the
+    Prometheus Adapter on, and a group that keeps its two nodes (min_size 2)."""
+    data = stack_data()
+    config = data["config"]
+    model_of(config).pop("replicas", None)
+    model_of(config)["autoscaling"] = {"enabled": True, **autoscaling}
+    group_of(config)["min_size"] = 2
+    config["vllm-platform:addons"] = {"keda": True, "prometheus_adapter": True}
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return render_stack("multinode", stack_file=path, allow_missing_charts=True)
 
 
 def _lws() -> dict[str, Any]:
@@ -528,3 +542,51 @@ def test_the_real_pinned_vllm_parser_accepts_the_rendered_leader_and_worker_argu
         for role, rank in (("leaderTemplate", "0"), ("workerTemplate", "1"))
     ]
     assert check_many_with_real_vllm(lists) == [None, None]
+
+
+# --- autoscaling whole groups ---------------------------------------------------------------------
+
+
+def test_keda_scales_whole_groups_through_the_leader_worker_set_and_counts_leaders_only(
+    tmp_path: Path,
+) -> None:
+    render = autoscaled_render(
+        tmp_path, backend="keda", min_replicas=0, max_replicas=1, wake_hold_seconds=1200
+    )
+    (lws,) = render.find(LWS_KIND, SERVER_NAME, NAMESPACE)
+    # Created at zero: a to-zero group boots no GPU node on the first `up` (the count is KEDA's after).
+    assert lws["spec"]["replicas"] == 0
+    (scaled,) = render.find("ScaledObject", None, NAMESPACE)
+    assert scaled["spec"]["scaleTargetRef"] == {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "name": SERVER_NAME,
+    }
+    queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"] if t["name"] != "router_demand"]
+    assert queries
+    for query in queries:
+        # Leaders are `<name>-<group>`, workers `<name>-<group>-<worker>`: only leaders match.
+        assert f'pod=~"{SERVER_NAME}-[0-9]+"' in query, query
+        assert f'pod=~"{SERVER_NAME}-.+"' not in query, query
+
+
+def test_an_hpa_scales_the_leader_worker_set_and_no_up_resets_its_count(tmp_path: Path) -> None:
+    render = autoscaled_render(tmp_path, backend="hpa", min_replicas=1, max_replicas=1)
+    (lws,) = render.find(LWS_KIND, SERVER_NAME, NAMESPACE)
+    # The HPA owns spec.replicas (the LWS's /scale): `up` leaves it unset, so it never resets a count.
+    assert "replicas" not in lws["spec"]
+    (hpa,) = render.find("HorizontalPodAutoscaler", None, NAMESPACE)
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == LWS_KIND
+    assert hpa["spec"]["scaleTargetRef"]["apiVersion"] == LWS_API_VERSION
+
+
+def test_the_wake_of_a_group_waits_for_its_members_at_the_rendezvous() -> None:
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    (model,) = config.models
+    plan = plan_platform(config).models[model.name]
+    for case in (plan.serving.warm_node, plan.serving.new_node):
+        (step,) = [s for s in case.steps if s.name == "the group's members join the leader's engine"]
+        assert step.seconds == model.startup.group_rendezvous_seconds
+    one_node = load_stack("dev")
+    for case_plan in plan_platform(one_node).models.values():
+        assert not [s for s in case_plan.serving.warm_node.steps if "rendezvous" in s.source]

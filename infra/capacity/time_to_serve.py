@@ -197,7 +197,23 @@ def serving_times(
     )
     # Without an autoscaler nothing watches the load: a replica starts when someone raises `replicas`.
     signal = _signal_steps(model, config, timings) if model.autoscaling.enabled else []
-    warm = TimeToServe("warm_node", (*signal, weights, _vllm_start(timings, WARM_START, False), probe_step))
+    # A multi-node replica is a group: its members start in parallel, then the leader's engine waits
+    # at vLLM's rendezvous until every member has joined (the wake of a group from zero included).
+    rendezvous: tuple[Step, ...] = ()
+    if model.is_multi_node:
+        rendezvous = (
+            Step(
+                "the group's members join the leader's engine",
+                float(model.startup.group_rendezvous_seconds),
+                f"startup.group_rendezvous_seconds ({model.startup.group_rendezvous_seconds} s, an "
+                "allowance not yet measured: docs/multi-node.md)",
+                "pod",
+            ),
+        )
+    warm = TimeToServe(
+        "warm_node",
+        (*signal, weights, _vllm_start(timings, WARM_START, False), *rendezvous, probe_step),
+    )
     node_ready = timings.outside_the_pod["gpu_node_ready"]
     if karpenter_pool:
         # Karpenter's launch path (issue 41): its batch window closes, it creates a NodeClaim and
@@ -231,7 +247,7 @@ def serving_times(
         )
     new = TimeToServe(
         "new_node",
-        (*signal, *node_steps, weights, _vllm_start(timings, WARM_START, True), probe_step),
+        (*signal, *node_steps, weights, _vllm_start(timings, WARM_START, True), *rendezvous, probe_step),
     )
     return ServingTimes(
         model=model.name,

@@ -12,6 +12,10 @@ from tests.support.charts import CHART_DATA_SKIP_REASON, CHARTS_SKIP_REASON
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("dev", "staging", "prod")
+"""The three environments of one program."""
+EXAMPLE_STACKS = ("multinode",)
+"""Shipped stacks beside the environments: `multinode` serves a model larger than one node (issue 42,
+docs/multi-node.md)."""
 TEST_STACKS_DIR = Path(__file__).resolve().parent / "stacks"
 
 _cache: dict[tuple[str, str | None], RenderResult] = {}

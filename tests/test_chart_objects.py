@@ -23,13 +23,13 @@ import pytest
 from components.helm.engine import ChartObject
 from components.scheduling import untolerated_taints
 from infra.render import RenderResult
-from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
+from tests.conftest import EXAMPLE_STACKS, STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import require_charts
 from tests.test_addons_cluster import config_of
 
-ALL_STACKS = [*STACKS, "existing", "multinode"]
-# Stacks of tests/stacks/ by name; `multinode` adds the LWS controller and the EFA device plugin.
-TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml", "multinode": "Pulumi.multinode.yaml"}
+ALL_STACKS = [*STACKS, *EXAMPLE_STACKS, "existing"]
+# `existing` is of tests/stacks/; the shipped `multinode` adds the LWS controller and the EFA device plugin.
+TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml"}
 
 
 def _render(stack: str) -> RenderResult:

@@ -22,12 +22,12 @@ import yaml
 from components.helm.cache import lock_entry_for_path
 from components.helm.lock import LockedChart
 from infra.render import RenderResult
-from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
+from tests.conftest import EXAMPLE_STACKS, STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import chart_data, data_values, data_values_schema
 
-ALL_STACKS = [*STACKS, "existing", "multinode"]
-# Stacks of tests/stacks/ by name; `multinode` adds the LWS controller and the EFA device plugin.
-TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml", "multinode": "Pulumi.multinode.yaml"}
+ALL_STACKS = [*STACKS, *EXAMPLE_STACKS, "existing"]
+# `existing` is of tests/stacks/; the shipped `multinode` adds the LWS controller and the EFA device plugin.
+TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml"}
 
 # Keys whose value the chart passes through to an object or a command line without reading its
 # keys, so the defaults cannot list them all. (dotted path; `*` matches one key)

@@ -13,12 +13,12 @@ import jsonschema
 import pytest
 
 from infra.render import RenderResult
-from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
+from tests.conftest import EXAMPLE_STACKS, STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import data_crds, require_charts
 
-ALL_STACKS = [*STACKS, "existing", "multinode"]
-# Stacks of tests/stacks/ by name: `multinode` holds the LeaderWorkerSet (issue 42).
-TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml", "multinode": "Pulumi.multinode.yaml"}
+ALL_STACKS = [*STACKS, *EXAMPLE_STACKS, "existing"]
+# `existing` is of tests/stacks/; the shipped `multinode` holds the LeaderWorkerSet (issue 42).
+TEST_STACK_FILES = {"existing": "Pulumi.existing.yaml"}
 
 
 def _render(stack: str) -> RenderResult:

@@ -1,6 +1,6 @@
 """A multi-node model on the real control plane, with the real LeaderWorkerSet controller (issue 42).
 
-The stack is tests/stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge nodes per
+The stack is stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge nodes per
 replica, one LeaderWorkerSet group each) moved onto the fixture's cluster: mode `existing`, the
 fixture's context, the GPU group at four nodes (room for a second group), system nodes big enough
 for the router. The KWOK nodes declare what the pods ask for: 8 GPUs and 32 `vpc.amazonaws.com/efa`
@@ -34,6 +34,12 @@ Steps (one module-scoped run; each test checks one):
     /scale of the LeaderWorkerSet 1 -> 2 (a second whole group) -> 1, as KEDA's operator or the HPA
     controller would write it →
     a worker pod deleted: its whole group recreated (RecreateGroupAfterStart: new leader too) →
+    KEDA's real operator (tests/cluster/control_plane.py) given the model's ScaledObject as
+    components/autoscaling.py renders it for a to-zero group (its target the LeaderWorkerSet), the
+    triggers swapped for KEDA's `kubernetes-workload` scaler since this cluster runs no Prometheus
+    (demand = pods labelled `vllm-platform-test/demand`): no demand -> the set at 0 groups; a demand
+    pod -> one whole group; the pod gone -> 0 again (KEDA's own 0 <-> 1 path through /scale; the
+    1 -> N path reads its metrics adapter, which does not run here) →
     destroy: nothing of ours left.
 The times are written to out/deploy-tests/multi-node.json (docs/multi-node.md quotes them).
 """
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,21 +57,25 @@ from typing import Any
 import pytest
 import yaml
 
+from components.autoscaling import KEDA_API_VERSION, scaled_object_spec
 from components.leader_worker_set import EFA_RESOURCE, WORKER_INDEX_LABEL
 from components.model_service import SERVER_NAME
+from components.rollouts import workload_reference
+from infra.config.loader import STACKS_DIR
+from infra.config.models import AutoscalingConfig, ModelConfig
 from infra.stack_checks import load_stack
 from tests.cluster import tools
-from tests.cluster.control_plane import Cluster, ClusterError
+from tests.cluster.control_plane import KEDA_NAMESPACE, Cluster, ClusterError, start_keda_operator
 from tests.cluster.fixtures import REPO, cluster_for, require_chart_cache, require_cluster_tools
 from tests.cluster.lws import CONFIGURATION_NAME, install_lws_api, missing_reason, start_lws_controller
 from tests.cluster.pulumi_project import write_project
-from tests.conftest import TEST_STACKS_DIR
+from tests.support.charts import data_crds
 from tests.test_deploy_pulumi import Deployer
 
 pytestmark = pytest.mark.cluster
 
 ARTEFACTS = REPO / "out" / "deploy-tests"
-MULTINODE_STACK_FILE = TEST_STACKS_DIR / "Pulumi.multinode.yaml"
+MULTINODE_STACK_FILE = STACKS_DIR / "Pulumi.multinode.yaml"
 MODEL = "llama-3-1-405b"
 NAMESPACE = f"vllm-{MODEL}"
 GPU_GROUP = "h100"
@@ -169,6 +180,8 @@ def multi_node_run(tmp_path_factory):
         observed["nodes"] = {n["metadata"]["name"]: n for n in cluster.get("nodes")}
         try:
             _run(cluster, deployer, observed)
+            if "recovery" in observed:
+                _keda_drives_whole_groups(cluster, config.models[0], observed)
         finally:
             start = time.monotonic()
             deployer.run("multi-node-9-destroy", "destroy")
@@ -252,6 +265,130 @@ def _run(cluster: Cluster, deployer: Deployer, observed: dict[str, Any]) -> None
         return
     times["group_recreated_after_worker_deleted_seconds"] = round(time.monotonic() - start, 1)
     observed["recovery"] = {"deleted": worker, "before": before, **_snapshot(cluster, pods)}
+
+
+DEMAND_LABEL = "vllm-platform-test/demand"
+KEDA_POLLING_SECONDS = 5
+"""autoscaling.keda_polling_interval_seconds's minimum; a to-zero ScaledObject's cooldown is one poll."""
+
+
+def _scaled_object(model: ModelConfig) -> dict[str, Any]:
+    """The model's ScaledObject as the stack renders it for min_replicas 0 (target: the
+    LeaderWorkerSet), its Prometheus triggers swapped for one KEDA scaler that needs no Prometheus:
+    the count of demand pods in the namespace (active above 0, one group per pod)."""
+    autoscaling = AutoscalingConfig(
+        enabled=True,
+        backend="keda",
+        min_replicas=0,
+        max_replicas=1,
+        keda_polling_interval_seconds=KEDA_POLLING_SECONDS,
+    )
+    spec = scaled_object_spec(
+        autoscaling,
+        workload_reference(model, LWS),
+        NAMESPACE,
+        "http://prometheus.invalid:9090",
+        model_name=model.name,
+    )
+    spec["triggers"] = [
+        {
+            "type": "kubernetes-workload",
+            "name": "demand",
+            "metricType": "AverageValue",
+            "metadata": {"podSelector": f"{DEMAND_LABEL}=yes", "value": "1", "activationValue": "0"},
+        }
+    ]
+    return {
+        "apiVersion": KEDA_API_VERSION,
+        "kind": "ScaledObject",
+        "metadata": {"name": LWS, "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
+def _demand_pod() -> dict[str, Any]:
+    """A pod the namespace's `restricted` Pod Security admits, on a system node (KWOK runs it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "demand", "namespace": NAMESPACE, "labels": {DEMAND_LABEL: "yes"}},
+        "spec": {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "demand",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"cpu": "10m", "memory": "16Mi"},
+                    },
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+        },
+    }
+
+
+def _set_replicas(cluster: Cluster) -> int | None:
+    return cluster.get("leaderworkerset", namespace=NAMESPACE, name=LWS)["spec"].get("replicas")
+
+
+def _keda_drives_whole_groups(cluster: Cluster, model: ModelConfig, observed: dict[str, Any]) -> None:
+    reason = tools.missing_reason(["keda-operator"])
+    if reason:
+        observed["keda_skipped"] = reason
+        return
+    times = observed["times"]
+    crds = [crd for (group, _), crd in data_crds().items() if group == "keda.sh"]
+    cluster.apply_objects(
+        [*crds, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KEDA_NAMESPACE}}]
+    )
+    for crd in crds:
+        cluster.kubectl(
+            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
+        )
+    start_keda_operator(cluster)
+    scaled_object = _scaled_object(model)
+    observed["keda_scaled_object"] = scaled_object
+    start = time.monotonic()
+    applied = cluster.apply_objects([scaled_object])
+    if applied.returncode != 0:
+        observed["keda_error"] = f"the ScaledObject was refused: {applied.stderr}"
+        return
+
+    def at_zero() -> bool:
+        return _set_replicas(cluster) == 0 and not _group_pods(cluster)
+
+    try:
+        cluster.wait_for("KEDA to scale the set to 0 groups (no demand)", at_zero, timeout=WAIT_SECONDS)
+        times["keda_to_zero_seconds"] = round(time.monotonic() - start, 1)
+        start = time.monotonic()
+        created = cluster.apply_objects([_demand_pod()])
+        if created.returncode != 0:
+            observed["keda_error"] = f"the demand pod was refused: {created.stderr}"
+            return
+        pods = cluster.wait_for(
+            "KEDA to wake one whole group", lambda: _groups_running(cluster, 1), timeout=WAIT_SECONDS
+        )
+        times["keda_wake_one_group_seconds"] = round(time.monotonic() - start, 1)
+        observed["keda_woken"] = {**_snapshot(cluster, pods), "replicas": _set_replicas(cluster)}
+        start = time.monotonic()
+        cluster.kubectl("delete", "pod", "demand", "-n", NAMESPACE, "--wait=false")
+        cluster.wait_for("KEDA to scale the set back to 0 groups", at_zero, timeout=WAIT_SECONDS)
+        times["keda_back_to_zero_seconds"] = round(time.monotonic() - start, 1)
+    except ClusterError as error:
+        observed["keda_error"] = f"{error}; replicas: {_set_replicas(cluster)}; pods: {_group_pods(cluster)}"
+    finally:
+        with contextlib.suppress(ClusterError, subprocess.SubprocessError):
+            observed["keda_status"] = cluster.get("scaledobjects.keda.sh", namespace=NAMESPACE, name=LWS).get(
+                "status", {}
+            )
+        # Gone before destroy: KEDA's finalizer and its HPA go with the ScaledObject.
+        cluster.kubectl("delete", "scaledobjects.keda.sh", LWS, "-n", NAMESPACE, "--timeout=60s", check=False)
 
 
 def _timestamp(value: str) -> datetime:
@@ -385,6 +522,22 @@ def test_a_deleted_worker_recreates_its_whole_group(multi_node_run):
     assert set(names) == set(recovery["before"]), "the same group, by name"
     assert not set(names.values()) & set(recovery["before"].values()), "leader and worker both new"
     assert recovery["endpoints"] == [f"{LWS}-0"]
+
+
+def test_kedas_operator_scales_the_set_by_whole_groups_to_zero_and_back(multi_node_run):
+    _, observed = multi_node_run
+    if "keda_skipped" in observed:
+        pytest.skip(f"KEDA's operator could not be built here: {observed['keda_skipped']}")
+    assert "recovery" in observed, "an earlier step failed; KEDA's step did not run"
+    assert "keda_error" not in observed, (observed.get("keda_error"), observed.get("keda_status"))
+    target = observed["keda_scaled_object"]["spec"]["scaleTargetRef"]
+    assert target == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": LWS}
+    woken = observed["keda_woken"]
+    assert woken["replicas"] == 1
+    _check_whole_groups(observed, woken["pods"], groups=1)
+    assert woken["endpoints"] == [f"{LWS}-0"]
+    for step in ("keda_to_zero_seconds", "keda_wake_one_group_seconds", "keda_back_to_zero_seconds"):
+        assert step in observed["times"], observed["times"]
 
 
 def test_the_only_webhooks_after_up_are_the_tests_own(multi_node_run):

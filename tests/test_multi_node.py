@@ -2,7 +2,7 @@
 vLLM multi-node arguments of leader and worker, the LeaderWorkerSet and its EFA wiring, and the AWS
 layer of a multi-node group (under Pulumi mocks: nothing here reaches AWS).
 
-The stack is tests/stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge), varied.
+The stack is stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge), varied.
 """
 
 from __future__ import annotations
@@ -32,14 +32,15 @@ from components.vllm_arguments import (
 from infra.capacity.plan import plan_platform
 from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
 from infra.config import ConfigError
+from infra.config.loader import STACKS_DIR
 from infra.render import RenderResult, render_stack
 from infra.stack_checks import load_stack
 from infra.versions import LWS_CONTROLLER_IMAGE
 from infra.vllm_flags import check_server_arguments
-from tests.conftest import TEST_STACKS_DIR, rendered
+from tests.conftest import rendered
 from tests.support.charts import data_values, require_chart_data
 
-MULTINODE_STACK = TEST_STACKS_DIR / "Pulumi.multinode.yaml"
+MULTINODE_STACK = STACKS_DIR / "Pulumi.multinode.yaml"
 NAMESPACE = "vllm-llama-3-1-405b"
 
 

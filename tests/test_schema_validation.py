@@ -25,14 +25,13 @@ from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, all_
 from infra.render import write_render
 from infra.stack_checks import load_stack
 from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
-from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
+from tests.conftest import EXAMPLE_STACKS, STACKS, TEST_STACKS_DIR, rendered
 from tests.support.argo_rollouts_crds import crd_schema_problems, strict
 from tests.support.charts import data_crds
 
 RENDERED_STACKS = {
-    **dict.fromkeys(STACKS),
+    **dict.fromkeys((*STACKS, *EXAMPLE_STACKS)),
     "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml",
-    "multinode": TEST_STACKS_DIR / "Pulumi.multinode.yaml",
 }
 CustomResourceCheck = Callable[[dict[str, Any]], list[str]]
 

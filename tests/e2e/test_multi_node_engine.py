@@ -2,13 +2,15 @@
 processes (issue 42): vLLM 0.32.0's CPU build, tensor parallel 2 across two "nodes" that are two
 process groups on loopback, the worker `--headless`, answering a completion on the leader's API.
 
-The stack is tests/stacks/Pulumi.multinode.yaml varied to one GPU per node and tensor parallelism
+The stack is stacks/Pulumi.multinode.yaml varied to one GPU per node and tensor parallelism
 across the two nodes, so the CPU build can run it. What changes between the rendered pods and this
 test: the LWS variables are expanded as the kubelet would (rank 0 and 1, the leader's address
 127.0.0.1), the master port is a free one, and `cpu_arguments` swaps in the tiny model with dummy
-weights and its context length (tests/e2e/conftest.py). Not covered here: separate network
-namespaces, and the router in front (the leader-only selection is tested on the render,
-tests/test_multi_node.py).
+weights and its context length (tests/e2e/conftest.py). The stack's rendered model router (the pinned
+vllm-router) then serves a completion in front of the leader, as the router pod does: its rendered
+discovery selects group leaders only (`leaderworkerset.sigs.k8s.io/worker-index=0`, checked here on
+its arguments); outside a cluster it is given the leader's URL instead. Not covered here: separate
+network namespaces (the two processes share loopback).
 
 Found while writing it: the same two processes with pipeline parallelism 2 (tensor 1) form the group
 and pass /health on the CPU build, but the first request kills the engine (vLLM 0.32.0 CPU,
@@ -26,11 +28,13 @@ import httpx
 import pytest
 import yaml
 
-from components.leader_worker_set import LWS_KIND
+from components.leader_worker_set import LWS_KIND, WORKER_INDEX_LABEL
 from components.server_auth import CONFIG_MAP_NAME
+from infra.config.loader import STACKS_DIR
 from infra.render import render_stack
-from tests.conftest import TEST_STACKS_DIR
 from tests.e2e.conftest import API_KEY, cpu_arguments
+from tests.e2e.test_router import loopback_arguments
+from tests.support.vllm_router import require_router_python, start_router, stop_router
 from tests.support.vllm_server import (
     REPO_ROOT,
     RunningVllmServer,
@@ -49,7 +53,7 @@ GROUP_TIMEOUT_SECONDS = 420
 
 
 def _tensor_across_two_nodes_stack(tmp_path: Path) -> Path:
-    data = yaml.safe_load((TEST_STACKS_DIR / "Pulumi.multinode.yaml").read_text())
+    data = yaml.safe_load((STACKS_DIR / "Pulumi.multinode.yaml").read_text())
     config = data["config"]
     config["vllm-platform:node_groups"]["gpu"] = {
         "l40s": {"instance_types": ["g6e.8xlarge"], "min_size": 0, "desired_size": 2, "max_size": 2}
@@ -149,6 +153,33 @@ def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
         worker_text = worker_log.read_text(errors="replace")
         assert "world_size=2 rank=1" in worker_text, worker.log_tail()
         assert "TP rank 1" in worker_text
+        _completion_through_the_model_router(render, leader.base_url, tmp_path)
     finally:
         stop_vllm_server(leader)
         stop_vllm_server(worker)
+
+
+def _completion_through_the_model_router(render: Any, leader_url: str, tmp_path: Path) -> None:
+    """The rendered model router's arguments, its discovery swapped for the leader's URL, answer a
+    completion from the group (the router pod's path to the model)."""
+    require_router_python()
+    (deployment,) = render.find("Deployment", namespace="vllm-router")
+    (container,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"].startswith("route-")
+    ]
+    # In the cluster the router finds the group's leaders only: workers serve no API.
+    assert f"{WORKER_INDEX_LABEL}=0" in container["args"], container["args"]
+    router = start_router(
+        loopback_arguments(container["args"], [leader_url]), log_path=tmp_path / "router.log"
+    )
+    try:
+        response = httpx.post(
+            f"{router.base_url}/v1/completions",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            json={"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "hello again", "max_tokens": 8},
+            timeout=120,
+        )
+        assert response.status_code == 200, (response.text, router.log_tail())
+        assert response.json()["usage"]["completion_tokens"] == 8
+    finally:
+        stop_router(router)

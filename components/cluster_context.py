@@ -11,6 +11,18 @@ from infra.config import PlatformConfig
 
 
 @dataclass(frozen=True)
+class KarpenterMultiNodePlacement:
+    """What a multi-node group's managed nodes get from their launch template, for a Karpenter pool's
+    EC2NodeClass: one cluster placement group, one subnet (so one zone), and the EFA security group
+    (all traffic to and from itself). Karpenter gives a node EFA interfaces itself when its pods
+    request `vpc.amazonaws.com/efa` (EKS user guide, "Manage EFA devices")."""
+
+    placement_group: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    efa_security_group_id: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
 class ClusterContext:
     cluster_name: str
     region: str
@@ -29,6 +41,9 @@ class ClusterContext:
     (infra/aws/karpenter.py), for every EC2NodeClass."""
     karpenter_interruption_queue: pulumi.Input[str] | None = None
     """The SQS queue (name) of Karpenter's interruption handling, for the controller's settings."""
+    karpenter_multi_node: Mapping[str, KarpenterMultiNodePlacement] = field(default_factory=dict)
+    """Karpenter pools whose replicas span nodes (infra/multi_node.py group_needs_efa) → where their
+    nodes go: the AWS layer's placement group, EFA security group and one subnet."""
 
     def role_arn_for(self, namespace: str, service_account: str) -> pulumi.Input[str] | None:
         return self.service_account_role_arns.get(f"{namespace}/{service_account}")

@@ -30,7 +30,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.cluster_context import ClusterContext
+from components.cluster_context import ClusterContext, KarpenterMultiNodePlacement
 from components.helm.release import ChartRelease, install_chart
 from components.labels import PART_OF
 from components.service_accounts import KARPENTER
@@ -123,9 +123,17 @@ def node_user_data(group: GpuNodeGroupConfig) -> str:
 
 
 def ec2_node_class(
-    group_name: str, group: GpuNodeGroupConfig, cluster_name: str, node_role: pulumi.Input[str]
+    group_name: str,
+    group: GpuNodeGroupConfig,
+    cluster_name: str,
+    node_role: pulumi.Input[str],
+    multi_node: KarpenterMultiNodePlacement | None = None,
 ) -> dict[str, Any]:
-    """The EC2NodeClass of one GPU group (karpenter.k8s.aws/v1)."""
+    """The EC2NodeClass of one GPU group (karpenter.k8s.aws/v1). `multi_node`: the pool holds replicas
+    that span nodes, whose nodes go where a managed multi-node group's go (one subnet, hence one zone;
+    the EFA security group besides the discovered ones; the AWS layer's cluster placement group unless
+    the pool names its own). Their EFA interfaces Karpenter adds itself for pods that request
+    `vpc.amazonaws.com/efa`, which every member of a group does (components/leader_worker_set.py)."""
     pool = group.karpenter
     discovery = [{"tags": {"karpenter.sh/discovery": cluster_name}}]
     devices = []
@@ -160,6 +168,10 @@ def ec2_node_class(
     }
     if pool.capacity_reservation_ids:
         spec["capacityReservationSelectorTerms"] = [{"id": cr} for cr in pool.capacity_reservation_ids]
+    if multi_node is not None:
+        spec["subnetSelectorTerms"] = [{"id": multi_node.subnet_id}]
+        spec["securityGroupSelectorTerms"] = [*discovery, {"id": multi_node.efa_security_group_id}]
+        spec["placementGroupSelector"] = {"name": multi_node.placement_group}
     if pool.placement_group:
         spec["placementGroupSelector"] = {"name": pool.placement_group}
     return {
@@ -243,7 +255,11 @@ class KarpenterPools(pulumi.ComponentResource):
                         "node role of infra/aws/karpenter.py (addons.karpenter on)"
                     )
                 node_class = ec2_node_class(
-                    group_name, group, args.context.cluster_name, args.context.karpenter_node_role
+                    group_name,
+                    group,
+                    args.context.cluster_name,
+                    args.context.karpenter_node_role,
+                    args.context.karpenter_multi_node.get(group_name),
                 )
                 depends.append(_custom_object(f"{name}-{group_name}-node-class", node_class, self, after))
             self.node_pools[group_name] = _custom_object(

@@ -591,3 +591,50 @@ def test_the_wake_of_a_group_waits_for_its_members_at_the_rendezvous() -> None:
     one_node = load_stack("dev")
     for case_plan in plan_platform(one_node).models.values():
         assert not [s for s in case_plan.serving.warm_node.steps if "rendezvous" in s.source]
+
+
+# --- a multi-node group on a Karpenter pool ------------------------------------------------------------
+
+
+def karpenter_pool_render(tmp_path: Path) -> RenderResult:
+    data = stack_data()
+    config = data["config"]
+    group_of(config)["provisioner"] = "karpenter"
+    config["vllm-platform:addons"] = {"karpenter": {"enabled": True}}
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return render_stack("multinode", stack_file=path, allow_missing_charts=True)
+
+
+def test_a_multi_node_karpenter_pool_launches_where_a_managed_multi_node_group_does(tmp_path: Path) -> None:
+    """One subnet (one zone), a cluster placement group of the AWS layer's, the EFA security group
+    beside the discovered ones; no managed group for it; every member asks for the EFA devices (what
+    makes Karpenter attach EFA interfaces) and is not disrupted by Karpenter."""
+    render = karpenter_pool_render(tmp_path)
+    (node_class,) = render.find("EC2NodeClass", "h100")
+    spec = node_class["spec"]
+    placement = _aws(render, "aws:ec2/placementGroup:PlacementGroup", "aws-nodes-h100-placement")
+    assert placement["strategy"] == "cluster"
+    assert spec["placementGroupSelector"]["name"]
+    (subnet,) = spec["subnetSelectorTerms"]
+    system = _aws(render, "aws:eks/nodeGroup:NodeGroup", "aws-nodes-system")
+    assert subnet["id"] == system["subnetIds"][0]
+    ingress = _aws(
+        render, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "aws-nodes-efa-self-ingress"
+    )
+    terms = spec["securityGroupSelectorTerms"]
+    assert {"id": ingress["securityGroupId"]} in terms
+    assert {"tags": {"karpenter.sh/discovery": "vllm-multinode"}} in terms
+    assert "aws-nodes-h100" not in [r.name for r in render.aws("aws:eks/nodeGroup:NodeGroup")]
+    (lws,) = render.find(LWS_KIND, SERVER_NAME, NAMESPACE)
+    for role in ("leaderTemplate", "workerTemplate"):
+        template = lws["spec"]["leaderWorkerTemplate"][role]
+        assert _server(template)["resources"]["requests"][EFA_RESOURCE] == "32"
+        assert template["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+
+
+def test_a_one_node_karpenter_pool_keeps_its_discovered_subnets_and_no_placement_group() -> None:
+    (node_class,) = rendered("staging").find("EC2NodeClass", "l40s")
+    spec = node_class["spec"]
+    assert spec["subnetSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "vllm-staging"}}]
+    assert "placementGroupSelector" not in spec

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from components.cluster_context import ClusterContext
+from components.cluster_context import ClusterContext, KarpenterMultiNodePlacement
 from components.service_accounts import EBS_CSI_CONTROLLER
 from infra.aws.addons import ManagedAddons, ManagedAddonsArgs, addons_after_nodes, addons_before_nodes
 from infra.aws.cluster import EksCluster, EksClusterArgs, admin_principals, kubeconfig
@@ -105,6 +105,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
             ),
             opts=children,
         )
+        efa_pools = tuple(g for g in efa_groups(config) if config.node_groups.gpu[g].is_karpenter_pool)
         nodes = NodeGroups(
             f"{name}-nodes",
             NodeGroupsArgs(
@@ -120,6 +121,7 @@ class AwsInfrastructure(pulumi.ComponentResource):
                 },
                 vpc_id=network.vpc_id,
                 cluster_security_group_id=cluster.security_group_id,
+                efa_pools=efa_pools,
             ),
             opts=children,
         )
@@ -193,6 +195,16 @@ class AwsInfrastructure(pulumi.ComponentResource):
             web_acl_arn=web_acl.arn if web_acl is not None else None,
             karpenter_node_role=karpenter.node_role_name if karpenter else None,
             karpenter_interruption_queue=karpenter.queue_name if karpenter else None,
+            karpenter_multi_node={
+                pool: KarpenterMultiNodePlacement(
+                    # A placement group's id is its name (EC2 names them; the provider's `id`).
+                    placement_group=nodes.placement_groups[pool].id,
+                    subnet_id=network.private_subnet_ids[0],
+                    efa_security_group_id=nodes.efa_security_group.id,
+                )
+                for pool in efa_pools
+                if nodes.efa_security_group is not None
+            },
         )
         self.register_outputs(
             {

@@ -288,6 +288,9 @@ class NodeGroupsArgs:
     cluster_security_group_id: pulumi.Input[str] | None = None
     """Needed with efa_interfaces: EKS's cluster security group, which the EFA nodes' interfaces must
     carry themselves (a launch template with interfaces replaces the one EKS would attach)."""
+    efa_pools: Sequence[str] = ()
+    """Karpenter pools whose replicas span nodes: each gets a cluster placement group and the EFA
+    security group here; its EC2NodeClass names them (components/karpenter.py)."""
 
 
 class NodeGroups(pulumi.ComponentResource):
@@ -327,10 +330,14 @@ class NodeGroups(pulumi.ComponentResource):
         self.efa_security_group: aws.ec2.SecurityGroup | None = None
         self.placement_groups: dict[str, aws.ec2.PlacementGroup] = {}
         specs = node_group_specs(args.plain_cluster_name, args.node_groups, args.efa_interfaces)
-        if any(spec.efa_interfaces for spec in specs):
+        if any(spec.efa_interfaces for spec in specs) or args.efa_pools:
             self.efa_security_group = self._efa_security_group(name, args)
         for spec in specs:
             self.groups[spec.name] = self._group(name, spec, args, role, [access_entry, *attachments])
+        for pool in args.efa_pools:
+            # As for a managed multi-node group: one cluster placement group (hence one zone; the pool's
+            # EC2NodeClass also selects the first private subnet only).
+            self.placement_groups[pool] = self._placement_group(name, pool, args.plain_cluster_name)
 
         self.node_role_arn = role.arn
         self.register_outputs(
@@ -338,6 +345,14 @@ class NodeGroups(pulumi.ComponentResource):
                 "node_role_arn": self.node_role_arn,
                 "node_groups": {group_name: group.arn for group_name, group in self.groups.items()},
             }
+        )
+
+    def _placement_group(self, name: str, group_name: str, cluster_name: str) -> aws.ec2.PlacementGroup:
+        return aws.ec2.PlacementGroup(
+            f"{name}-{group_name}-placement",
+            strategy="cluster",
+            tags={"Name": f"{cluster_name}-{group_name}"},
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
     def _efa_security_group(self, name: str, args: NodeGroupsArgs) -> aws.ec2.SecurityGroup:
@@ -387,12 +402,7 @@ class NodeGroups(pulumi.ComponentResource):
         if spec.efa_interfaces:
             # A multi-node group: one cluster placement group (the nodes of a replica close together
             # on the network), hence one zone: the first private subnet's.
-            placement_group = aws.ec2.PlacementGroup(
-                f"{name}-{spec.name}-placement",
-                strategy="cluster",
-                tags={"Name": f"{args.plain_cluster_name}-{spec.name}"},
-                opts=child,
-            )
+            placement_group = self._placement_group(name, spec.name, args.plain_cluster_name)
             self.placement_groups[spec.name] = placement_group
             subnet_ids = subnet_ids[:1]
             assert self.efa_security_group is not None

@@ -35,6 +35,8 @@ _EKS_TAINT_EFFECTS = {
 _HARD_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 # Rollout: Argo Rollouts' replacement for a Deployment (canary models); same spec.template.
 _WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Rollout")
+LWS_KIND = "LeaderWorkerSet"
+"""A model larger than one node (issue 42): groups of pods from a leader and a worker template."""
 
 
 @dataclass(frozen=True)
@@ -141,11 +143,54 @@ def pod_spec(resource: Resource) -> Mapping[str, Any] | None:
     return None
 
 
+def _lws_templates(resource: Resource) -> list[tuple[str, Mapping[str, Any]]]:
+    """A LeaderWorkerSet's (role, pod template): the leader's defaults to the worker's, as LWS does."""
+    group = _mapping(_mapping(resource.props.get("spec")).get("leaderWorkerTemplate"))
+    worker = _mapping(group.get("workerTemplate"))
+    return [("leader", _mapping(group.get("leaderTemplate")) or worker), ("worker", worker)]
+
+
+def pod_specs(resource: Resource) -> list[tuple[str, Mapping[str, Any]]]:
+    """(role, pod spec) of every pod template the object creates pods from: one, role "", for the
+    workload kinds; a LeaderWorkerSet's leader and worker. Empty for objects without pods."""
+    if resource.kind == LWS_KIND:
+        return [(role, _mapping(template.get("spec"))) for role, template in _lws_templates(resource)]
+    spec = pod_spec(resource)
+    return [] if spec is None else [("", spec)]
+
+
+def _each_template(
+    resource: Resource,
+    settings: PolicySettings,
+    check: Callable[[Mapping[str, Any], PolicySettings], list[str]],
+) -> list[str]:
+    """`check` over each pod spec of `resource`; a LeaderWorkerSet's findings name their template."""
+    return [
+        f"{role} template: {problem}" if role else problem
+        for role, spec in pod_specs(resource)
+        for problem in check(spec, settings)
+    ]
+
+
 def pod_template_labels(resource: Resource) -> Mapping[str, Any]:
     spec = _mapping(resource.props.get("spec"))
     if resource.kind == "Pod":
         return _mapping(resource.metadata.get("labels"))
+    if resource.kind == LWS_KIND:
+        # What a selector must match on every member: the labels both templates carry.
+        leader, worker = (
+            _mapping(_mapping(t.get("metadata")).get("labels")) for _, t in _lws_templates(resource)
+        )
+        return {key: value for key, value in leader.items() if worker.get(key) == value}
     return _mapping(_mapping(_mapping(spec.get("template")).get("metadata")).get("labels"))
+
+
+def pods_per_replica(resource: Resource) -> int:
+    """A LeaderWorkerSet's replica is a group of `size` pods; every other workload's is one pod."""
+    if resource.kind != LWS_KIND:
+        return 1
+    group = _mapping(_mapping(resource.props.get("spec")).get("leaderWorkerTemplate"))
+    return int(group.get("size", 1))
 
 
 def all_containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
@@ -340,8 +385,11 @@ def _node_pool_group(resource: Resource) -> NodeGroup:
 
 
 def check_gpu_pods_target_gpu_nodes(resource: Resource, settings: PolicySettings) -> list[str]:
-    spec = pod_spec(resource)
-    if spec is None or not requests_gpus(spec):
+    return _each_template(resource, settings, _gpu_pod_targets_gpu_nodes)
+
+
+def _gpu_pod_targets_gpu_nodes(spec: Mapping[str, Any], settings: PolicySettings) -> list[str]:
+    if not requests_gpus(spec):
         return []
     problems = []
     if not _mapping(spec.get("nodeSelector")) and not _required_node_selector_terms(spec):
@@ -360,9 +408,10 @@ def check_gpu_pods_target_gpu_nodes(resource: Resource, settings: PolicySettings
 
 
 def check_gpu_request_equals_limit(resource: Resource, settings: PolicySettings) -> list[str]:
-    spec = pod_spec(resource)
-    if spec is None:
-        return []
+    return _each_template(resource, settings, _gpu_request_equals_limit)
+
+
+def _gpu_request_equals_limit(spec: Mapping[str, Any], settings: PolicySettings) -> list[str]:
     problems = []
     for container in all_containers(spec):
         request, limit = _gpu_quantities(container)
@@ -378,9 +427,10 @@ def check_gpu_request_equals_limit(resource: Resource, settings: PolicySettings)
 
 
 def check_vllm_pods_start_and_drain_safely(resource: Resource, settings: PolicySettings) -> list[str]:
-    spec = pod_spec(resource)
-    if spec is None:
-        return []
+    return _each_template(resource, settings, _vllm_pod_starts_and_drains_safely)
+
+
+def _vllm_pod_starts_and_drains_safely(spec: Mapping[str, Any], settings: PolicySettings) -> list[str]:
     memory_volumes = {
         str(_mapping(v).get("name"))
         for v in _sequence(spec.get("volumes"))
@@ -405,7 +455,10 @@ def check_vllm_pods_start_and_drain_safely(resource: Resource, settings: PolicyS
                 "Memory "
                 "at /dev/shm (NCCL and vLLM's worker IPC outgrow the runtime's 64 MiB default, also at TP=1)"
             )
-        if not _mapping(container.get("startupProbe")):
+        # A headless member of a multi-node group (`vllm serve --headless`) serves no API: its
+        # group's leader carries the probes.
+        headless = "--headless" in _container_words(container)
+        if not headless and not _mapping(container.get("startupProbe")):
             problems.append(
                 f"vLLM container '{name}' has no startupProbe; loading a model takes minutes, give it a "
                 "startupProbe on /health sized from the model (not a fixed initialDelaySeconds)"
@@ -433,9 +486,10 @@ _FLOATING_TAGS = {"latest", "stable", "main", "master", "nightly", "edge", "dev"
 
 
 def check_images_pinned(resource: Resource, settings: PolicySettings) -> list[str]:
-    spec = pod_spec(resource)
-    if spec is None:
-        return []
+    return _each_template(resource, settings, _images_pinned)
+
+
+def _images_pinned(spec: Mapping[str, Any], settings: PolicySettings) -> list[str]:
     problems = []
     for container in all_containers(spec):
         image = str(container.get("image") or "")
@@ -560,21 +614,7 @@ def _is_chart_webhook_certificate(resource: Resource) -> bool:
 
 
 def check_no_secret_literals(resource: Resource, settings: PolicySettings) -> list[str]:
-    problems = []
-    spec = pod_spec(resource)
-    if spec is not None:
-        for container in all_containers(spec):
-            for env in map(_mapping, _sequence(container.get("env"))):
-                value = env.get("value")
-                if value in (None, ""):
-                    continue
-                name = str(env.get("name", ""))
-                if looks_like_secret_name(name) or _SECRET_VALUE.search(str(value)):
-                    problems.append(
-                        f"container '{container.get('name')}' sets env {name} to a literal value; "
-                        "read it from "
-                        "the secret store (CSI-mounted Secret via valueFrom.secretKeyRef or a mounted file)"
-                    )
+    problems = _each_template(resource, settings, _no_secret_env_literals)
     if resource.kind == "ConfigMap":
         for section in ("data", "binaryData"):
             for key, value in _mapping(resource.props.get(section)).items():
@@ -601,6 +641,23 @@ def check_no_secret_literals(resource: Resource, settings: PolicySettings) -> li
     return problems
 
 
+def _no_secret_env_literals(spec: Mapping[str, Any], settings: PolicySettings) -> list[str]:
+    problems = []
+    for container in all_containers(spec):
+        for env in map(_mapping, _sequence(container.get("env"))):
+            value = env.get("value")
+            if value in (None, ""):
+                continue
+            name = str(env.get("name", ""))
+            if looks_like_secret_name(name) or _SECRET_VALUE.search(str(value)):
+                problems.append(
+                    f"container '{container.get('name')}' sets env {name} to a literal value; "
+                    "read it from "
+                    "the secret store (CSI-mounted Secret via valueFrom.secretKeyRef or a mounted file)"
+                )
+    return problems
+
+
 # ---------------------------------------------------------------------------------------------
 # Stack rules (need more than one resource)
 # ---------------------------------------------------------------------------------------------
@@ -618,9 +675,9 @@ def check_gpu_pods_tolerate_node_group_taints(
     if not groups:
         return []
     violations = []
-    for resource in resources:
-        spec = pod_spec(resource) if resource.is_kubernetes_object else None
-        if spec is None or not requests_gpus(spec):
+    templates = [(r, spec) for r in resources if r.is_kubernetes_object for _, spec in pod_specs(r)]
+    for resource, spec in templates:
+        if not requests_gpus(spec):
             continue
         selected = [g for g in groups if selects_node_labels(spec, g.labels)]
         if not selected:
@@ -770,7 +827,7 @@ def check_pdbs_allow_node_drains(resources: Sequence[Resource], settings: Policy
         workloads = [
             r
             for r in resources
-            if r.kind in ("Deployment", "StatefulSet", "ReplicaSet", "Rollout")
+            if r.kind in ("Deployment", "StatefulSet", "ReplicaSet", "Rollout", LWS_KIND)
             and r.namespace == pdb.namespace
             and _selector_matches(selector, pod_template_labels(r))
         ]
@@ -779,7 +836,8 @@ def check_pdbs_allow_node_drains(resources: Sequence[Resource], settings: Policy
                 Violation(pdb, "its selector matches no workload of the stack; fix spec.selector")
             )
             continue
-        replicas = sum(_lowest_replicas(resources, w) for w in workloads)
+        # PDBs count pods: a LeaderWorkerSet's replica is a group of them.
+        replicas = sum(_lowest_replicas(resources, w) * pods_per_replica(w) for w in workloads)
         if "maxUnavailable" in spec:
             allowed = _scaled(spec["maxUnavailable"], replicas, round_up=True)
         else:

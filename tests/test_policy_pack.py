@@ -26,7 +26,7 @@ from infra.render import RenderResult
 from policy import pulumi_adapter
 from policy import vllm_policies as rules
 from policy.vllm_policies import PolicySettings, Resource
-from tests.conftest import REPO_ROOT, STACKS, TEST_STACKS_DIR, rendered
+from tests.conftest import EXAMPLE_STACKS, REPO_ROOT, STACKS, TEST_STACKS_DIR, rendered
 
 SETTINGS = PolicySettings()
 DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
@@ -39,6 +39,7 @@ def kube(kind: str, name: str, namespace: str | None = "vllm-m", **fields: Any) 
         "HorizontalPodAutoscaler": "autoscaling/v2",
         "ScaledObject": "keda.sh/v1alpha1",
         "PodDisruptionBudget": "policy/v1",
+        "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
     }.get(kind, "v1")
     metadata: dict[str, Any] = {"name": name}
     if namespace:
@@ -92,6 +93,31 @@ def vllm_deployment(name: str = "vllm", *, replicas: int | None = None, **pod_ch
     if replicas is not None:
         spec["replicas"] = replicas
     return kube("Deployment", name, spec=spec)
+
+
+def vllm_leader_worker_set(
+    name: str = "vllm", *, replicas: int = 1, size: int = 2, worker: dict[str, Any] | None = None
+) -> Resource:
+    """A multi-node model's LeaderWorkerSet as the stack renders it: the leader with the probes, the
+    worker the same server `--headless` without them."""
+    labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+    headless = vllm_container(args=[*vllm_container()["args"], "--headless"])
+    del headless["startupProbe"]
+    return kube(
+        "LeaderWorkerSet",
+        name,
+        spec={
+            "replicas": replicas,
+            "leaderWorkerTemplate": {
+                "size": size,
+                "leaderTemplate": {"metadata": {"labels": labels}, "spec": vllm_pod_spec()},
+                "workerTemplate": {
+                    "metadata": {"labels": labels},
+                    "spec": worker if worker is not None else vllm_pod_spec(containers=[headless]),
+                },
+            },
+        },
+    )
 
 
 def with_container(**changes: Any) -> Resource:
@@ -762,7 +788,10 @@ def test_served_pack_passes_a_well_formed_deployment(served_pack: analyzer_pb2_g
 
 # --- every rule over every stack's real render ---------------------------------------------------------
 
-RENDERED_STACKS = {**dict.fromkeys(STACKS), "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml"}
+RENDERED_STACKS = {
+    **dict.fromkeys((*STACKS, *EXAMPLE_STACKS)),
+    "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml",
+}
 
 
 def resources_of(result: RenderResult) -> list[Resource]:
@@ -784,7 +813,7 @@ def test_every_rule_passes_on_the_rendered_stack(stack: str) -> None:
 def test_the_rules_see_what_they_check_in_the_rendered_stack(stack: str) -> None:
     """Guards against vacuous passes: the rules recognise the stack's GPU pods, vLLM servers and PDBs."""
     resources = resources_of(rendered(stack, RENDERED_STACKS[stack]))
-    specs = [spec for r in resources if r.is_kubernetes_object and (spec := rules.pod_spec(r)) is not None]
+    specs = [spec for r in resources if r.is_kubernetes_object for _, spec in rules.pod_specs(r)]
     gpu_specs = [spec for spec in specs if rules.requests_gpus(spec)]
     assert gpu_specs, "every stack serves at least one model on GPUs"
     assert all(any(rules.is_vllm_container(c) for c in spec["containers"]) for spec in gpu_specs)
@@ -804,6 +833,30 @@ def test_served_pack_passes_the_rendered_stack(
     resources = resources_of(rendered(stack, RENDERED_STACKS[stack]))
     diagnostics = [f"[{d.policyName}] {d.message}" for d in _analyze(served_pack, resources)]
     assert diagnostics == []
+
+
+def test_a_leader_worker_sets_templates_are_both_checked_and_a_headless_worker_needs_no_probe() -> None:
+    """A multi-node model (issue 42): the leader and the worker are pods of their own; the worker
+    (`--headless`, no API) passes without probes, a template that misses what a GPU pod needs is
+    reported, named."""
+    assert rules.run_rules([vllm_leader_worker_set()]) == []
+    untolerated = vllm_leader_worker_set(worker=vllm_pod_spec(tolerations=[]))
+    (message,) = rules.check_gpu_pods_target_gpu_nodes(untolerated, SETTINGS)
+    assert message.startswith("worker template: ") and "does not tolerate the GPU taint" in message
+    unprobed = vllm_pod_spec(containers=[vllm_container(startupProbe=None)])
+    lws = vllm_leader_worker_set()
+    lws.props["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"] = unprobed
+    (message,) = rules.check_vllm_pods_start_and_drain_safely(lws, SETTINGS)
+    assert message.startswith("leader template: ") and "has no startupProbe" in message
+
+
+def test_a_pdb_over_a_leader_worker_set_counts_every_pod_of_its_groups() -> None:
+    # One group of two pods: minAvailable 1 still lets one member go (the group restarts).
+    spec = {"minAvailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    assert stack_messages(rules.check_pdbs_allow_node_drains, [vllm_leader_worker_set(), pdb(**spec)]) == []
+    spec = {"minAvailable": 2, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    (message,) = stack_messages(rules.check_pdbs_allow_node_drains, [vllm_leader_worker_set(), pdb(**spec)])
+    assert "allows no disruption at 2 replica(s)" in message
 
 
 def test_rules_use_the_stacks_gpu_group_label() -> None:

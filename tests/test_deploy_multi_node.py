@@ -347,10 +347,7 @@ def _keda_drives_whole_groups(cluster: Cluster, model: ModelConfig, observed: di
     cluster.apply_objects(
         [*crds, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KEDA_NAMESPACE}}]
     )
-    for crd in crds:
-        cluster.kubectl(
-            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
-        )
+    cluster.wait_established([crd["metadata"]["name"] for crd in crds])
     start_keda_operator(cluster)
     scaled_object = _scaled_object(model)
     observed["keda_scaled_object"] = scaled_object

@@ -44,6 +44,8 @@ DISABLED_CONTROLLERS = (
     "cloud-node-lifecycle-controller",
 )
 START_TIMEOUT_SECONDS = 120.0
+CRD_ESTABLISHED_SECONDS = 300.0
+"""How long CRDs may take to be Established (`Cluster.wait_established`)."""
 FIRST_KINDS = ("CustomResourceDefinition", "Namespace")
 """Applied before the rest of a render: what other objects are of, or live in."""
 
@@ -104,11 +106,36 @@ class Cluster:
         `kubectl apply` of a whole render needs); one result per batch."""
         first = [obj for obj in objects if obj["kind"] in FIRST_KINDS]
         results = [self.apply_objects(first)]
-        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        self.wait_established()
         if once_crds_established:
             once_crds_established()
         results.append(self.apply_objects([obj for obj in objects if obj["kind"] not in FIRST_KINDS]))
         return results
+
+    def wait_established(self, names: Sequence[str] = (), timeout: float = CRD_ESTABLISHED_SECONDS) -> None:
+        """Wait until the CRDs `names` (every CRD without names) are Established. Bounded by
+        `timeout`; on a busy machine the API server's establishing controller took over 60 s (CI,
+        2026-12-06), so the bound is generous and the error names what was not Established."""
+        targets = [f"crd/{name}" for name in names] or ["crd", "--all"]
+        result = self.kubectl(
+            "wait",
+            "--for=condition=Established",
+            *targets,
+            f"--timeout={int(timeout)}s",
+            timeout=timeout + 60,
+            check=False,
+        )
+        if result.returncode != 0:
+            conditions = self.kubectl(
+                "get",
+                "crd",
+                "-o",
+                "custom-columns=NAME:.metadata.name,ESTABLISHED:.status.conditions[?(@.type=='Established')].status",
+                check=False,
+            )
+            raise ClusterError(
+                f"CRDs not Established within {timeout:.0f} s: {result.stderr.strip()}\n{conditions.stdout}"
+            )
 
     def log(self, name: str) -> str:
         path = self.workdir / "logs" / f"{name}.log"

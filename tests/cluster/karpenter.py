@@ -173,10 +173,7 @@ def install_karpenter_api(cluster: Cluster) -> None:
     assert crd_path is not None
     crds = [*karpenter_crds(), yaml.safe_load(crd_path.read_text())]
     cluster.apply_objects(crds)
-    for crd in crds:
-        cluster.kubectl(
-            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
-        )
+    cluster.wait_established([crd["metadata"]["name"] for crd in crds])
     cluster.apply_objects(
         [
             {

@@ -99,10 +99,7 @@ def install_lws_api(cluster: Cluster) -> None:
     cluster.apply_objects(
         [*crds, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LWS_NAMESPACE}}]
     )
-    for crd in crds:
-        cluster.kubectl(
-            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
-        )
+    cluster.wait_established([crd["metadata"]["name"] for crd in crds])
 
 
 def _webhook(name: str, path: str, ca_bundle: str, rule: dict[str, Any], *, pods: bool) -> dict[str, Any]:

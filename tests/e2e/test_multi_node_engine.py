@@ -21,6 +21,7 @@ parallelism across the two processes serves.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,14 +142,7 @@ def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
     try:
         wait_until_healthy(leader, timeout_seconds=GROUP_TIMEOUT_SECONDS)
         assert worker.process.poll() is None, worker.log_tail()
-        response = httpx.post(
-            f"{leader.base_url}/v1/completions",
-            headers={"Authorization": f"Bearer {API_KEY}"},
-            json={"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "hello", "max_tokens": 8},
-            timeout=120,
-        )
-        assert response.status_code == 200, (response.text, leader.log_tail())
-        assert response.json()["usage"]["completion_tokens"] == 8
+        _assert_eight_token_completion(leader.base_url, "hello", leader.log_tail)
         # One engine over both processes: the worker holds tensor rank 1 of a world of 2.
         worker_text = worker_log.read_text(errors="replace")
         assert "world_size=2 rank=1" in worker_text, worker.log_tail()
@@ -157,6 +151,18 @@ def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
     finally:
         stop_vllm_server(leader)
         stop_vllm_server(worker)
+
+
+def _assert_eight_token_completion(base_url: str, prompt: str, log_tail: Callable[[], str]) -> None:
+    """A keyed 8-token completion from the group's model at `base_url` (the leader, or a router)."""
+    response = httpx.post(
+        f"{base_url}/v1/completions",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": prompt, "max_tokens": 8},
+        timeout=120,
+    )
+    assert response.status_code == 200, (response.text, log_tail())
+    assert response.json()["usage"]["completion_tokens"] == 8
 
 
 def _completion_through_the_model_router(render: Any, leader_url: str, tmp_path: Path) -> None:
@@ -173,13 +179,6 @@ def _completion_through_the_model_router(render: Any, leader_url: str, tmp_path:
         loopback_arguments(container["args"], [leader_url]), log_path=tmp_path / "router.log"
     )
     try:
-        response = httpx.post(
-            f"{router.base_url}/v1/completions",
-            headers={"Authorization": f"Bearer {API_KEY}"},
-            json={"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "hello again", "max_tokens": 8},
-            timeout=120,
-        )
-        assert response.status_code == 200, (response.text, router.log_tail())
-        assert response.json()["usage"]["completion_tokens"] == 8
+        _assert_eight_token_completion(router.base_url, "hello again", router.log_tail)
     finally:
         stop_router(router)

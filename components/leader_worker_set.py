@@ -37,6 +37,8 @@ STARTUP_POLICY = "LeaderCreated"
 """Workers are created as soon as the leader pod exists. `LeaderReady` would deadlock: the leader's
 readiness is vLLM's /health, which answers only once every worker joined the engine."""
 
+SUBDOMAIN_POLICY = "UniquePerReplica"
+
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 """The EFA device plugin's extended resource (aws-efa-k8s-device-plugin, one per EFA interface)."""
 
@@ -124,7 +126,13 @@ def leader_worker_set_spec(
             "type": "RollingUpdate",
             "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
         },
-        "networkConfig": {"subdomainPolicy": "Shared"},
+        # One headless Service per group, named after its leader (`vllm-0`), which LWS creates and
+        # LWS_LEADER_ADDRESS names (`vllm-0.vllm-0.<namespace>`). With `Shared`, LWS names its one
+        # headless Service after the set, `vllm`, and creates it only if no Service of that name
+        # exists (CreateHeadlessServiceIfNotExists, v0.10.0): the model's own ClusterIP Service `vllm`
+        # would stand in its place, and DNS publishes `<pod>.<subdomain>` records only for a headless
+        # Service, so the workers' `--master-addr` would not resolve and no group would ever form.
+        "networkConfig": {"subdomainPolicy": SUBDOMAIN_POLICY},
     }
     if replicas is not None:
         spec["replicas"] = replicas

@@ -95,8 +95,8 @@ def lora_environment(model: ModelConfig) -> list[dict[str, str]]:
 
 
 LEADER_WORKER_SET_NAME = "vllm"
-"""components/model_service.py's SERVER_NAME: the LeaderWorkerSet, and the headless Service LWS names
-after it, whose DNS names make up `LWS_LEADER_ADDRESS`."""
+"""components/model_service.py's SERVER_NAME: the LeaderWorkerSet, whose leader pods `vllm-<group>`
+name the per-group headless Services that make up `LWS_LEADER_ADDRESS`."""
 
 MASTER_PORT = 29501
 """`--master-port` of a multi-node replica: the leader's torch.distributed store (vLLM 0.32.0's default,
@@ -356,10 +356,13 @@ def served_model_path_placeholder(model: ModelConfig) -> str:
 def validation_node_roles(model: ModelConfig) -> list[NodeRole | None]:
     """The members whose arguments the validate-time check parses: the one pod of a one-node replica;
     the leader and a worker of a multi-node one, with the values LWS's webhook gives their variables
-    (`LWS_WORKER_INDEX` 0 and 1; `LWS_LEADER_ADDRESS` is `<lws>-<group>.<lws>.<namespace>`)."""
+    (`LWS_WORKER_INDEX` 0 and 1; `LWS_LEADER_ADDRESS` is `<leader>.<leader>.<namespace>`, the leader
+    pod `<lws>-<group>` under its group's own headless Service: components/leader_worker_set.py
+    SUBDOMAIN_POLICY)."""
     if not model.is_multi_node:
         return [None]
-    address = f"{LEADER_WORKER_SET_NAME}-0.{LEADER_WORKER_SET_NAME}.{model.namespace}"
+    leader = f"{LEADER_WORKER_SET_NAME}-0"
+    address = f"{leader}.{leader}.{model.namespace}"
     return [
         NodeRole(rank="0", leader_address=address, leader=True),
         NodeRole(rank="1", leader_address=address, leader=False),

@@ -155,7 +155,11 @@ def _snapshot(cluster: Cluster, pods: list[dict[str, Any]]) -> dict[str, Any]:
             lambda: _endpoint_pods(cluster) == _leader_names(pods),
             timeout=60,
         )
-    return {"pods": pods, "endpoints": _endpoint_pods(cluster)}
+    return {
+        "pods": pods,
+        "endpoints": _endpoint_pods(cluster),
+        "services": cluster.get("services", namespace=NAMESPACE),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -475,13 +479,36 @@ def test_the_pods_carry_the_lws_variables_the_rendered_arguments_use(multi_node_
     for index, pod in pods.items():
         container = _container(pod)
         env = {e["name"]: e.get("value") for e in container["env"]}
-        assert env["LWS_LEADER_ADDRESS"] == f"{LWS}-0.{LWS}.{NAMESPACE}", env
+        assert env["LWS_LEADER_ADDRESS"] == f"{LWS}-0.{LWS}-0.{NAMESPACE}", env
         assert env["LWS_GROUP_SIZE"] == str(GROUP_SIZE)
         assert env["LWS_WORKER_INDEX"] == index
         command = " ".join([*container.get("command", []), *container.get("args", [])])
         assert "--nnodes 2" in command and "--node-rank $(LWS_WORKER_INDEX)" in command, command
         assert "--master-addr $(LWS_LEADER_ADDRESS)" in command, command
     assert "--headless" not in _container(leader)["args"] and "--headless" in _container(worker)["args"]
+
+
+def test_the_leader_address_names_a_headless_service_of_its_group(multi_node_run):
+    """DNS publishes `<hostname>.<subdomain>` only for a headless Service named as the subdomain; the
+    model's own ClusterIP Service `vllm` must not be it (components/leader_worker_set.py
+    SUBDOMAIN_POLICY). No DNS server runs here: the test checks what DNS would read."""
+    _, observed = multi_node_run
+    assert "group_error" not in observed, observed.get("group_error")
+    services = {s["metadata"]["name"]: s for s in observed["one_group"]["services"]}
+    for pod in observed["one_group"]["pods"]:
+        env = {e["name"]: e.get("value") for e in _container(pod)["env"]}
+        hostname, subdomain, namespace = env["LWS_LEADER_ADDRESS"].split(".")
+        assert (hostname, namespace) == (f"{LWS}-0", NAMESPACE), env
+        assert subdomain in services, (subdomain, sorted(services))
+        headless = services[subdomain]["spec"]
+        assert headless["clusterIP"] == "None", headless
+        assert headless["selector"] == {
+            "leaderworkerset.sigs.k8s.io/name": LWS,
+            GROUP_INDEX_LABEL: pod["metadata"]["labels"][GROUP_INDEX_LABEL],
+        }, headless
+        if pod["metadata"]["labels"][WORKER_INDEX_LABEL] == "0":
+            assert (pod["spec"].get("hostname"), pod["spec"].get("subdomain")) == (hostname, subdomain)
+    assert services[LWS]["spec"]["clusterIP"] != "None"  # the model's own Service, for requests
 
 
 def test_the_models_service_sends_requests_to_leaders_only(multi_node_run):

@@ -40,6 +40,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from components.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
+from components.leader_worker_set import leader_pods_pattern
 from components.scrape import series_gaps
 from infra import dcgm_metrics, router_metrics, vllm_metrics
 from infra.config.errors import Problem
@@ -230,7 +231,7 @@ def keda_query(
             raise ValueError(f"{signal.series} is per model: pass model_name")
         rule = adapter_external_rule(signal)
         return adapter_external_query(rule, selector=external_metric_selector(model_name))
-    pods = f"{deployment_name}-[0-9]+" if leaders_only else f"{deployment_name}-.+"
+    pods = leader_pods_pattern(deployment_name) if leaders_only else f"{deployment_name}-.+"
     matchers = f'namespace="{namespace}",pod=~"{pods}"'
     per_pod = per_pod_query_template(signal).replace(SERIES, signal.series).replace(LABEL_MATCHERS, matchers)
     return f"sum({per_pod.replace(GROUP_BY, 'pod')})"

@@ -21,6 +21,14 @@ from infra.multi_node import efa_interfaces_per_node
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
 
+STABLE_SET = "vllm"
+"""The model's LeaderWorkerSet (components/model_service.py SERVER_NAME); with a canary, the stable one."""
+CANARY_SET = "vllm-canary"
+"""A multi-node canary's LeaderWorkerSet: the candidate's groups (`rollout.canary.candidate`)."""
+
+SET_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+"""Set by LWS on every pod of a set: the set's name (SetNameLabelKey, v0.10.0)."""
+
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 """Set by LWS's pod webhook on every pod of a group: 0 on the leader (sigs.k8s.io/lws api/.../v1,
 WorkerIndexLabelKey, v0.10.0)."""
@@ -67,6 +75,17 @@ def serving_selector_labels(model: ModelConfig) -> dict[str, str]:
     leaders of a multi-node one (the Service, the router's discovery). Workers run `--headless`."""
     labels = model_selector_labels(model.name)
     return {**labels, WORKER_INDEX_LABEL: "0"} if model.is_multi_node else labels
+
+
+def leader_pods_pattern(set_name: str) -> str:
+    """The names of a set's leaders, `<set>-<group>` (its workers are `<set>-<group>-<worker>`), as a
+    regular expression for a PromQL `pod=~` matcher."""
+    return f"{set_name}-[0-9]+"
+
+
+def track_selector_labels(model: ModelConfig, set_name: str) -> dict[str, str]:
+    """The leaders of one of a multi-node canary's sets: what `vllm-stable` and `vllm-canary` select."""
+    return {**serving_selector_labels(model), SET_NAME_LABEL: set_name}
 
 
 def _member_template(

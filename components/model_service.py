@@ -19,7 +19,7 @@ network_policy); `ModelService` only turns them into resources. docs/serving.md 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -514,6 +514,41 @@ def uses_alb_traffic_split(config: PlatformConfig, model: ModelConfig) -> bool:
     return rollouts.uses_canary(model) and serves_own_hostname(config, model) and alb
 
 
+def uses_group_canary(model: ModelConfig) -> bool:
+    """A multi-node canary: a second LeaderWorkerSet, its weight set by the stack (docs/multi-node.md)."""
+    return model.is_multi_node and rollouts.uses_canary(model)
+
+
+def canary_leader_worker_set_spec(
+    config: PlatformConfig, model: ModelConfig, candidate_plan: ModelPlan, service_account: str
+) -> dict[str, Any] | None:
+    """The candidate's LeaderWorkerSet `vllm-canary` (its own source and engine settings, its own
+    replicas, never autoscaled), or None when no candidate is given."""
+    candidate = model.canary_candidate()
+    if candidate is None:
+        return None
+    assert model.rollout.canary.candidate is not None
+    return leader_worker_set.leader_worker_set_spec(
+        config,
+        candidate,
+        pod_template(config, candidate, candidate_plan, service_account, NodeRole.in_pod(leader=True)),
+        pod_template(config, candidate, candidate_plan, service_account, NodeRole.in_pod(leader=False)),
+        model.rollout.canary.candidate.replicas,
+    )
+
+
+def track_service_spec(model: ModelConfig, track: str) -> dict[str, Any]:
+    """`vllm-stable` or `vllm-canary`: a Rollout's (Argo pins the selector) or, for a multi-node canary,
+    the leaders of one LeaderWorkerSet (the ALB's two weighted target groups)."""
+    spec = service_spec(model)
+    if uses_group_canary(model):
+        set_name = (
+            leader_worker_set.CANARY_SET if track == rollouts.CANARY_SERVICE else leader_worker_set.STABLE_SET
+        )
+        spec["selector"] = leader_worker_set.track_selector_labels(model, set_name)
+    return spec
+
+
 def workload(
     config: PlatformConfig, model: ModelConfig, plan: ModelPlan, service_account: str
 ) -> tuple[str, str, dict[str, Any]]:
@@ -609,7 +644,11 @@ def ingress_annotations(config: PlatformConfig, model: ModelConfig) -> dict[str,
     annotations = load_balancer_annotations(
         config, probes.HEALTH_PATH, probes.load_balancer_deregistration_delay_seconds(model.drain)
     )
-    if uses_alb_traffic_split(config, model):
+    if uses_group_canary(model) and uses_alb_traffic_split(config, model):
+        # The stack sets a multi-node canary's weights: the candidate's, or all to the stable groups.
+        weight = rollouts.group_canary_weight(model)
+        annotations[rollouts.ALB_ACTION_ANNOTATION] = rollouts.alb_action(model, canary_weight=weight)
+    elif uses_alb_traffic_split(config, model):
         # Argo Rollouts rewrites this action with the canary's weights; until it first does, all
         # traffic goes to the stable pods.
         annotations[rollouts.ALB_ACTION_ANNOTATION] = rollouts.initial_alb_action(model)
@@ -761,6 +800,8 @@ class ModelServiceArgs:
     depends_on: Sequence[pulumi.Resource] = ()
     """What the objects need first: the PriorityClass, and the add-ons whose CRDs and webhooks they
     use (Secrets Store CSI driver for SecretProviderClass, AWS Load Balancer Controller)."""
+    candidate_plan: ModelPlan | None = None
+    """The plan of a multi-node canary's candidate (PlatformPlan.candidates), when there is one."""
 
 
 class ModelService(pulumi.ComponentResource):
@@ -908,18 +949,22 @@ class ModelService(pulumi.ComponentResource):
                 spec=workload_spec,
                 opts=workload_opts,
             )
+        if uses_group_canary(model):
+            self._group_canary(name, args, meta, workload_opts.depends_on, account.name, after_addons)
         kubernetes.core.v1.Service(
             f"{name}-service", metadata=meta(SERVER_NAME), spec=service_spec(model), opts=inside
         )
         if rollouts.uses_canary(model):
-            # Argo pins these selectors to the stable and canary ReplicaSets; `pulumi up` must not undo it.
+            # Argo pins a Rollout's selectors to the stable and canary ReplicaSets: `pulumi up` must not
+            # undo it. A multi-node canary's are the stack's own (one LeaderWorkerSet each).
+            argo_owned = None if uses_group_canary(model) else ["spec.selector"]
             for service_name in (rollouts.STABLE_SERVICE, rollouts.CANARY_SERVICE):
                 kubernetes.core.v1.Service(
                     f"{name}-service-{service_name}",
                     metadata=meta(service_name),
-                    spec=service_spec(model),
+                    spec=track_service_spec(model, service_name),
                     opts=pulumi.ResourceOptions(
-                        parent=self, depends_on=[namespace_resource], ignore_changes=["spec.selector"]
+                        parent=self, depends_on=[namespace_resource], ignore_changes=argo_owned
                     ),
                 )
         kubernetes.policy.v1.PodDisruptionBudget(
@@ -931,7 +976,7 @@ class ModelService(pulumi.ComponentResource):
                     f'metadata.annotations["{rollouts.ALB_ACTION_ANNOTATION}"]',
                     f'metadata.annotations["{rollouts.MANAGED_ALB_ACTIONS_ANNOTATION}"]',
                 ]
-                if uses_alb_traffic_split(config, model)
+                if uses_alb_traffic_split(config, model) and not uses_group_canary(model)
                 else []
             )
             kubernetes.networking.v1.Ingress(
@@ -970,4 +1015,47 @@ class ModelService(pulumi.ComponentResource):
                 "in_cluster_url": self.in_cluster_url,
                 "ingress_url": self.ingress_url,
             }
+        )
+
+    def _group_canary(
+        self,
+        name: str,
+        args: ModelServiceArgs,
+        meta: Callable[[str], dict[str, Any]],
+        depends_on: Any,
+        service_account: str,
+        after_addons: pulumi.ResourceOptions,
+    ) -> None:
+        """A multi-node canary's candidate: its LeaderWorkerSet `vllm-canary` and, while it gets traffic,
+        the AnalysisRun that judges this weight (docs/multi-node.md, "Canary")."""
+        config, model = args.config, args.model
+        if args.candidate_plan is None:
+            return
+        spec = canary_leader_worker_set_spec(config, model, args.candidate_plan, service_account)
+        candidate = model.canary_candidate()
+        if spec is None or candidate is None:
+            return
+        timeout = probes.rollout_timeout_seconds(candidate, args.candidate_plan.startup_budget_seconds)
+        kubernetes.apiextensions.CustomResource(
+            f"{name}-canary-leader-worker-set",
+            api_version=leader_worker_set.LWS_API_VERSION,
+            kind=leader_worker_set.LWS_KIND,
+            metadata={
+                **meta(leader_worker_set.CANARY_SET),
+                "annotations": {"pulumi.com/timeoutSeconds": str(timeout)},
+            },
+            spec=spec,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+        )
+        if rollouts.group_canary_weight(model) == 0:
+            return  # started, serving nothing: nothing to judge yet
+        kubernetes.apiextensions.CustomResource(
+            f"{name}-canary-analysis-run",
+            api_version=rollouts.ROLLOUTS_API_VERSION,
+            kind=rollouts.ANALYSIS_RUN_KIND,
+            metadata=meta(rollouts.group_analysis_run_name(model)),
+            spec=rollouts.group_analysis_run_spec(
+                model.rollout.canary.analysis, model.namespace, prometheus_url(config.monitoring)
+            ),
+            opts=after_addons,
         )

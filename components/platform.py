@@ -130,6 +130,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                     config=args.config,
                     model=model,
                     plan=args.plan.models[model.name],
+                    candidate_plan=args.plan.candidates.get(model.name),
                     context=args.context,
                     depends_on=[priority_class, *self.addons_ready],
                 ),

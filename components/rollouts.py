@@ -26,6 +26,7 @@ Everything here is a pure function of the typed config; `ModelService` creates t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -43,6 +44,7 @@ from infra.config.rollout import CanaryAnalysisConfig, CanaryConfig
 ROLLOUTS_API_VERSION = "argoproj.io/v1alpha1"
 ROLLOUT_KIND = "Rollout"
 ANALYSIS_TEMPLATE_KIND = "AnalysisTemplate"
+ANALYSIS_RUN_KIND = "AnalysisRun"
 
 ROOT_SERVICE = "vllm"
 """Every pod of the model, stable and canary: what the Ingress names and in-cluster clients call."""
@@ -114,6 +116,9 @@ def peak_replicas(model: ModelConfig, replicas: int | None = None) -> int:
     replicas = model.max_replicas if replicas is None else replicas
     if not uses_canary(model):
         return replicas
+    if model.is_multi_node:  # groups: the stable ones and the candidate's, side by side
+        candidate = model.rollout.canary.candidate
+        return replicas + (candidate.replicas if candidate is not None else 0)
     return max(sum(pods_at_weight(weight, replicas)) for weight in model.rollout.canary.steps)
 
 
@@ -139,8 +144,30 @@ class AnalysisCheck:
     meaning: str
 
 
-def _selector(namespace: str, hash_arg: str, extra: str = "") -> str:
-    matchers = [f'namespace="{namespace}"', f'{POD_TEMPLATE_HASH_SERIES_LABEL}="{{{{args.{hash_arg}}}}}"']
+@dataclass(frozen=True)
+class Tracks:
+    """The label matchers that tell the canary's series from the stable ones'."""
+
+    canary: str
+    stable: str
+
+
+ROLLOUT_TRACKS = Tracks(
+    canary=f'{POD_TEMPLATE_HASH_SERIES_LABEL}="{{{{args.{CANARY_HASH_ARG}}}}}"',
+    stable=f'{POD_TEMPLATE_HASH_SERIES_LABEL}="{{{{args.{STABLE_HASH_ARG}}}}}"',
+)
+"""A Rollout's: the pod-template hashes Argo passes to each analysis step (`canary_steps`)."""
+
+GROUP_TRACKS = Tracks(
+    canary=f'pod=~"{leader_worker_set.leader_pods_pattern(leader_worker_set.CANARY_SET)}"',
+    stable=f'pod=~"{leader_worker_set.leader_pods_pattern(leader_worker_set.STABLE_SET)}"',
+)
+"""A multi-node canary's: the leaders of the candidate's LeaderWorkerSet against the stable one's (only
+a leader runs the API server and scheduler whose series the checks read)."""
+
+
+def _selector(namespace: str, track: str, extra: str = "") -> str:
+    matchers = [f'namespace="{namespace}"', track]
     if extra:
         matchers.append(extra)
     return "{" + ",".join(matchers) + "}"
@@ -161,25 +188,27 @@ def _share_of_allowance(canary: str, stable: str, ratio: float, floor: float) ->
     )
 
 
-def _error_fraction(metric: str, namespace: str, hash_arg: str, window: str, error: str, scope: str) -> str:
-    selected = _selector(namespace, hash_arg, scope)
-    errors = _selector(namespace, hash_arg, ",".join(filter(None, [scope, error])))
+def _error_fraction(metric: str, namespace: str, track: str, window: str, error: str, scope: str) -> str:
+    selected = _selector(namespace, track, scope)
+    errors = _selector(namespace, track, ",".join(filter(None, [scope, error])))
     return f"sum(rate({metric}{errors}[{window}])) / sum(rate({metric}{selected}[{window}]))"
 
 
-def _quantile(metric: str, quantile: float, namespace: str, hash_arg: str, window: str) -> str:
+def _quantile(metric: str, quantile: float, namespace: str, track: str, window: str) -> str:
     return (
         f"histogram_quantile({_number(quantile)}, sum by (le) "
-        f"(rate({metric}_bucket{_selector(namespace, hash_arg)}[{window}])))"
+        f"(rate({metric}_bucket{_selector(namespace, track)}[{window}])))"
     )
 
 
-def _queue_per_pod(metric: str, namespace: str, hash_arg: str, window: str) -> str:
+def _queue_per_pod(metric: str, namespace: str, track: str, window: str) -> str:
     # One series per engine; a pod's queue is the sum over its engines (as the autoscaler reads it).
-    return f"avg(sum by (pod) (avg_over_time({metric}{_selector(namespace, hash_arg)}[{window}])))"
+    return f"avg(sum by (pod) (avg_over_time({metric}{_selector(namespace, track)}[{window}])))"
 
 
-def analysis_checks(analysis: CanaryAnalysisConfig, namespace: str) -> list[AnalysisCheck]:
+def analysis_checks(
+    analysis: CanaryAnalysisConfig, namespace: str, tracks: Tracks = ROLLOUT_TRACKS
+) -> list[AnalysisCheck]:
     """The measurements of one model's canary analysis, in the order the AnalysisRun lists them."""
     window = f"{analysis.window_seconds}s"
     errors, ttft, tpot, queue = (
@@ -206,8 +235,8 @@ def analysis_checks(analysis: CanaryAnalysisConfig, namespace: str) -> list[Anal
             "share of the canary's /v1 answers that were 5xx",
         ),
     ):
-        canary = _error_fraction(metric, namespace, CANARY_HASH_ARG, window, error, scope)
-        stable = _error_fraction(metric, namespace, STABLE_HASH_ARG, window, error, scope)
+        canary = _error_fraction(metric, namespace, tracks.canary, window, error, scope)
+        stable = _error_fraction(metric, namespace, tracks.stable, window, error, scope)
         checks.append(
             AnalysisCheck(
                 name,
@@ -217,8 +246,8 @@ def analysis_checks(analysis: CanaryAnalysisConfig, namespace: str) -> list[Anal
             )
         )
     for name, latency in (("ttft-p95", ttft), ("tpot-p95", tpot)):
-        canary = _quantile(latency.metric, latency.quantile, namespace, CANARY_HASH_ARG, window)
-        stable = _quantile(latency.metric, latency.quantile, namespace, STABLE_HASH_ARG, window)
+        canary = _quantile(latency.metric, latency.quantile, namespace, tracks.canary, window)
+        stable = _quantile(latency.metric, latency.quantile, namespace, tracks.stable, window)
         checks.append(
             AnalysisCheck(
                 name,
@@ -227,8 +256,8 @@ def analysis_checks(analysis: CanaryAnalysisConfig, namespace: str) -> list[Anal
                 f"the canary's p{latency.quantile * 100:g} of {latency.metric}",
             )
         )
-    canary = _queue_per_pod(queue.metric, namespace, CANARY_HASH_ARG, window)
-    stable = _queue_per_pod(queue.metric, namespace, STABLE_HASH_ARG, window)
+    canary = _queue_per_pod(queue.metric, namespace, tracks.canary, window)
+    stable = _queue_per_pod(queue.metric, namespace, tracks.stable, window)
     checks.append(
         AnalysisCheck(
             "queue-depth",
@@ -246,22 +275,51 @@ def analysis_template_spec(
     """The AnalysisTemplate every analysis step of the model's Rollout runs."""
     return {
         "args": [{"name": CANARY_HASH_ARG}, {"name": STABLE_HASH_ARG}],
-        "metrics": [
-            {
-                "name": check.name,
-                "interval": f"{analysis.interval_seconds}s",
-                "count": analysis.measurements,
-                # Allowance shares: at most 1 passes (components/rollouts.py `_share_of_allowance`).
-                "successCondition": "result[0] <= 1",
-                "failureLimit": analysis.failure_limit,
-                # Prometheus unreachable is not a verdict on the canary: a few misses are retried,
-                # more than that end the analysis in Error, which aborts like a failure.
-                "consecutiveErrorLimit": 4,
-                "provider": {"prometheus": {"address": prometheus_url, "query": check.query}},
-            }
-            for check in analysis_checks(analysis, namespace)
-        ],
+        "metrics": _analysis_metrics(analysis, namespace, prometheus_url, ROLLOUT_TRACKS),
     }
+
+
+def group_analysis_run_spec(
+    analysis: CanaryAnalysisConfig, namespace: str, prometheus_url: str
+) -> dict[str, Any]:
+    """The AnalysisRun that judges one step of a multi-node canary: the same measurements as a
+    Rollout's, the candidate's leaders against the stable ones'. Argo Rollouts' controller runs an
+    AnalysisRun on its own; nothing acts on its verdict but the next `pulumi up` (docs/multi-node.md)."""
+    return {"metrics": _analysis_metrics(analysis, namespace, prometheus_url, GROUP_TRACKS)}
+
+
+def group_analysis_run_name(model: ModelConfig) -> str:
+    """`vllm-canary-<weight>-<digest>`: a new name, so a new run, for each candidate and weight (an
+    AnalysisRun runs once; a later `up` of the same step keeps it)."""
+    candidate = model.rollout.canary.candidate
+    assert candidate is not None
+    digest = hashlib.sha256(
+        json.dumps(
+            [candidate.model_dump(mode="json"), model.rollout.canary.analysis.model_dump(mode="json")],
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:8]
+    return f"{ANALYSIS_TEMPLATE}-{candidate.weight}-{digest}"
+
+
+def _analysis_metrics(
+    analysis: CanaryAnalysisConfig, namespace: str, prometheus_url: str, tracks: Tracks
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": check.name,
+            "interval": f"{analysis.interval_seconds}s",
+            "count": analysis.measurements,
+            # Allowance shares: at most 1 passes (components/rollouts.py `_share_of_allowance`).
+            "successCondition": "result[0] <= 1",
+            "failureLimit": analysis.failure_limit,
+            # Prometheus unreachable is not a verdict on the canary: a few misses are retried,
+            # more than that end the analysis in Error, which aborts like a failure.
+            "consecutiveErrorLimit": 4,
+            "provider": {"prometheus": {"address": prometheus_url, "query": check.query}},
+        }
+        for check in analysis_checks(analysis, namespace, tracks)
+    ]
 
 
 # --- the Rollout ---------------------------------------------------------------------------------------
@@ -319,14 +377,25 @@ def rollout_spec(model: ModelConfig, workload: Mapping[str, Any], *, alb_ingress
 
 def initial_alb_action(model: ModelConfig) -> str:
     """All traffic to the stable Service: what the Ingress carries until Argo first writes weights."""
+    return alb_action(model, canary_weight=0)
+
+
+def group_canary_weight(model: ModelConfig) -> int:
+    """A multi-node canary's share of requests: the candidate's weight, 0 without one."""
+    candidate = model.rollout.canary.candidate
+    return candidate.weight if candidate is not None else 0
+
+
+def alb_action(model: ModelConfig, *, canary_weight: int) -> str:
+    """The ALB forward action: `canary_weight` % to `vllm-canary`, the rest to `vllm-stable`."""
     port = str(model.vllm.port)
     return json.dumps(
         {
             "type": "forward",
             "forwardConfig": {
                 "targetGroups": [
-                    {"serviceName": CANARY_SERVICE, "servicePort": port, "weight": 0},
-                    {"serviceName": STABLE_SERVICE, "servicePort": port, "weight": 100},
+                    {"serviceName": CANARY_SERVICE, "servicePort": port, "weight": canary_weight},
+                    {"serviceName": STABLE_SERVICE, "servicePort": port, "weight": 100 - canary_weight},
                 ]
             },
         },
@@ -591,6 +660,10 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
                     "steadier)",
                 )
             )
+        if model.is_multi_node:
+            # Its room is counted in groups (infra/multi_node.py), and stable and candidate groups
+            # never share a node (each pod holds its node's GPUs), so neither NVMe holds both.
+            continue
         pods = peak_pods(model)
         needed = pods * model.gpus_per_replica
         room = group_room(config, model)

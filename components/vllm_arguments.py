@@ -376,11 +376,12 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
     does not know or dropped, bad choices, missing values) by `infra.vllm_flags`, whose findings are
     pinned on `extra_args` when the typed arguments alone pass and on `vllm` otherwise.
     """
+    from infra.multi_node import model_versions
     from infra.vllm_flags import check_server_arguments
 
     problems: list[Problem] = []
-    for index, model in enumerate(config.models):
-        extra_at: tuple[str | int, ...] = ("models", index, "vllm", "extra_args")
+    for at, model in model_versions(config):
+        extra_at: tuple[str | int, ...] = (*at, "vllm", "extra_args")
         reserved = reserved_flag_problems(model.vllm.extra_args, extra_at)
         problems += reserved
         if reserved:
@@ -399,9 +400,7 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
             )
             typed = arguments[: len(arguments) - len(model.vllm.extra_args)]  # extras come last
             typed_findings = check_server_arguments(typed)
-            problems += [
-                Problem(("models", index, "vllm"), " ".join(typed), found) for found in typed_findings
-            ]
+            problems += [Problem((*at, "vllm"), " ".join(typed), found) for found in typed_findings]
             for message in check_server_arguments(arguments):
                 if message not in typed_findings:
                     problems.append(Problem(extra_at, list(model.vllm.extra_args), message))

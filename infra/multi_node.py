@@ -71,6 +71,16 @@ def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> l
     at = ("models", index, "parallelism")
     problems: list[Problem] = []
     if not model.is_multi_node:
+        if model.rollout.canary.candidate is not None:
+            problems.append(
+                Problem(
+                    ("models", index, "rollout", "canary", "candidate"),
+                    model.rollout.canary.candidate.model_dump(exclude_defaults=True),
+                    "a candidate is the canary of a multi-node model (a LeaderWorkerSet of its own); a "
+                    "one-node model's canary is the model itself: put the new source or vllm settings "
+                    "on the model and Argo Rollouts steps it through rollout.canary.steps; remove candidate",
+                )
+            )
         given = parallelism.tensor_parallel_size
         if given is not None and given != model.gpus_per_replica:
             problems.append(
@@ -201,16 +211,86 @@ def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> l
                     "choose a tensor_parallel_size that divides num_experts",
                 )
             )
-    model_at = ("models", index)
-    if model.rollout.strategy != "rolling":
+    problems += _group_canary_problems(config, index, model)
+    return problems
+
+
+def model_versions(config: PlatformConfig) -> list[tuple[tuple[str | int, ...], ModelConfig]]:
+    """Every version the stack serves, with the key path its settings live under: each model
+    (`models[i]`) and each multi-node canary's candidate (`models[i].rollout.canary.candidate`), so
+    the validate-time checks of arguments and memory cover what the candidate's pods will run."""
+    versions: list[tuple[tuple[str | int, ...], ModelConfig]] = []
+    for index, model in enumerate(config.models):
+        versions.append((("models", index), model))
+        if model.is_multi_node and (candidate := model.canary_candidate()) is not None:
+            versions.append((("models", index, "rollout", "canary", "candidate"), candidate))
+    return versions
+
+
+def _group_canary_problems(config: PlatformConfig, index: int, model: ModelConfig) -> list[Problem]:
+    """A multi-node canary is a second LeaderWorkerSet stepped by `candidate.weight` (docs/multi-node.md,
+    "Canary"): Argo's step settings do not apply, and the group must hold both versions' groups."""
+    at = ("models", index, "rollout")
+    canary = model.rollout.canary
+    candidate = canary.candidate
+    problems: list[Problem] = []
+    if model.rollout.strategy != "canary":
+        if candidate is not None:
+            problems.append(
+                Problem(
+                    (*at, "canary", "candidate"),
+                    candidate.model_dump(exclude_defaults=True),
+                    "a candidate is served only with rollout.strategy: canary; set it, or remove the "
+                    "candidate (strategy rolling replaces the groups one at a time)",
+                )
+            )
+        return problems
+    for key in sorted({"steps", "abort_scale_down_delay_seconds"} & canary.model_fields_set):
         problems.append(
             Problem(
-                (*model_at, "rollout", "strategy"),
-                model.rollout.strategy,
-                "Argo Rollouts cannot drive a LeaderWorkerSet, and the multi-node canary path is not built "
-                "yet (issue 42); use strategy: rolling (groups are replaced one at a time)",
+                (*at, "canary", key),
+                getattr(canary, key),
+                "Argo Rollouts cannot drive a LeaderWorkerSet: a multi-node canary is stepped by "
+                "rollout.canary.candidate.weight, one `pulumi up` per step, and removed by removing the "
+                f"candidate; remove {key}",
             )
         )
+    if model.scales_to_zero:
+        problems.append(
+            Problem(
+                (*at, "strategy"),
+                "canary",
+                "a model that scales to zero has no Ingress of its own, so no ALB weights, and the "
+                "candidate's groups would serve every request while the stable ones sleep; use "
+                "autoscaling.min_replicas 1 or more, or rollout.strategy: rolling",
+            )
+        )
+    if candidate is None:
+        return problems
+    if candidate.source in (None, model.source) and model.candidate_vllm() == model.vllm:
+        problems.append(
+            Problem(
+                (*at, "canary", "candidate"),
+                candidate.model_dump(exclude_defaults=True),
+                "the candidate runs exactly what the stable groups run; give its new source or the vllm "
+                "settings that differ, or remove it",
+            )
+        )
+    group = config.node_groups.gpu.get(model.gpu_group)
+    if group is not None:
+        stable = model.max_replicas
+        nodes = (stable + candidate.replicas) * model.nodes_per_replica
+        if nodes > group.max_size:
+            problems.append(
+                Problem(
+                    (*at, "canary", "candidate", "replicas"),
+                    candidate.replicas,
+                    f"during the canary the model runs {stable} stable and {candidate.replicas} candidate "
+                    f"group(s) of {model.nodes_per_replica} nodes = {nodes} nodes, but node group "
+                    f"'{model.gpu_group}' holds at most {group.max_size}; raise "
+                    f"node_groups.gpu.{model.gpu_group}.max_size to {nodes}, or lower the stable replicas",
+                )
+            )
     return problems
 
 

@@ -58,14 +58,27 @@ import pytest
 import yaml
 
 from components.autoscaling import KEDA_API_VERSION, scaled_object_spec
-from components.leader_worker_set import EFA_RESOURCE, WORKER_INDEX_LABEL
+from components.leader_worker_set import (
+    CANARY_SET,
+    EFA_RESOURCE,
+    LWS_KIND,
+    SET_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+)
 from components.model_service import SERVER_NAME
-from components.rollouts import workload_reference
+from components.rollouts import ANALYSIS_RUN_KIND, CANARY_SERVICE, STABLE_SERVICE, workload_reference
 from infra.config.loader import STACKS_DIR
 from infra.config.models import AutoscalingConfig, ModelConfig
+from infra.render import render_stack
 from infra.stack_checks import load_stack
 from tests.cluster import tools
-from tests.cluster.control_plane import KEDA_NAMESPACE, Cluster, ClusterError, start_keda_operator
+from tests.cluster.control_plane import (
+    KEDA_NAMESPACE,
+    Cluster,
+    ClusterError,
+    start_keda_operator,
+    start_rollouts_controller,
+)
 from tests.cluster.fixtures import REPO, cluster_for, require_chart_cache, require_cluster_tools
 from tests.cluster.lws import CONFIGURATION_NAME, install_lws_api, missing_reason, start_lws_controller
 from tests.cluster.pulumi_project import write_project
@@ -185,6 +198,7 @@ def multi_node_run(tmp_path_factory):
         try:
             _run(cluster, deployer, observed)
             if "recovery" in observed:
+                _canary_beside_the_stable_group(cluster, workdir, observed)
                 _keda_drives_whole_groups(cluster, config.models[0], observed)
         finally:
             start = time.monotonic()
@@ -274,6 +288,136 @@ def _run(cluster: Cluster, deployer: Deployer, observed: dict[str, Any]) -> None
 DEMAND_LABEL = "vllm-platform-test/demand"
 KEDA_POLLING_SECONDS = 5
 """autoscaling.keda_polling_interval_seconds's minimum; a to-zero ScaledObject's cooldown is one poll."""
+
+
+NEW_REVISION = "5206a32e0bd3067aef1ce90f5528ade7d866253f"
+
+
+def _canary_stack(path: Path) -> Path:
+    """The cluster's stack with a candidate at 10 % (docs/multi-node.md, "Canary"): monitoring and Argo
+    Rollouts on, as `validate` asks of a canary, and the shared volume sized for both revisions."""
+    document = yaml.safe_load(_cluster_stack(path).read_text())
+    config = document["config"]
+    model = config["vllm-platform:models"][0]
+    prefix = model["source"]["s3_uri"].rstrip("/").rsplit("/", 1)[0]
+    model["rollout"] = {
+        "strategy": "canary",
+        "canary": {
+            "candidate": {
+                "source": {"s3_uri": f"{prefix}/{NEW_REVISION}/", "revision": NEW_REVISION},
+                "vllm": {"max_num_seqs": 96},
+                "weight": 10,
+            }
+        },
+    }
+    config["vllm-platform:addons"]["argo_rollouts"] = True
+    config["vllm-platform:monitoring"] = {"enabled": True}
+    config["vllm-platform:storage"]["model_volume_size_gib"] = 2000
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def _set_pods(cluster: Cluster, set_name: str) -> list[dict[str, Any]]:
+    return [p for p in _group_pods(cluster) if p["metadata"]["labels"].get(SET_NAME_LABEL) == set_name]
+
+
+def _service_endpoints(cluster: Cluster, service: str) -> list[str]:
+    slices = cluster.get_selected("endpointslices", f"kubernetes.io/service-name={service}")
+    return sorted(
+        endpoint["targetRef"]["name"]
+        for item in slices
+        if item["metadata"]["namespace"] == NAMESPACE
+        for endpoint in item.get("endpoints") or []
+        if endpoint.get("conditions", {}).get("ready") and endpoint.get("targetRef")
+    )
+
+
+def _canary_beside_the_stable_group(cluster: Cluster, workdir: Path, observed: dict[str, Any]) -> None:
+    """What the candidate adds to the deployed model, as rendered (its LeaderWorkerSet, the stable and
+    canary Services, the AnalysisRun of this weight), applied beside the stable group: the candidate's
+    group placed whole on the free nodes, each Service on its own set's leaders, Argo Rollouts' real
+    controller running the AnalysisRun; then the candidate removed (an abort), the stable group untouched.
+
+    Applied, not `pulumi up`: a canary needs monitoring, and kube-prometheus-stack's admission webhooks
+    would refuse objects here (the module's docstring). The objects are the render's own."""
+    times = observed["times"]
+    reason = tools.missing_reason(["rollouts-controller"])
+    if reason:
+        observed["canary_skipped"] = reason
+        return
+    render = render_stack(
+        "cluster", stack_file=_canary_stack(workdir / "Pulumi.canary.yaml"), allow_missing_charts=True
+    )
+    added = [
+        *render.find(LWS_KIND, CANARY_SET, NAMESPACE),
+        *render.find("Service", STABLE_SERVICE, NAMESPACE),
+        *render.find("Service", CANARY_SERVICE, NAMESPACE),
+        *render.find(ANALYSIS_RUN_KIND, None, NAMESPACE),
+    ]
+    observed["canary_objects"] = added
+    crds = [crd for (group, _), crd in data_crds().items() if group == "argoproj.io"]
+    cluster.apply_objects(crds)
+    cluster.wait_established([crd["metadata"]["name"] for crd in crds])
+    start_rollouts_controller(cluster)
+    stable_before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _set_pods(cluster, LWS)}
+    start = time.monotonic()
+    applied = cluster.apply_objects(added)
+    if applied.returncode != 0:
+        observed["canary_error"] = f"the candidate's objects were refused: {applied.stderr}"
+        return
+
+    def candidate_running() -> list[dict[str, Any]] | None:
+        pods = _set_pods(cluster, CANARY_SET)
+        return pods if len(pods) == len(_running(pods)) == GROUP_SIZE else None
+
+    def judged() -> dict[str, Any] | None:
+        runs = cluster.get("analysisruns.argoproj.io", namespace=NAMESPACE)
+        measured = [
+            run
+            for run in runs
+            if any(result.get("measurements") for result in run.get("status", {}).get("metricResults", []))
+        ]
+        return measured[0] if measured else None
+
+    try:
+        pods = cluster.wait_for(
+            "the candidate's whole group Running", candidate_running, timeout=WAIT_SECONDS
+        )
+        times["canary_group_running_seconds"] = round(time.monotonic() - start, 1)
+        with contextlib.suppress(ClusterError):
+            cluster.wait_for(
+                "each Service on its own set's leaders",
+                lambda: (
+                    _service_endpoints(cluster, CANARY_SERVICE) == [f"{CANARY_SET}-0"]
+                    and _service_endpoints(cluster, STABLE_SERVICE) == [f"{LWS}-0"]
+                ),
+                timeout=60,
+            )
+        observed["canary"] = {
+            "pods": pods,
+            "stable_pods": _set_pods(cluster, LWS),
+            "stable_before": stable_before,
+            "endpoints": {
+                name: _service_endpoints(cluster, name) for name in (LWS, STABLE_SERVICE, CANARY_SERVICE)
+            },
+            "services": cluster.get("services", namespace=NAMESPACE),
+        }
+        observed["canary"]["analysis_run"] = cluster.wait_for(
+            "Argo Rollouts' controller to take a measurement of the AnalysisRun", judged, timeout=WAIT_SECONDS
+        )
+        times["canary_analysis_measured_after_apply_seconds"] = round(time.monotonic() - start, 1)
+        start = time.monotonic()
+        for kind, name in ((f"leaderworkerset/{CANARY_SET}", None), ("analysisruns.argoproj.io", "--all")):
+            cluster.kubectl("delete", kind, *([name] if name else []), "-n", NAMESPACE, "--wait=false")
+        cluster.wait_for(
+            "the candidate's group gone", lambda: not _set_pods(cluster, CANARY_SET), timeout=WAIT_SECONDS
+        )
+        times["canary_removed_seconds"] = round(time.monotonic() - start, 1)
+        observed["canary"]["stable_after"] = {
+            p["metadata"]["name"]: p["metadata"]["uid"] for p in _set_pods(cluster, LWS)
+        }
+    except ClusterError as error:
+        observed["canary_error"] = f"{error}; pods: {_group_pods(cluster)}"
 
 
 def _scaled_object(model: ModelConfig) -> dict[str, Any]:
@@ -562,6 +706,64 @@ def test_kedas_operator_scales_the_set_by_whole_groups_to_zero_and_back(multi_no
     assert woken["endpoints"] == [f"{LWS}-0"]
     for step in ("keda_to_zero_seconds", "keda_wake_one_group_seconds", "keda_back_to_zero_seconds"):
         assert step in observed["times"], observed["times"]
+
+
+def _canary(observed: dict[str, Any]) -> dict[str, Any]:
+    if "canary_skipped" in observed:
+        pytest.skip(f"the canary step needs Argo Rollouts' controller: {observed['canary_skipped']}")
+    assert "canary_error" not in observed, observed.get("canary_error")
+    assert "canary" in observed, "the canary step did not run (an earlier step failed)"
+    return observed["canary"]
+
+
+def test_a_canary_candidate_runs_as_a_whole_group_beside_the_stable_one(multi_node_run):
+    _, observed = multi_node_run
+    canary = _canary(observed)
+    _check_whole_groups(observed, canary["pods"], groups=1)
+    placed = {p["spec"]["nodeName"] for p in canary["pods"]} | {
+        p["spec"]["nodeName"] for p in canary["stable_pods"]
+    }
+    assert len(placed) == 2 * GROUP_SIZE  # four nodes: no candidate member beside a stable one
+    for pod in canary["pods"]:
+        args = " ".join(_container(pod)["args"])
+        assert f"/{NEW_REVISION} " in args and "--max-num-seqs 96" in args, args
+        env = {e["name"]: e.get("value") for e in _container(pod)["env"]}
+        assert env["LWS_LEADER_ADDRESS"] == f"{CANARY_SET}-0.{CANARY_SET}-0.{NAMESPACE}", env
+    services = {s["metadata"]["name"]: s for s in canary["services"]}
+    assert services[f"{CANARY_SET}-0"]["spec"]["clusterIP"] == "None"  # its group's own, from LWS
+
+
+def test_stable_and_canary_services_send_to_their_own_sets_leaders(multi_node_run):
+    _, observed = multi_node_run
+    endpoints = _canary(observed)["endpoints"]
+    assert endpoints[STABLE_SERVICE] == [f"{LWS}-0"]
+    assert endpoints[CANARY_SERVICE] == [f"{CANARY_SET}-0"]
+    assert endpoints[LWS] == sorted([f"{LWS}-0", f"{CANARY_SET}-0"])  # the root Service: both sets' leaders
+
+
+def test_argo_rollouts_controller_runs_the_rendered_analysis_run(multi_node_run):
+    """No Prometheus runs here: the measurement is an Error naming the rendered address, which shows
+    Argo's own controller took up the stack's AnalysisRun and ran its Prometheus query."""
+    _, observed = multi_node_run
+    run = _canary(observed)["analysis_run"]
+    (rendered,) = [o for o in observed["canary_objects"] if o["kind"] == ANALYSIS_RUN_KIND]
+    assert run["metadata"]["name"] == rendered["metadata"]["name"]
+    assert run["metadata"]["name"].startswith("vllm-canary-10-")
+    assert run["status"]["phase"] in ("Running", "Error"), run["status"]
+    results = {result["name"]: result for result in run["status"]["metricResults"]}
+    assert set(results) <= {metric["name"] for metric in rendered["spec"]["metrics"]}
+    measurement = next(m for result in results.values() for m in result.get("measurements", []))
+    assert measurement["phase"] == "Error", measurement
+    address = rendered["spec"]["metrics"][0]["provider"]["prometheus"]["address"]
+    host = address.split("//", 1)[1].split(":", 1)[0]
+    assert host in measurement.get("message", ""), measurement
+
+
+def test_removing_the_candidate_leaves_the_stable_group_untouched(multi_node_run):
+    _, observed = multi_node_run
+    canary = _canary(observed)
+    assert canary["stable_after"] == canary["stable_before"]  # same pods, same UIDs
+    assert "canary_removed_seconds" in observed["times"]
 
 
 def test_the_only_webhooks_after_up_are_the_tests_own(multi_node_run):

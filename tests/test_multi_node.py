@@ -227,17 +227,6 @@ def test_tensor_parallel_size_on_one_node_must_be_the_pods_gpus(tmp_path: Path) 
     assert "tensor parallel over its gpus_per_replica 8 GPUs" in message
 
 
-def test_a_canary_of_a_multi_node_model_is_refused(tmp_path: Path) -> None:
-    def change(config: dict[str, Any]) -> None:
-        model_of(config)["replicas"] = 1
-        model_of(config)["rollout"] = {"strategy": "canary"}
-        config["vllm-platform:addons"] = {"argo_rollouts": True}
-
-    message = problems_of(tmp_path, change)
-    assert "vllm-platform:models[0].rollout.strategy" in message
-    assert "Argo Rollouts cannot drive a LeaderWorkerSet" in message
-
-
 def test_replica_bound_counts_whole_groups(tmp_path: Path) -> None:
     message = problems_of(tmp_path, lambda c: model_of(c).update(replicas=2))
     assert "vllm-platform:models[0].replicas" in message

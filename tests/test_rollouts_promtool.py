@@ -25,7 +25,14 @@ from typing import Any
 import pytest
 import yaml
 
-from components.rollouts import CANARY_HASH_ARG, STABLE_HASH_ARG, analysis_checks
+from components.rollouts import (
+    CANARY_HASH_ARG,
+    GROUP_TRACKS,
+    ROLLOUT_TRACKS,
+    STABLE_HASH_ARG,
+    Tracks,
+    analysis_checks,
+)
 from infra.config.models import ModelConfig
 from infra.config.rollout import CanaryAnalysisConfig
 from infra.stack_checks import load_stack
@@ -58,9 +65,11 @@ def prod_model() -> ModelConfig:
     return model
 
 
-def alerting_rules(analysis: CanaryAnalysisConfig, namespace: str) -> dict[str, Any]:
+def alerting_rules(
+    analysis: CanaryAnalysisConfig, namespace: str, tracks: Tracks = ROLLOUT_TRACKS
+) -> dict[str, Any]:
     rules = []
-    for check in analysis_checks(analysis, namespace):
+    for check in analysis_checks(analysis, namespace, tracks):
         expr = check.query.replace(f"{{{{args.{CANARY_HASH_ARG}}}}}", CANARY_HASH).replace(
             f"{{{{args.{STABLE_HASH_ARG}}}}}", STABLE_HASH
         )
@@ -75,10 +84,10 @@ def _labels(labels: dict[str, str]) -> str:
 class Traffic:
     """One pod's series over MINUTES minutes, with the names and labels the real server exports."""
 
-    def __init__(self, namespace: str, pod_hash: str, model_name: str) -> None:
+    def __init__(self, namespace: str, pod_hash: str, model_name: str, pod: str | None = None) -> None:
         self.target = {
             "namespace": namespace,
-            "pod": f"vllm-{pod_hash}-x1y2z",
+            "pod": pod or f"vllm-{pod_hash}-x1y2z",
             "container": "vllm",
             "job": f"{namespace}/vllm",
             "instance": "10.0.1.17:8000",
@@ -132,9 +141,10 @@ def traffic(
     ttft_above: float = 0.1,
     tpot_above: float = 0.02,
     waiting: int = 1,
+    pod_name: str | None = None,
 ) -> list[dict[str, str]]:
     analysis = model.rollout.canary.analysis
-    pod = Traffic(model.namespace, pod_hash, model.name)
+    pod = Traffic(model.namespace, pod_hash, model.name, pod_name)
     pod.finished(requests, errors).http(requests, http_errors)
     pod.histogram(analysis.ttft_p95.metric, requests, ttft_above)
     pod.histogram(analysis.tpot_p95.metric, requests, tpot_above)
@@ -157,15 +167,21 @@ SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
 ]
 
 
-def promtool_test(model: ModelConfig, stable: dict[str, Any], scenarios=SCENARIOS) -> dict[str, Any]:
+def promtool_test(
+    model: ModelConfig,
+    stable: dict[str, Any],
+    scenarios=SCENARIOS,
+    pods: tuple[str | None, str | None] = (None, None),
+) -> dict[str, Any]:
+    """`pods`: the stable and the canary pod's names (default: a Rollout's ReplicaSet pod names)."""
     tests = []
     for _, canary, failing in scenarios:
         tests.append(
             {
                 "interval": "1m",
                 "input_series": [
-                    *traffic(STABLE_HASH, model, **stable),
-                    *traffic(CANARY_HASH, model, **canary),
+                    *traffic(STABLE_HASH, model, **stable, pod_name=pods[0]),
+                    *traffic(CANARY_HASH, model, **canary, pod_name=pods[1]),
                 ],
                 "alert_rule_test": [
                     {
@@ -187,11 +203,16 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def run_scenarios(
-    tmp_path: Path, model: ModelConfig, stable: dict[str, Any] | None = None, scenarios=SCENARIOS
+    tmp_path: Path,
+    model: ModelConfig,
+    stable: dict[str, Any] | None = None,
+    scenarios=SCENARIOS,
+    tracks: Tracks = ROLLOUT_TRACKS,
+    pods: tuple[str | None, str | None] = (None, None),
 ) -> subprocess.CompletedProcess[str]:
     analysis = model.rollout.canary.analysis
-    (tmp_path / RULES_FILE).write_text(yaml.safe_dump(alerting_rules(analysis, model.namespace)))
-    (tmp_path / TEST_FILE).write_text(yaml.safe_dump(promtool_test(model, stable or {}, scenarios)))
+    (tmp_path / RULES_FILE).write_text(yaml.safe_dump(alerting_rules(analysis, model.namespace, tracks)))
+    (tmp_path / TEST_FILE).write_text(yaml.safe_dump(promtool_test(model, stable or {}, scenarios, pods)))
     return promtool("test", "rules", TEST_FILE, cwd=tmp_path)
 
 
@@ -207,6 +228,18 @@ def test_every_analysis_query_passes_promtool_check_rules(tmp_path: Path) -> Non
 
 def test_each_check_fails_exactly_the_canary_that_is_worse_in_its_metric(tmp_path: Path) -> None:
     result = run_scenarios(tmp_path, prod_model())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_a_group_canary_is_judged_on_the_candidates_leaders_against_the_stable_leaders(
+    tmp_path: Path,
+) -> None:
+    """A multi-node canary (docs/multi-node.md, "Canary"): the same checks, the candidate's set
+    `vllm-canary` against the stable set `vllm`, told apart by the leaders' pod names. Were the stable
+    side's `vllm-[0-9]+` to match `vllm-canary-0` too, a 10 % error canary would be averaged into its
+    own baseline and pass: the scenarios would fail."""
+    result = run_scenarios(tmp_path, prod_model(), tracks=GROUP_TRACKS, pods=("vllm-0", "vllm-canary-0"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from infra.capacity.architecture import (
@@ -177,6 +177,8 @@ class PlatformPlan:
     """Each model on its configured GPU group."""
     alternatives: tuple[ModelPlan, ...] = ()
     """Each model on every other GPU group of the stack, same tensor parallelism."""
+    candidates: dict[str, ModelPlan] = field(default_factory=dict)
+    """Each multi-node canary's candidate (`rollout.canary.candidate`) by model name, on its group."""
     tenants: tuple[TenantConcurrency, ...] = ()
     """Each tenant's in-flight limit on each model it may call: the stack's, or on a model shared
     with other tenants the default share (issue 40; infra/config/tenants.py)."""
@@ -593,18 +595,27 @@ def plan_platform(config: PlatformConfig) -> PlatformPlan:
         for group in config.node_groups.gpu
         if group != model.gpu_group
     )
+    candidates = {
+        model.name: plan_model(candidate, config, model.gpu_group)
+        for model in config.models
+        if model.is_multi_node and (candidate := model.canary_candidate()) is not None
+    }
     tenants = tuple(row for model in config.models for row in tenant_concurrency(config, model))
-    return PlatformPlan(models=models, alternatives=alternatives, tenants=tenants)
+    return PlatformPlan(models=models, alternatives=alternatives, candidates=candidates, tenants=tenants)
 
 
 def capacity_problems(config: PlatformConfig) -> list[Problem]:
     """Validate-time check: every model that cannot start on its GPU group, with numbers and a fix."""
+    from infra.multi_node import model_versions
+
     problems = []
-    for index, model in enumerate(config.models):
+    for at, model in model_versions(config):
         for problem in plan_model(model, config, model.gpu_group).problems:
-            problems.append(
-                Problem(path=("models", index, *problem.at), value=problem.value, message=problem.message)
-            )
+            path, message = (*at, *problem.at), problem.message
+            if len(at) > 2 and problem.at[:1] != ("vllm",):
+                # A candidate has only source and vllm keys of its own: name the model's key, and why.
+                path, message = (*at[:2], *problem.at), f"the canary's candidate: {message}"
+            problems.append(Problem(path=path, value=problem.value, message=message))
     return problems
 
 

@@ -154,6 +154,13 @@ def format_plan_table(plan: PlatformPlan) -> str:
         if p.wake.scales_to_zero:
             lines += ["", *_wake_lines(p.wake)]
     lines += _group_lines(models)
+    for name, candidate in plan.candidates.items():
+        lines += [
+            f"  {name}: its canary's candidate runs in groups of its own beside the stable ones "
+            f'(docs/multi-node.md, "Canary"): each holds {candidate.gpu_hours_per_day} GPU-hours a day, '
+            f"{_gib(max(0, candidate.memory.kv_cache_bytes))} GiB of KV cache per GPU "
+            f"({candidate.kv_cache.tokens:,} tokens per replica); {_status(candidate)}",
+        ]
     if plan.alternatives:
         lines += [
             "",
@@ -474,6 +481,7 @@ def plan_as_json(plan: PlatformPlan) -> dict[str, Any]:
         },
         "models": {name: _model_json(model_plan) for name, model_plan in plan.models.items()},
         "alternatives": [_model_json(model_plan) for model_plan in plan.alternatives],
+        "candidates": {name: _model_json(model_plan) for name, model_plan in plan.candidates.items()},
         "tenants": [
             {
                 "model": row.model,

@@ -5,64 +5,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from infra.catalogue.tuning_profiles import UnknownTuningProfileError, apply_tuning_profile
 from infra.config.base import INT32_MAX, Hostname, StrictModel, dns_label
 from infra.config.errors import ConfigProblem
 from infra.config.rollout import RolloutConfig
-
-_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]+?)/?$")
-_HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+from infra.config.source import ModelSourceConfig
 
 RoutingPolicy = Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"]
 """vllm-router 0.1.17's policies the stack offers (docs/routing.md, "Policies")."""
-
-
-class ModelSourceConfig(StrictModel):
-    """Where the weights of one model revision live. Exactly one of `s3_uri` / `huggingface_repo`."""
-
-    s3_uri: str | None = None
-    """S3 prefix holding exactly this revision's files, e.g. s3://acme-models/llama-3.1-8b/0e9e39f/."""
-    huggingface_repo: str | None = None
-    """Hugging Face repo id, e.g. meta-llama/Llama-3.1-8B-Instruct (fetched once into the shared volume)."""
-    revision: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
-    """Immutable revision label (for Hugging Face: the commit sha); the cache key on the shared volume."""
-    requires_hf_token: bool = False
-    """Gated Hugging Face repos: mount the token from the secret store for the preloader."""
-
-    @model_validator(mode="after")
-    def _exactly_one_source(self) -> ModelSourceConfig:
-        if (self.s3_uri is None) == (self.huggingface_repo is None):
-            raise ConfigProblem(
-                "set exactly one of s3_uri (e.g. s3://bucket/llama-3.1-8b/rev/) or huggingface_repo "
-                "(e.g. meta-llama/Llama-3.1-8B-Instruct)",
-                at=("s3_uri",),
-                value=self.s3_uri,
-            )
-        if self.s3_uri is not None and not _S3_URI.match(self.s3_uri):
-            raise ConfigProblem(
-                "must look like s3://bucket/prefix/ (a bucket and a non-empty prefix)", at=("s3_uri",)
-            )
-        if self.huggingface_repo is not None and not _HF_REPO.match(self.huggingface_repo):
-            raise ConfigProblem("must be a Hugging Face repo id like 'org/name'", at=("huggingface_repo",))
-        if self.requires_hf_token and self.huggingface_repo is None:
-            raise ConfigProblem("only Hugging Face sources use a token; remove it", at=("requires_hf_token",))
-        return self
-
-    @property
-    def s3_bucket(self) -> str | None:
-        match = _S3_URI.match(self.s3_uri or "")
-        return match["bucket"] if match else None
-
-    @property
-    def s3_prefix(self) -> str | None:
-        match = _S3_URI.match(self.s3_uri or "")
-        return match["prefix"].rstrip("/") + "/" if match else None
-
-    @property
-    def uri(self) -> str:
-        return self.s3_uri if self.s3_uri is not None else f"hf://{self.huggingface_repo}"
 
 
 LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
@@ -776,6 +728,51 @@ class ModelConfig(StrictModel):
                 at=("architecture",),
             )
         return data
+
+    @model_validator(mode="after")
+    def _candidate_engine_settings(self) -> ModelConfig:
+        candidate = self.rollout.canary.candidate
+        if candidate is None:
+            return self
+        at = ("rollout", "canary", "candidate", "vllm")
+        if "tuning_profile" in candidate.vllm:
+            raise ConfigProblem(
+                "a candidate's engine settings are merged over the model's own, which already hold their "
+                "profile's values; give the settings that differ themselves",
+                at=(*at, "tuning_profile"),
+                value=candidate.vllm["tuning_profile"],
+            )
+        try:
+            self.candidate_vllm()
+        except ValidationError as error:
+            first = error.errors()[0]
+            loc = tuple(part for part in first["loc"] if isinstance(part, (str, int)))
+            message = first["msg"] + (
+                "; models[].vllm has no such key" if first["type"] == "extra_forbidden" else ""
+            )
+            raise ConfigProblem(message, at=(*at, *loc), value=first.get("input")) from None
+        return self
+
+    def candidate_vllm(self) -> VllmEngineConfig:
+        """The candidate's engine settings: `rollout.canary.candidate.vllm` over the model's own."""
+        candidate = self.rollout.canary.candidate
+        overrides = candidate.vllm if candidate is not None else {}
+        return VllmEngineConfig.model_validate({**self.vllm.model_dump(), **overrides})
+
+    def canary_candidate(self) -> ModelConfig | None:
+        """The version under test of a multi-node canary (`rollout.canary.candidate`): this model with
+        the candidate's source and engine settings, and no candidate of its own. None when there is none."""
+        candidate = self.rollout.canary.candidate
+        if candidate is None:
+            return None
+        canary = self.rollout.canary.model_copy(update={"candidate": None})
+        return self.model_copy(
+            update={
+                "source": candidate.source or self.source,
+                "vllm": self.candidate_vllm(),
+                "rollout": self.rollout.model_copy(update={"canary": canary}),
+            }
+        )
 
     @property
     def namespace(self) -> str:

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from infra.config.base import StrictModel, reject_retired_keys
 from infra.config.errors import ConfigProblem
+from infra.config.source import ModelSourceConfig
 
 
 class ErrorRateCheckConfig(StrictModel):
@@ -83,6 +84,26 @@ class CanaryAnalysisConfig(StrictModel):
     """Queue depth."""
 
 
+class CanaryCandidateConfig(StrictModel):
+    """A multi-node model's canary (docs/multi-node.md, "Canary"): the version under test, run by a
+    LeaderWorkerSet `vllm-canary` of its own beside the stable groups, and sent `weight` % of the
+    model's requests by the ALB. Each weight is one `pulumi up`; an Argo Rollouts AnalysisRun judges
+    it with the same checks as a one-node canary. Promote: weight 100, then the candidate's values
+    into the model itself, then remove the candidate; abort: remove it."""
+
+    source: ModelSourceConfig | None = None
+    """Where the candidate's revision lives; null: the model's own `source`."""
+    vllm: dict[str, Any] = {}
+    """`models[].vllm` keys whose values differ for the candidate (e.g. extra_args, max_num_seqs),
+    merged over the model's own and checked like them."""
+    replicas: Annotated[int, Field(ge=1, le=16)] = 1
+    """Groups running the candidate, each of nodes_per_replica nodes of the model's GPU group, beside
+    the stable groups (`validate` checks the group has room for both)."""
+    weight: Annotated[int, Field(ge=0, le=100)] = 10
+    """Percent of the model's requests the ALB sends to the candidate's leaders. 0: its groups start
+    (a large model loads for minutes) but serve nothing; 100: all traffic, the step before promotion."""
+
+
 class CanaryConfig(StrictModel):
     """Traffic steps of a canary rollout; an analysis runs after each step."""
 
@@ -100,11 +121,16 @@ class CanaryConfig(StrictModel):
 
     steps: Annotated[list[int], Field(min_length=1, max_length=10)] = [10, 50]
     """Canary traffic weights in percent, increasing, each below 100; after the last one the canary
-    is promoted to 100 %. Default 10 % → analysis → 50 % → analysis → 100 %."""
+    is promoted to 100 %. Default 10 % → analysis → 50 % → analysis → 100 %. One-node models only
+    (a multi-node canary is stepped by `candidate.weight`)."""
     analysis: CanaryAnalysisConfig = CanaryAnalysisConfig()
     """What each analysis compares and for how long."""
     abort_scale_down_delay_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
     """After an abort, how long the failed canary pods stay (not serving) for `kubectl logs`."""
+    candidate: CanaryCandidateConfig | None = None
+    """Multi-node models only: the version under test, in groups of its own (Argo Rollouts cannot
+    drive a LeaderWorkerSet). A one-node model needs none: change the model itself and Argo steps
+    `steps`. Null: no canary in progress, every request to the stable groups."""
 
     @field_validator("steps")
     @classmethod
@@ -129,7 +155,8 @@ class RolloutConfig(StrictModel):
     strategy: Literal["rolling", "canary"] = "rolling"
     """`rolling`: a Deployment replaces pods one at a time (docs/serving.md). `canary`: an Argo
     Rollouts Rollout shifts traffic step by step, checked against vLLM's metrics (needs
-    addons.argo_rollouts, monitoring and the ALB ingress)."""
+    addons.argo_rollouts, monitoring and the ALB ingress); for a multi-node model, the
+    `canary.candidate`'s own groups at the weight the stack gives (docs/multi-node.md)."""
     replace_in_place: bool = False
     """`rolling` only: replace pods in place (maxSurge 0, maxUnavailable 1) even when the model may
     run a single replica. A rollout then needs no GPU beyond the replicas' own, but a model at one

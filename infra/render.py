@@ -438,6 +438,16 @@ def _object_filename(obj: dict[str, Any]) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_yaml_documents(path: Path) -> list[Any]:
+    """The non-empty documents of one file `write_render` wrote, read back with libyaml's parser where
+    PyYAML has it (the safe constructors either way): a render's chart objects are megabytes of YAML,
+    which the pure-Python parser took about 20 s to read per stack."""
+    return [document for document in yaml.load_all(path.read_text(), Loader=_YAML_LOADER) if document]
+
+
 def write_render(result: RenderResult, out_dir: Path) -> None:
     """One YAML file per Kubernetes object grouped by namespace; Helm releases; AWS inputs as JSON."""
     if out_dir.exists():

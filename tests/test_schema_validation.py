@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, all_versions
 
-from infra.render import write_render
+from infra.render import read_yaml_documents, write_render
 from infra.stack_checks import load_stack
 from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 from tests.conftest import EXAMPLE_STACKS, STACKS, TEST_STACKS_DIR, rendered
@@ -267,14 +267,11 @@ def stack_verdicts(stack: str) -> tuple[Verdict, ...]:
         # Ours (kubernetes/) and every object the charts render (charts/<release>/).
         written = [*(out_dir / "kubernetes").rglob("*.yaml"), *(out_dir / "charts").rglob("*.yaml")]
         for path in sorted(written):
-            for document in yaml.safe_load_all(path.read_text()):
-                if document:
-                    verdict = _validate(document, version)
-                    verdicts.append(
-                        Verdict(
-                            str(path.relative_to(out_dir)), document, verdict.problems, verdict.has_schema
-                        )
-                    )
+            for document in read_yaml_documents(path):
+                verdict = _validate(document, version)
+                verdicts.append(
+                    Verdict(str(path.relative_to(out_dir)), document, verdict.problems, verdict.has_schema)
+                )
     return tuple(verdicts)
 
 

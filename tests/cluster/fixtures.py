@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.helm.cache import check_cache
 from infra.config import PlatformConfig
+from infra.render import read_yaml_documents
 from tests.cluster import tools
 from tests.cluster.control_plane import PROGRAMS, Cluster, start_cluster
 from tests.cluster.netns import NetworkNamespace
@@ -64,5 +64,5 @@ def render_objects(stack: str, out: Path, *, stack_file: Path | None = None) -> 
     objects = []
     for folder in ("kubernetes", "charts"):
         for path in sorted((out / folder).rglob("*.yaml")):
-            objects.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+            objects.extend(read_yaml_documents(path))
     return objects

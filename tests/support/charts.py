@@ -23,6 +23,7 @@ import yaml
 
 from components.helm.cache import PULL_COMMAND, ChartCacheError, check_cache
 from components.helm.lock import LockedChart, load_lock
+from infra.render import read_yaml_documents
 
 CHART_DATA_ENV = "VLLM_PLATFORM_CHART_DATA"
 CHARTS_SKIP_REASON = f"needs the pinned chart templates, not in the chart cache: run `{PULL_COMMAND}`"
@@ -87,7 +88,7 @@ def data_crds() -> dict[tuple[str, str], dict[str, Any]]:
     else:
         for entry in load_lock().values():
             for path in sorted(chart_data(entry).rglob("crds/*.yaml")):
-                documents.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+                documents.extend(read_yaml_documents(path))
     crds: dict[tuple[str, str], dict[str, Any]] = {}
     for document in documents:
         if document.get("kind") == "CustomResourceDefinition":

@@ -62,6 +62,11 @@ def namespace_of(model: str) -> str:
     return f"vllm-{model}"
 
 
+PROVIDER_DELETE_PANIC = "pkg/await/condition.(*Deleted).Satisfied"
+"""pulumi-resource-kubernetes v4's delete awaiter dereferencing an object it no longer has (a nil
+pointer panic in await/condition/deleted.go): the provider exits and `destroy` fails mid-way."""
+
+
 class Deployer:
     """Runs tests/cluster/pulumi_project.py inside the cluster's namespace (one engine run each)."""
 
@@ -71,6 +76,17 @@ class Deployer:
         self.results: dict[str, dict[str, Any]] = {}
 
     def run(self, step: str, operation: str, *flags: str) -> dict[str, Any]:
+        result = self._run_once(step, operation, *flags)
+        if operation == "destroy" and not result["ok"] and PROVIDER_DELETE_PANIC in result["error"]:
+            # The pinned Kubernetes provider crashed in its delete awaiter (an upstream race, seen
+            # once in CI beside the main lane): the delete itself was sent, and destroy is idempotent,
+            # so it is run once more; the first attempt's error stays in the result.
+            first = result["error"]
+            result = self._run_once(step, operation, *flags)
+            result["retried_after_provider_panic"] = first[-4000:]
+        return result
+
+    def _run_once(self, step: str, operation: str, *flags: str) -> dict[str, Any]:
         environment = {**os.environ, "PYTHONPATH": str(REPO)}
         completed = self.cluster.netns.run(
             [

@@ -122,12 +122,18 @@ class NodeRole:
 
 
 def multi_node_arguments(model: ModelConfig, role: NodeRole) -> list[str]:
-    """vLLM's own multi-node launch for `model` (issue 42): the world of tensor × pipeline ranks over
-    `--nnodes` nodes, rendezvous at the leader (`--master-addr`), every node but the leader headless
-    (no API server: only its workers, vllm/entrypoints/cli/serve.py run_headless)."""
+    """vLLM's own multi-node launch for `model` (issue 42): the world of tensor × pipeline (× data)
+    ranks over `--nnodes` nodes, rendezvous at the leader (`--master-addr`), every node but the leader
+    headless (no API server: only its workers, vllm/entrypoints/cli/serve.py run_headless).
+
+    With data parallelism vLLM 0.32.0 needs nothing per node beyond `--node-rank`: it infers the
+    node's local ranks and its first rank from it, and takes the leader's address as the data-parallel
+    address (engine/arg_utils.py, create_engine_config), so no start rank is computed here."""
+    data = ["--data-parallel-size", str(model.data_parallel_size)] if model.data_parallel_size > 1 else []
     arguments = [
         "--pipeline-parallel-size",
         str(model.pipeline_parallel_size),
+        *data,
         "--nnodes",
         str(model.nodes_per_replica),
         "--node-rank",

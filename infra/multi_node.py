@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from infra.capacity.architecture import ModelShape
+from infra.capacity.architecture import ModelShape, count_parameters
 from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
@@ -62,6 +62,29 @@ def pipeline_stage_shape(shape: ModelShape, pipeline_parallel_size: int) -> Mode
         first_dense_layers=min(shape.first_dense_layers, layers),
         parameters_declared=declared * layers / shape.num_hidden_layers if declared else None,
     )
+
+
+def expert_shard_shape(shape: ModelShape, data_parallel_size: int) -> ModelShape:
+    """One data-parallel rank's share of a MoE model under expert parallelism, as a model of its own,
+    for the per-GPU memory plan: vLLM spreads the routed experts over tensor × data ranks, so each
+    rank's GPUs hold num_experts / data of them, which the weight plan then splits over the tensor
+    ranks as it does every expert (the same bytes per GPU as whole experts per rank). Attention, the
+    shared experts and the router stay whole in every rank. A declared parameter count shrinks with
+    the experts."""
+    if data_parallel_size == 1 or not shape.is_moe:
+        return shape
+    assert shape.num_experts
+    share = dataclasses.replace(
+        shape, num_experts=math.ceil(shape.num_experts / data_parallel_size), parameters_declared=None
+    )
+    declared = shape.parameters_declared
+    if declared:
+        ratio = (
+            count_parameters(share).total
+            / count_parameters(dataclasses.replace(shape, parameters_declared=None)).total
+        )
+        share = dataclasses.replace(share, parameters_declared=declared * ratio)
+    return share
 
 
 def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> list[Problem]:
@@ -139,14 +162,18 @@ def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> l
             )
         )
     tp, pp, dp = model.tensor_parallel_size, model.pipeline_parallel_size, model.data_parallel_size
-    if dp > 1:
+    if dp > 1 and model.gpus_per_replica % (tp * pp):
+        # vLLM 0.32.0 infers each node's data-parallel ranks from --node-rank (its first rank is
+        # node_rank × GPUs per node ÷ tensor × pipeline; engine/arg_utils.py) only when a rank's
+        # GPUs lie on one node; a rank spanning nodes would get the wrong start rank.
         problems.append(
             Problem(
-                (*at, "data_parallel_size"),
-                dp,
-                "data-parallel groups (vLLM's --data-parallel-size-local/--data-parallel-start-rank launch "
-                "for MoE models) are not built yet: the capacity plan cannot size their expert split "
-                "(issue 42); serve the model with tensor × pipeline parallelism (data_parallel_size: 1)",
+                at,
+                {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "data_parallel_size": dp},
+                f"each data-parallel rank must lie on one node, whole: tensor {tp} × pipeline {pp} GPUs per "
+                f"rank do not divide a node's {model.gpus_per_replica}; use pipeline_parallel_size 1 and "
+                f"a tensor_parallel_size that divides {model.gpus_per_replica}, e.g. tensor "
+                f"{model.gpus_per_replica} × data {nodes}",
             )
         )
         return problems

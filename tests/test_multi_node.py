@@ -26,6 +26,7 @@ from components.model_service import SERVER_NAME
 from components.multi_node_addons import efa_device_plugin_values, lws_controller_values
 from components.vllm_arguments import (
     LEADER_WORKER_SET_NAME,
+    NodeRole,
     build_server_arguments,
     validation_node_roles,
 )
@@ -144,12 +145,18 @@ def test_a_one_node_model_keeps_tensor_parallel_over_its_gpus() -> None:
             id="product-short-with-across-nodes",
         ),
         pytest.param(
-            lambda c: model_of(c)["parallelism"].update(
-                data_parallel_size=2, tensor_parallel_size=8, pipeline_parallel_size=1
+            lambda c: (
+                group_of(c).update(max_size=4)
+                or model_of(c)["parallelism"].update(
+                    nodes_per_replica=4,
+                    data_parallel_size=2,
+                    tensor_parallel_size=8,
+                    pipeline_parallel_size=2,
+                )
             ),
-            "models[0].parallelism.data_parallel_size",
-            "not built yet",
-            id="data-parallel-not-built",
+            "models[0].parallelism",
+            "each data-parallel rank must lie on one node, whole: tensor 8 × pipeline 2",
+            id="data-parallel-rank-spanning-nodes",
         ),
         pytest.param(
             lambda c: model_of(c)["parallelism"].update(expert_parallel=True),
@@ -627,3 +634,63 @@ def test_a_one_node_karpenter_pool_keeps_its_discovered_subnets_and_no_placement
     spec = node_class["spec"]
     assert spec["subnetSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": "vllm-staging"}}]
     assert "placementGroupSelector" not in spec
+
+
+# --- data and expert parallelism across nodes --------------------------------------------------------
+
+
+def _moe_data_parallel(config: dict[str, Any], *, expert_parallel: bool) -> None:
+    """DeepSeek-V2-Lite (64 routed experts) over the two nodes as two data-parallel ranks of tensor 8."""
+    model = model_of(config)
+    model["architecture"] = {"preset": "deepseek-v2-lite"}
+    model["parallelism"] = {
+        "nodes_per_replica": 2,
+        "data_parallel_size": 2,
+        "expert_parallel": expert_parallel,
+    }
+    model["vllm"] = {"max_model_len": 8192, "max_num_seqs": 64}
+
+
+def _load_changed(tmp_path: Path, change) -> Any:
+    data = stack_data()
+    change(data["config"])
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_stack("multinode", stack_file=path)
+
+
+def test_data_parallel_ranks_are_left_to_vllm_to_infer_from_the_node_rank(tmp_path: Path) -> None:
+    """vLLM 0.32.0 infers a node's data-parallel ranks from --node-rank and uses --master-addr as the
+    data-parallel address (engine/arg_utils.py): the pods carry `--data-parallel-size` and nothing
+    per node but the rank LWS gives; `validate` (which ran in load_stack) had the pinned parser accept
+    the leader's and the worker's arguments."""
+    config = _load_changed(tmp_path, lambda c: _moe_data_parallel(c, expert_parallel=True))
+    (model,) = config.models
+    assert (model.tensor_parallel_size, model.pipeline_parallel_size, model.data_parallel_size) == (8, 1, 2)
+    for leader in (True, False):
+        args = build_server_arguments(model, "/m", node_role=NodeRole.in_pod(leader=leader))
+        assert args[args.index("--data-parallel-size") + 1] == "2"
+        assert args[args.index("--pipeline-parallel-size") + 1] == "1"
+        assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+        assert "--enable-expert-parallel" in args
+        assert not {
+            "--data-parallel-start-rank",
+            "--data-parallel-size-local",
+            "--data-parallel-address",
+        } & set(args)
+        assert ("--headless" in args) is not leader
+    for role in validation_node_roles(model):
+        assert role is not None
+        arguments = build_server_arguments(model, "/m", node_role=role)
+        assert check_server_arguments(arguments) == [], arguments
+
+
+def test_expert_parallelism_over_data_ranks_gives_each_gpu_its_share_of_the_experts(tmp_path: Path) -> None:
+    with_ep = plan_platform(_load_changed(tmp_path, lambda c: _moe_data_parallel(c, expert_parallel=True)))
+    without = plan_platform(_load_changed(tmp_path, lambda c: _moe_data_parallel(c, expert_parallel=False)))
+    (ep,), (tp_only,) = with_ep.models.values(), without.models.values()
+    # Without expert parallelism each rank holds every expert, split over its 8 tensor ranks; with it,
+    # half of them (32 of 64 per rank), so the routed experts' bytes per GPU halve.
+    assert ep.weight_bytes_per_gpu < tp_only.weight_bytes_per_gpu
+    assert (ep.data_parallel_size, ep.expert_parallel) == (2, True)
+    assert ep.kv_cache.tokens > tp_only.kv_cache.tokens  # the memory freed goes to the KV cache

@@ -150,6 +150,11 @@ class ModelPlan:
     """Pipeline stages of one replica; memory above is per GPU of the largest stage."""
     gpus_per_node: int = 0
     """GPUs of each pod of the replica (gpus_per_replica); 0 where not set (tests' hand-built plans)."""
+    data_parallel_size: int = 1
+    """Engines of one replica, each with its own scheduler and KV cache: the KV cache, tokens and
+    concurrency above are one rank's."""
+    expert_parallel: bool = False
+    """A MoE model's routed experts spread over tensor × data ranks (weights above are one GPU's share)."""
 
     @property
     def gpus_per_replica_total(self) -> int:
@@ -473,12 +478,15 @@ def model_shape(model: ModelConfig) -> ModelShape:
 
 def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> ModelPlan:
     """Plan `model` on the GPU group `gpu_group` of `config` (its own, or another for comparison)."""
-    from infra.multi_node import pipeline_stage_shape
+    from infra.multi_node import expert_shard_shape, pipeline_stage_shape
 
     group = config.node_groups.gpu[gpu_group]
     whole_model = model_shape(model)
-    # A multi-node replica is planned per GPU of its largest pipeline stage (issue 42).
+    # A multi-node replica is planned per GPU of its largest pipeline stage (issue 42), and with
+    # expert parallelism over data-parallel ranks, of one rank's share of the routed experts.
     shape = pipeline_stage_shape(whole_model, model.pipeline_parallel_size)
+    if model.parallelism.expert_parallel:
+        shape = expert_shard_shape(shape, model.data_parallel_size)
     gpus_per_node = max(instance.gpus_per_node for instance in group.gpu_instances)
     if model.is_multi_node:
         # Tensor parallelism wider than a node is infra/multi_node.py's to refuse (or allow).
@@ -532,6 +540,8 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         nodes_per_replica=model.nodes_per_replica,
         pipeline_parallel_size=model.pipeline_parallel_size,
         gpus_per_node=model.gpus_per_replica,
+        data_parallel_size=model.data_parallel_size,
+        expert_parallel=model.parallelism.expert_parallel,
     )
 
 

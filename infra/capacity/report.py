@@ -35,7 +35,8 @@ def _placement(plan: ModelPlan) -> str:
     if plan.nodes_per_replica > 1:
         return (
             f"{plan.gpu_group} ({plan.nodes_per_replica} nodes × {plan.gpus_per_node}× {plan.gpu_model}, "
-            f"TP {plan.tensor_parallel_size} × PP {plan.pipeline_parallel_size})"
+            f"TP {plan.tensor_parallel_size} × PP {plan.pipeline_parallel_size}"
+            + (f" × DP {plan.data_parallel_size})" if plan.data_parallel_size > 1 else ")")
         )
     return f"{plan.gpu_group} ({plan.tensor_parallel_size}× {plan.gpu_model})"
 
@@ -200,12 +201,20 @@ def _group_lines(models: Sequence[ModelPlan]) -> list[str]:
     for p in groups:
         expected = round(p.startup.expected_seconds)
         rendezvous = dict(p.startup.phases).get("group_rendezvous", 0.0)
+        split = f"tensor parallel {p.tensor_parallel_size} × pipeline {p.pipeline_parallel_size}"
+        tokens = f"{p.kv_cache.tokens:,} tokens per replica"
+        if p.data_parallel_size > 1:
+            experts = ", experts spread over tensor × data ranks" if p.expert_parallel else ""
+            split += f" × data {p.data_parallel_size}{experts}"
+            tokens = (
+                f"{p.kv_cache.tokens:,} tokens per data-parallel rank, each its own engine with "
+                f"max_num_seqs {p.max_num_seqs}; {p.data_parallel_size * p.kv_cache.tokens:,} per replica"
+            )
         lines += [
             f"  {p.model}: one replica is {p.nodes_per_replica} nodes of {p.gpus_per_node}× {p.gpu_model} "
-            f"= {p.gpus_per_replica_total} GPUs, tensor parallel {p.tensor_parallel_size} × pipeline "
-            f"{p.pipeline_parallel_size}; per GPU of the largest stage {_gib(p.weight_bytes_per_gpu)} GiB of "
-            f"weights and {_gib(max(0, p.memory.kv_cache_bytes))} GiB of KV cache ({p.kv_cache.tokens:,} "
-            "tokens per replica)",
+            f"= {p.gpus_per_replica_total} GPUs, {split}; per GPU of the largest stage "
+            f"{_gib(p.weight_bytes_per_gpu)} GiB of weights and {_gib(max(0, p.memory.kv_cache_bytes))} GiB "
+            f"of KV cache ({tokens})",
             f"    a group starts in about {expected} s on cold nodes: its slowest member (members start "
             f"in parallel) plus {rendezvous:.0f} s of rendezvous; the leader's startupProbe allows "
             f"{p.startup_budget_seconds} s",
@@ -410,6 +419,8 @@ def _model_json(plan: ModelPlan) -> dict[str, Any]:
         "gpu_model": plan.gpu_model,
         "tensor_parallel_size": plan.tensor_parallel_size,
         "pipeline_parallel_size": plan.pipeline_parallel_size,
+        "data_parallel_size": plan.data_parallel_size,
+        "expert_parallel": plan.expert_parallel,
         "nodes_per_replica": plan.nodes_per_replica,
         "gpus_per_replica": plan.gpus_per_replica_total,
         "gpu_hours_per_day_per_replica": plan.gpu_hours_per_day,

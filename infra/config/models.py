@@ -622,10 +622,12 @@ class ParallelismConfig(StrictModel):
     `tensor_parallel_across_nodes`."""
     pipeline_parallel_size: Annotated[int, Field(ge=1, le=128)] | None = None
     """`--pipeline-parallel-size`. null = nodes_per_replica (one pipeline stage per node, tensor
-    parallel inside it: vLLM's advice for nodes without NVLink between them)."""
+    parallel inside it: vLLM's advice for nodes without NVLink between them); with data_parallel_size
+    above 1, 1."""
     data_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
-    """`--data-parallel-size` (MoE models served with data and expert parallelism). Above 1 is refused
-    for now: the capacity plan of data-parallel groups is not built yet (issue 42)."""
+    """`--data-parallel-size`: engines of one replica, each with its own scheduler and KV cache, for
+    MoE models served with data and expert parallelism (`expert_parallel`). Each rank lies on one node
+    (tensor × pipeline divides a node's GPUs); vLLM infers each node's ranks from `--node-rank`."""
     expert_parallel: bool = False
     """`--enable-expert-parallel`: a MoE model's experts spread over the tensor-parallel (× data-
     parallel) ranks instead of each expert split across them; num_experts must divide by that count."""
@@ -794,8 +796,12 @@ class ModelConfig(StrictModel):
 
     @property
     def pipeline_parallel_size(self) -> int:
+        """The stack's value, else one stage per node, or with data parallelism 1 (each data-parallel
+        rank on one node; infra/multi_node.py)."""
         given = self.parallelism.pipeline_parallel_size
-        return given if given is not None else self.parallelism.nodes_per_replica
+        if given is not None:
+            return given
+        return 1 if self.parallelism.data_parallel_size > 1 else self.parallelism.nodes_per_replica
 
     @property
     def data_parallel_size(self) -> int:

@@ -12,6 +12,9 @@ discovery selects group leaders only (`leaderworkerset.sigs.k8s.io/worker-index=
 its arguments); outside a cluster it is given the leader's URL instead. Not covered here: separate
 network namespaces (the two processes share loopback).
 
+A second test runs the same two processes as two data-parallel ranks (`data_parallel_size: 2`):
+vLLM infers the worker's rank from `--node-rank`, and the leader's API spreads requests over both.
+
 Found while writing it: the same two processes with pipeline parallelism 2 (tensor 1) form the group
 and pass /health on the CPU build, but the first request kills the engine (vLLM 0.32.0 CPU,
 scheduler.update_from_output KeyError on the request id, under the pipeline's batch queue); tensor
@@ -20,8 +23,11 @@ parallelism across the two processes serves.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +59,8 @@ GROUP_TIMEOUT_SECONDS = 420
 """Two CPU processes of vLLM on a busy two-core machine: each imports torch and compiles."""
 
 
-def _tensor_across_two_nodes_stack(tmp_path: Path) -> Path:
+def _two_node_stack(tmp_path: Path, parallelism: dict[str, Any]) -> Path:
+    """The multinode stack varied to one GPU per node (an L40S group), so the CPU build can run it."""
     data = yaml.safe_load((STACKS_DIR / "Pulumi.multinode.yaml").read_text())
     config = data["config"]
     config["vllm-platform:node_groups"]["gpu"] = {
@@ -66,12 +73,7 @@ def _tensor_across_two_nodes_stack(tmp_path: Path) -> Path:
         architecture={"preset": "llama-3.1-8b"},
         gpu_group="l40s",
         gpus_per_replica=1,
-        parallelism={
-            "nodes_per_replica": 2,
-            "tensor_parallel_size": 2,
-            "pipeline_parallel_size": 1,
-            "tensor_parallel_across_nodes": True,
-        },
+        parallelism={"nodes_per_replica": 2, **parallelism},
         resources={
             "cpu_request_cores": 8,
             "memory_request_gib": 48,
@@ -80,9 +82,19 @@ def _tensor_across_two_nodes_stack(tmp_path: Path) -> Path:
         },
     )
     model["vllm"] = {"max_model_len": 8192, "max_num_seqs": 64}
-    path = tmp_path / "Pulumi.multinode-tp.yaml"
+    path = tmp_path / "Pulumi.multinode-cpu.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+TENSOR_ACROSS_TWO_NODES = {
+    "tensor_parallel_size": 2,
+    "pipeline_parallel_size": 1,
+    "tensor_parallel_across_nodes": True,
+}
+DATA_PARALLEL_OVER_TWO_NODES = {"data_parallel_size": 2}
+"""Two engines (data-parallel ranks), one per node, as a MoE model's data × expert group runs; the
+tiny model is dense, which vLLM serves the same way without the experts' all-to-all."""
 
 
 def _auth_environment(render: Any, container: dict[str, Any], directory: Path) -> dict[str, str]:
@@ -108,17 +120,19 @@ def _expanded(args: list[str], rank: str, master_port: int) -> list[str]:
     return expanded
 
 
-def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def _running_group(
+    parallelism: dict[str, Any], tiny_model_dir: Path, tmp_path: Path
+) -> Iterator[tuple[Any, RunningVllmServer, RunningVllmServer]]:
+    """The rendered leader's and worker's arguments, the LWS variables expanded as the kubelet would,
+    run as two processes: (render, leader, worker) once the leader's /health answers."""
     render = render_stack(
-        "multinode-tp", stack_file=_tensor_across_two_nodes_stack(tmp_path), allow_missing_charts=True
+        "multinode-cpu", stack_file=_two_node_stack(tmp_path, parallelism), allow_missing_charts=True
     )
     (lws,) = render.find(LWS_KIND, "vllm", "vllm-llama-3-1-8b")
     template = lws["spec"]["leaderWorkerTemplate"]
     leader_container = template["leaderTemplate"]["spec"]["containers"][0]
     worker_container = template["workerTemplate"]["spec"]["containers"][0]
-    assert leader_container["args"][leader_container["args"].index("--tensor-parallel-size") + 1] == "2"
     assert "--headless" in worker_container["args"]
 
     master_port = free_port()
@@ -142,15 +156,67 @@ def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
     try:
         wait_until_healthy(leader, timeout_seconds=GROUP_TIMEOUT_SECONDS)
         assert worker.process.poll() is None, worker.log_tail()
-        _assert_eight_token_completion(leader.base_url, "hello", leader.log_tail)
-        # One engine over both processes: the worker holds tensor rank 1 of a world of 2.
-        worker_text = worker_log.read_text(errors="replace")
-        assert "world_size=2 rank=1" in worker_text, worker.log_tail()
-        assert "TP rank 1" in worker_text
-        _completion_through_the_model_router(render, leader.base_url, tmp_path)
+        yield render, leader, worker
     finally:
         stop_vllm_server(leader)
         stop_vllm_server(worker)
+
+
+def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    with _running_group(TENSOR_ACROSS_TWO_NODES, tiny_model_dir, tmp_path) as (render, leader, worker):
+        assert _argument(leader.process.args, "--tensor-parallel-size") == "2"
+        _assert_eight_token_completion(leader.base_url, "hello", leader.log_tail)
+        # One engine over both processes: the worker holds tensor rank 1 of a world of 2.
+        worker_text = worker.log_path.read_text(errors="replace")
+        assert "world_size=2 rank=1" in worker_text, worker.log_tail()
+        assert "TP rank 1" in worker_text
+        _completion_through_the_model_router(render, leader.base_url, tmp_path)
+
+
+def test_rendered_data_parallel_ranks_serve_as_one_replica_across_two_processes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Data parallelism over the two "nodes": the rendered pods carry `--data-parallel-size 2` and no
+    start rank; vLLM infers the worker's rank 1 from `--node-rank 1`. The leader's API spreads
+    requests over both engines, and its /metrics reports both (the autoscaler reads leaders only)."""
+    with _running_group(DATA_PARALLEL_OVER_TWO_NODES, tiny_model_dir, tmp_path) as (_, leader, worker):
+        assert _argument(leader.process.args, "--data-parallel-size") == "2"
+        assert "--data-parallel-start-rank" not in leader.process.args
+        prompts = [f"request {index}" for index in range(8)]
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            list(
+                pool.map(
+                    lambda p: _assert_eight_token_completion(leader.base_url, p, leader.log_tail), prompts
+                )
+            )
+        finished = _finished_by_engine(leader.base_url)
+        assert set(finished) == {"0", "1"} and sum(finished.values()) == len(prompts), (
+            finished,
+            worker.log_tail(),
+        )
+        # vLLM's own inference from the rendered `--node-rank $(LWS_WORKER_INDEX)` (1 on the worker).
+        worker_text = worker.log_path.read_text(errors="replace")
+        assert "Inferred data_parallel_rank 1 from node_rank 1" in worker_text, worker.log_tail()
+
+
+def _argument(args: Sequence[str], flag: str) -> str:
+    args = list(args)
+    return args[args.index(flag) + 1]
+
+
+def _finished_by_engine(base_url: str) -> dict[str, float]:
+    """Finished requests on the leader's /metrics by the `engine` label (data-parallel rank)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    finished: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:request_success_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            value = float(line.rsplit(" ", 1)[1])
+            if value:
+                finished[labels["engine"]] = finished.get(labels["engine"], 0.0) + value
+    return finished
 
 
 def _assert_eight_token_completion(base_url: str, prompt: str, log_tail: Callable[[], str]) -> None:
@@ -158,7 +224,13 @@ def _assert_eight_token_completion(base_url: str, prompt: str, log_tail: Callabl
     response = httpx.post(
         f"{base_url}/v1/completions",
         headers={"Authorization": f"Bearer {API_KEY}"},
-        json={"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": prompt, "max_tokens": 8},
+        # ignore_eos: the tiny model's dummy weights may pick the end token before the 8th.
+        json={
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "prompt": prompt,
+            "max_tokens": 8,
+            "ignore_eos": True,
+        },
         timeout=120,
     )
     assert response.status_code == 200, (response.text, log_tail())

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components import server_auth
 from components.helm.lock import load_lock
 from components.leader_worker_set import (
     EFA_RESOURCE,
@@ -694,3 +695,29 @@ def test_expert_parallelism_over_data_ranks_gives_each_gpu_its_share_of_the_expe
     assert ep.weight_bytes_per_gpu < tp_only.weight_bytes_per_gpu
     assert (ep.data_parallel_size, ep.expert_parallel) == (2, True)
     assert ep.kv_cache.tokens > tp_only.kv_cache.tokens  # the memory freed goes to the KV cache
+
+
+def test_a_tenants_default_share_counts_every_data_parallel_engine_of_a_group(tmp_path: Path) -> None:
+    """The default share of a tenant on a shared model splits the engine slots at the fewest replicas
+    (issue 40). A data-parallel group runs `data_parallel_size` engines, each with `max_num_seqs`
+    slots, behind its leader's one API: counting one engine per group would admit half of what the
+    group serves at once."""
+    from infra.config.tenants import default_max_concurrent_requests
+
+    def shared_by_two_tenants(config: dict[str, Any]) -> None:
+        _moe_data_parallel(config, expert_parallel=True)
+        served = model_of(config)["served_model_name"]
+        config["vllm-platform:tenants"] = [
+            {"name": name, "models": [served], "api_key_secrets": [{"name": f"vp/multinode/{name}"}]}
+            for name in ("search", "research")
+        ]
+
+    config = _load_changed(tmp_path, shared_by_two_tenants)
+    (model,) = config.models
+    groups = model.replicas
+    assert groups >= 1 and model.data_parallel_size == 2
+    expected = groups * 2 * model.vllm.max_num_seqs // 2
+    assert default_max_concurrent_requests(config, model) == expected
+    tenants = server_auth.tenants_document(config, model)["tenants"]
+    # One API-server process on the leader answers for both engines of the group.
+    assert tenants["research"]["max_in_flight"] == server_auth.in_flight_share(expected, model)

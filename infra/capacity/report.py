@@ -226,7 +226,7 @@ def _group_lines(models: Sequence[ModelPlan]) -> list[str]:
 
 _SOURCES = {
     "stack": "tenants[].max_concurrent_requests",
-    "default": "default: max_num_seqs x fewest replicas / tenants on the model",
+    "default": "default: max_num_seqs x engines at the fewest replicas / tenants on the model",
     "none": "none: the only tenant on the model",
 }
 

@@ -54,7 +54,8 @@ class TenantConfig(StrictModel):
     fewest replicas x its API-server processes)), and the `TenantOverConcurrencyLimit` alert fires when
     the summed in-flight gauge passes it (docs/security.md, "Tenants"). Null: on a model other tenants
     may call too, the default share, the model's engine slots split evenly (`max_num_seqs` x fewest
-    replicas / its tenants; `vllm-platform plan` lists it), with no alert; on a model of its own, none."""
+    replicas x data-parallel engines per replica / its tenants; `vllm-platform plan` lists it), with
+    no alert; on a model of its own, none."""
 
     @model_validator(mode="after")
     def _has_a_key(self) -> TenantConfig:
@@ -258,15 +259,16 @@ class TenantConcurrency:
 
 def default_max_concurrent_requests(config: PlatformConfig, model: ModelConfig) -> int | None:
     """The limit of a tenant that sets none, on a model other tenants may call too (issue 40): the
-    engine slots at the model's fewest replicas (`max_num_seqs` each) split evenly between its
-    tenants, rounded down. The shares then add up to at most what the engines run at once, so one
+    engine slots at the model's fewest replicas (`max_num_seqs` for each engine: one per replica, or
+    a multi-node group's `data_parallel_size` engines behind its leader's API) split evenly between
+    its tenants, rounded down. The shares then add up to at most what the engines run at once, so one
     tenant's flood never fills vLLM's batch and FCFS queue in front of another tenant's request (the
     probe measured a 30x slowdown without a share); a tenant alone on the model gets no default."""
     sharing = len(tenants_on(config, model))
     if sharing < 2:
         return None
     fewest = _processes_at_fewest_replicas(model) // model.vllm.api_server_count
-    return max(1, fewest * model.vllm.max_num_seqs // sharing)
+    return max(1, fewest * model.data_parallel_size * model.vllm.max_num_seqs // sharing)
 
 
 def tenant_concurrency(config: PlatformConfig, model: ModelConfig) -> list[TenantConcurrency]:

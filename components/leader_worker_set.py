@@ -58,6 +58,18 @@ any NET plugin" / network not found) and the group never becomes ready. "AWS Lib
 every aws-ofi-nccl release answers to ("Libfabric" only from 1.12, aws/aws-ofi-nccl#530)."""
 
 
+HOST_ADDRESS_ENV = "VLLM_HOST_IP"
+"""The address a member gives the others for vLLM's own channels between nodes (the multi-node
+executor's message queues, over ZeroMQ): the pod's IP, from the downward API. Without it vLLM guesses
+from the default route (`vllm.utils.network_utils.get_ip`) and, where it finds none, offers 0.0.0.0,
+which the other members cannot reach."""
+
+
+def host_address_environment() -> list[dict[str, Any]]:
+    """`VLLM_HOST_IP` = the pod's IP, on every member of a group (the kubelet fills it in)."""
+    return [{"name": HOST_ADDRESS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+
+
 def efa_environment() -> list[dict[str, str]]:
     """libfabric and NCCL settings of every member of a multi-node group, sorted by name."""
     settings = {
@@ -110,7 +122,7 @@ def _member_template(
     efa = str(efa_interfaces_per_node(config, model.gpu_group))
     for kind in ("requests", "limits"):
         server["resources"][kind][EFA_RESOURCE] = efa
-    server["env"] = [*server["env"], *efa_environment()]
+    server["env"] = [*server["env"], *host_address_environment(), *efa_environment()]
     if not leader:
         # --headless: no API server, so nothing answers HTTP. A worker whose engine dies exits (its
         # MultiprocExecutor's monitor), its restart recreates the group (RESTART_POLICY), and the

@@ -359,6 +359,10 @@ def test_every_member_asks_for_all_the_nodes_efa_devices_and_carries_the_efa_env
         assert server["resources"]["limits"]["nvidia.com/gpu"] == "8"
         env = {e["name"]: e.get("value") for e in server["env"]}
         assert env["NCCL_NET"] == "AWS Libfabric" and env["FI_PROVIDER"] == "efa"
+        # Each member offers the others its pod IP for vLLM's queues between nodes (the e2e test
+        # shows a group without it never forms where vLLM cannot guess an address).
+        (host,) = [e for e in server["env"] if e["name"] == "VLLM_HOST_IP"]
+        assert host["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
         anti = template[role]["spec"]["affinity"]["podAntiAffinity"]
         assert (
             anti["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"]

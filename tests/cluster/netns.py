@@ -5,22 +5,35 @@ those connects fail at once ("Network is unreachable") and nothing leaves the ma
 are started with `ip netns exec`, each in its own session so it is stopped by its process id.
 Names a test needs to resolve inside (a rendered Service address) go in the namespace's own hosts
 file, `/etc/netns/<name>/hosts`, which `ip netns exec` bind-mounts over /etc/hosts for what it starts.
+
+Two namespaces may be joined by a veth pair (`join_by_veth`) to stand in for two nodes: each end is
+the namespace's `eth0` with an address only the two of them hold, and neither has a default route.
+`NetworkNamespace.call` runs a function in a thread that entered the namespace, so the test's own
+HTTP clients (and the processes they start) are inside it too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 STOP_GRACE_SECONDS = 10.0
 NETNS_ETC = Path("/etc/netns")
+NETNS_RUN = Path("/run/netns")
+"""Where `ip netns add` keeps the namespace (a bind-mounted nsfs file that setns(2) enters)."""
+CLONE_NEWNET = 0x40000000
+
+T = TypeVar("T")
 
 
 class NetworkNamespace:
@@ -59,6 +72,30 @@ class NetworkNamespace:
             *(f"{address} {name}" for name, address in hosts.items()),
         ]
         (folder / "hosts").write_text("\n".join(lines) + "\n")
+
+    def call(self, function: Callable[..., T], *args: Any, timeout: float, **kwargs: Any) -> T:
+        """`function(*args, **kwargs)` in a new thread that entered this namespace first (setns(2) moves
+        only the calling thread; sockets it opens, threads and processes it starts are inside too);
+        its result returned, its exception raised here. Bounded by `timeout` seconds."""
+        outcome: dict[str, Any] = {}
+
+        def inside() -> None:
+            try:
+                _enter_network_namespace(NETNS_RUN / self.name)
+                outcome["result"] = function(*args, **kwargs)
+            except BaseException as error:  # handed to the caller below
+                outcome["error"] = error
+
+        thread = threading.Thread(target=inside, name=f"in-{self.name}", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise TimeoutError(
+                f"{getattr(function, '__name__', function)} ran past {timeout:.0f} s in {self.name}"
+            )
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["result"]
 
     def command(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.name, *argv]
@@ -107,6 +144,54 @@ class NetworkNamespace:
         for process in reversed(self._processes):
             stop_process(process)
         self._processes.clear()
+
+
+def join_by_veth(
+    first: NetworkNamespace,
+    second: NetworkNamespace,
+    first_address: str,
+    second_address: str,
+    *,
+    prefix_length: int = 30,
+    interface: str = "eth0",
+) -> None:
+    """Link two entered namespaces by a veth pair, each end `interface` in its namespace with its
+    address (a pod's eth0 and IP): the only link of either besides loopback. The pair is made inside
+    `first`, so it never appears outside the two, and goes with them."""
+    steps = [
+        [
+            "ip",
+            "-n",
+            first.name,
+            "link",
+            "add",
+            interface,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            interface,
+            "netns",
+            second.name,
+        ],
+        ["ip", "-n", first.name, "addr", "add", f"{first_address}/{prefix_length}", "dev", interface],
+        ["ip", "-n", second.name, "addr", "add", f"{second_address}/{prefix_length}", "dev", interface],
+        ["ip", "-n", first.name, "link", "set", interface, "up"],
+        ["ip", "-n", second.name, "link", "set", interface, "up"],
+    ]
+    for step in steps:
+        subprocess.run(step, check=True, capture_output=True, timeout=30)
+
+
+def _enter_network_namespace(path: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(descriptor, CLONE_NEWNET) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"setns({path}): {os.strerror(error)}")
+    finally:
+        os.close(descriptor)
 
 
 def stop_process(process: subprocess.Popen, grace_seconds: float = STOP_GRACE_SECONDS) -> None:

@@ -1,16 +1,23 @@
 """The rendered leader and worker arguments of a multi-node replica form one vLLM engine across two
-processes (issue 42): vLLM 0.32.0's CPU build, tensor parallel 2 across two "nodes" that are two
-process groups on loopback, the worker `--headless`, answering a completion on the leader's API.
+processes (issue 42): vLLM 0.32.0's CPU build, tensor parallel 2 across two "nodes", the worker
+`--headless`, answering a completion on the leader's API and through the model router.
+
+The two nodes are two network namespaces of the test joined by a veth pair (tests/cluster/netns.py):
+each has an `eth0` with an address only the two hold (LEADER_ADDRESS, WORKER_ADDRESS), no default
+route, and its own hosts file naming this machine's host name with that address, as the kubelet
+writes a pod's /etc/hosts (torch.distributed's gloo binds to the address its host name resolves to).
+So every byte between leader and worker crosses the veth, as it crosses the network between pods.
 
 The stack is stacks/Pulumi.multinode.yaml varied to one GPU per node and tensor parallelism
 across the two nodes, so the CPU build can run it. What changes between the rendered pods and this
-test: the LWS variables are expanded as the kubelet would (rank 0 and 1, the leader's address
-127.0.0.1), the master port is a free one, and `cpu_arguments` swaps in the tiny model with dummy
-weights and its context length (tests/e2e/conftest.py). The stack's rendered model router (the pinned
-vllm-router) then serves a completion in front of the leader, as the router pod does: its rendered
-discovery selects group leaders only (`leaderworkerset.sigs.k8s.io/worker-index=0`, checked here on
-its arguments); outside a cluster it is given the leader's URL instead. Not covered here: separate
-network namespaces (the two processes share loopback).
+test: the LWS variables and the downward API are expanded as the kubelet would (rank 0 and 1, the
+leader's address, `VLLM_HOST_IP` = each pod's address), the master port is a free one, and
+`cpu_arguments` swaps in the tiny model with dummy weights and its context length
+(tests/e2e/conftest.py). The stack's rendered model router (the pinned vllm-router) then serves a
+completion in front of the leader from the worker's namespace, as the router pod reaches a leader on
+another node: its rendered discovery selects group leaders only
+(`leaderworkerset.sigs.k8s.io/worker-index=0`, checked here on its arguments); outside a cluster it is
+given the leader's URL instead.
 
 A second test runs the same two processes as two data-parallel ranks (`data_parallel_size: 2`):
 vLLM infers the worker's rank from `--node-rank`, and the leader's API spreads requests over both.
@@ -26,8 +33,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import re
+import socket
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +44,11 @@ import httpx
 import pytest
 import yaml
 
-from components.leader_worker_set import LWS_KIND, WORKER_INDEX_LABEL
+from components.leader_worker_set import HOST_ADDRESS_ENV, LWS_KIND, WORKER_INDEX_LABEL
 from components.server_auth import CONFIG_MAP_NAME
 from infra.config.loader import STACKS_DIR
 from infra.render import render_stack
+from tests.cluster.netns import NetworkNamespace, join_by_veth
 from tests.e2e.conftest import API_KEY, cpu_arguments
 from tests.e2e.test_router import loopback_arguments
 from tests.support.vllm_router import require_router_python, start_router, stop_router
@@ -57,6 +67,12 @@ pytestmark = pytest.mark.e2e
 
 GROUP_TIMEOUT_SECONDS = 420
 """Two CPU processes of vLLM on a busy two-core machine: each imports torch and compiles."""
+CLIENT_TIMEOUT_SECONDS = 300
+"""A test's requests from inside a namespace (each completion is bounded at 120 s on its own)."""
+
+LEADER_ADDRESS, WORKER_ADDRESS = "192.0.2.1", "192.0.2.2"
+"""The two "pods" (TEST-NET-1, RFC 5737: documentation only, never routed): only the two test
+namespaces hold them, on the two ends of their veth pair."""
 
 
 def _two_node_stack(tmp_path: Path, parallelism: dict[str, Any]) -> Path:
@@ -114,18 +130,45 @@ def _auth_environment(render: Any, container: dict[str, Any], directory: Path) -
 
 def _expanded(args: list[str], rank: str, master_port: int) -> list[str]:
     expanded = [
-        t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", "127.0.0.1") for t in args
+        t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", LEADER_ADDRESS) for t in args
     ]
     expanded[expanded.index("--master-port") + 1] = str(master_port)
     return expanded
 
 
+def _pod_address_env(container: dict[str, Any], address: str) -> dict[str, str]:
+    """The rendered `VLLM_HOST_IP` (the downward API's status.podIP) as the kubelet fills it in."""
+    (entry,) = [e for e in container["env"] if e["name"] == HOST_ADDRESS_ENV]
+    assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}, entry
+    return {HOST_ADDRESS_ENV: address}
+
+
+@dataclass(frozen=True)
+class Group:
+    """A running two-node group: the render, both processes and the namespaces they run in."""
+
+    render: Any
+    leader: RunningVllmServer
+    worker: RunningVllmServer
+    leader_node: NetworkNamespace
+    worker_node: NetworkNamespace
+
+
 @contextlib.contextmanager
-def _running_group(
-    parallelism: dict[str, Any], tiny_model_dir: Path, tmp_path: Path
-) -> Iterator[tuple[Any, RunningVllmServer, RunningVllmServer]]:
-    """The rendered leader's and worker's arguments, the LWS variables expanded as the kubelet would,
-    run as two processes: (render, leader, worker) once the leader's /health answers."""
+def _two_nodes() -> Iterator[tuple[NetworkNamespace, NetworkNamespace]]:
+    with NetworkNamespace("vp-leader") as leader, NetworkNamespace("vp-worker") as worker:
+        join_by_veth(leader, worker, LEADER_ADDRESS, WORKER_ADDRESS)
+        # What the kubelet writes into a pod's /etc/hosts: its host name at its own address.
+        leader.resolve({socket.gethostname(): LEADER_ADDRESS})
+        worker.resolve({socket.gethostname(): WORKER_ADDRESS})
+        yield leader, worker
+
+
+@contextlib.contextmanager
+def _running_group(parallelism: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> Iterator[Group]:
+    """The rendered leader's and worker's arguments, the LWS variables and the pod address expanded
+    as the kubelet would, run as two processes on two "nodes"; yielded once the leader's /health
+    answers (asked from the worker's node, across the veth)."""
     render = render_stack(
         "multinode-cpu", stack_file=_two_node_stack(tmp_path, parallelism), allow_missing_charts=True
     )
@@ -140,39 +183,71 @@ def _running_group(
     leader_args = cpu_arguments(_expanded(leader_container["args"], "0", master_port), tiny_model_dir)
     worker_args = cpu_arguments(_expanded(worker_container["args"], "1", master_port), tiny_model_dir)
 
-    worker_log = tmp_path / "worker.log"
-    with worker_log.open("wb") as log:
-        worker_process = subprocess.Popen(
-            [str(require_vllm_venv()), "-m", "tests.support.vllm_server", "serve", *worker_args],
-            cwd=REPO_ROOT,
-            env=vllm_subprocess_env(env),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    with _two_nodes() as (leader_node, worker_node):
+        worker_log = tmp_path / "worker.log"
+        with worker_log.open("wb") as log:
+            worker_process = subprocess.Popen(
+                worker_node.command(
+                    [str(require_vllm_venv()), "-m", "tests.support.vllm_server", "serve", *worker_args]
+                ),
+                cwd=REPO_ROOT,
+                env=vllm_subprocess_env({**env, **_pod_address_env(worker_container, WORKER_ADDRESS)}),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = RunningVllmServer(base_url="", port=0, process=worker_process, log_path=worker_log)
+        leader = leader_node.call(
+            start_vllm_server,
+            leader_args,
+            env={**env, **_pod_address_env(leader_container, LEADER_ADDRESS)},
+            log_path=tmp_path / "leader.log",
+            host=LEADER_ADDRESS,
+            command_prefix=leader_node.command([]),
+            timeout=30,
         )
-    worker = RunningVllmServer(base_url="", port=0, process=worker_process, log_path=worker_log)
-    leader = start_vllm_server(leader_args, env=env, log_path=tmp_path / "leader.log")
-    try:
-        wait_until_healthy(leader, timeout_seconds=GROUP_TIMEOUT_SECONDS)
-        assert worker.process.poll() is None, worker.log_tail()
-        yield render, leader, worker
-    finally:
-        stop_vllm_server(leader)
-        stop_vllm_server(worker)
+        try:
+            worker_node.call(
+                wait_until_healthy,
+                leader,
+                timeout_seconds=GROUP_TIMEOUT_SECONDS,
+                timeout=GROUP_TIMEOUT_SECONDS + 30,
+            )
+            assert worker.process.poll() is None, worker.log_tail()
+            yield Group(render, leader, worker, leader_node, worker_node)
+        finally:
+            stop_vllm_server(leader)
+            stop_vllm_server(worker)
 
 
 def test_rendered_leader_and_worker_form_one_engine_across_two_processes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    with _running_group(TENSOR_ACROSS_TWO_NODES, tiny_model_dir, tmp_path) as (render, leader, worker):
+    with _running_group(TENSOR_ACROSS_TWO_NODES, tiny_model_dir, tmp_path) as group:
+        leader, worker = group.leader, group.worker
         assert _argument(leader.process.args, "--tensor-parallel-size") == "2"
-        _assert_eight_token_completion(leader.base_url, "hello", leader.log_tail)
+        group.worker_node.call(
+            _assert_eight_token_completion,
+            leader.base_url,
+            "hello",
+            leader.log_tail,
+            timeout=CLIENT_TIMEOUT_SECONDS,
+        )
         # One engine over both processes: the worker holds tensor rank 1 of a world of 2.
         worker_text = worker.log_path.read_text(errors="replace")
         assert "world_size=2 rank=1" in worker_text, worker.log_tail()
         assert "TP rank 1" in worker_text
-        _completion_through_the_model_router(render, leader.base_url, tmp_path)
+        # The leader offers the worker its pod address (VLLM_HOST_IP) for the executor's queues.
+        assert f"mq_connect_ip={LEADER_ADDRESS}" in leader.log_path.read_text(errors="replace")
+        # The router pod on another node than the leader: the worker's namespace, across the veth.
+        group.worker_node.call(
+            _completion_through_the_model_router,
+            group.render,
+            leader.base_url,
+            tmp_path,
+            timeout=CLIENT_TIMEOUT_SECONDS,
+        )
 
 
 def test_rendered_data_parallel_ranks_serve_as_one_replica_across_two_processes(
@@ -181,17 +256,23 @@ def test_rendered_data_parallel_ranks_serve_as_one_replica_across_two_processes(
     """Data parallelism over the two "nodes": the rendered pods carry `--data-parallel-size 2` and no
     start rank; vLLM infers the worker's rank 1 from `--node-rank 1`. The leader's API spreads
     requests over both engines, and its /metrics reports both (the autoscaler reads leaders only)."""
-    with _running_group(DATA_PARALLEL_OVER_TWO_NODES, tiny_model_dir, tmp_path) as (_, leader, worker):
+    with _running_group(DATA_PARALLEL_OVER_TWO_NODES, tiny_model_dir, tmp_path) as group:
+        leader, worker = group.leader, group.worker
         assert _argument(leader.process.args, "--data-parallel-size") == "2"
         assert "--data-parallel-start-rank" not in leader.process.args
         prompts = [f"request {index}" for index in range(8)]
-        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            list(
-                pool.map(
-                    lambda p: _assert_eight_token_completion(leader.base_url, p, leader.log_tail), prompts
+
+        def eight_at_once() -> dict[str, float]:
+            with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+                list(
+                    pool.map(
+                        lambda p: _assert_eight_token_completion(leader.base_url, p, leader.log_tail),
+                        prompts,
+                    )
                 )
-            )
-        finished = _finished_by_engine(leader.base_url)
+            return _finished_by_engine(leader.base_url)
+
+        finished = group.worker_node.call(eight_at_once, timeout=CLIENT_TIMEOUT_SECONDS)
         assert set(finished) == {"0", "1"} and sum(finished.values()) == len(prompts), (
             finished,
             worker.log_tail(),

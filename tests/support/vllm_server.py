@@ -280,15 +280,17 @@ def start_vllm_server(
     log_path: Path,
     env: Mapping[str, str] | None = None,
     host: str = "127.0.0.1",
+    command_prefix: Sequence[str] = (),
 ) -> RunningVllmServer:
     """Start `vllm serve SERVE_ARGS --host HOST --port <free>` and return at once (not yet healthy).
 
     `serve_args` start with the model (path or tag). The server runs in its own process group, so
-    stop_vllm_server() also ends the engine core and worker processes it spawns.
+    stop_vllm_server() also ends the engine core and worker processes it spawns. `command_prefix`
+    goes before the command (`ip netns exec NAME`: the port is then chosen where the caller runs).
     """
     python = require_vllm_venv()
     port = free_port(host)
-    command = [str(python), "-m", "tests.support.vllm_server", "serve", *serve_args]
+    command = [*command_prefix, str(python), "-m", "tests.support.vllm_server", "serve", *serve_args]
     command += ["--host", host, "--port", str(port)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:

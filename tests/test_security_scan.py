@@ -4,7 +4,9 @@ Zero failed checks outside checkov/skips.yaml, and no stale skip in it. Helm rel
 upstream charts, not manifests, so checkov does not see them; their values are covered by our own
 tests of the add-on components and by the policy pack's helm-charts-pinned rule (docs/checks.md).
 checkov has no checks for Argo Rollouts' Rollout: a canary model's Rollout carries the very pod
-template its Deployment would, so that template is scanned as that Deployment.
+template its Deployment would, so that template is scanned as that Deployment. Nor for LWS's
+LeaderWorkerSet: a multi-node model's leader and worker templates are scanned as two Deployments,
+`<set>-leader` and `<set>-worker` (the multinode example stack is scanned with the shipped ones).
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ from types import ModuleType
 import pytest
 import yaml
 
+from components.leader_worker_set import LWS_KIND
 from infra.render import write_render
-from tests.conftest import REPO_ROOT, STACKS, TEST_STACKS_DIR, rendered
+from tests.conftest import EXAMPLE_STACKS, REPO_ROOT, STACKS, TEST_STACKS_DIR, rendered
 from tests.support.charts import require_charts
 
-RENDERED_STACKS = {**dict.fromkeys(STACKS), "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml"}
+RENDERED_STACKS = {
+    **dict.fromkeys((*STACKS, *EXAMPLE_STACKS)),
+    "existing": TEST_STACKS_DIR / "Pulumi.existing.yaml",
+}
 POD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob", "Pod")
 
 
@@ -74,13 +80,20 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Scan:
         result = rendered(stack, stack_file)
         write_render(result, out)
         directories[stack] = out / "kubernetes"
-        for rollout in result.find("Rollout"):
-            metadata = rollout["metadata"]
+        templates = [
+            (r["metadata"], r["spec"]["selector"], r["spec"]["template"]) for r in result.find("Rollout")
+        ]
+        for lws in result.find(LWS_KIND):
+            for role in ("leader", "worker"):
+                template = lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]
+                metadata = {**lws["metadata"], "name": f"{lws['metadata']['name']}-{role}"}
+                templates.append((metadata, {"matchLabels": template["metadata"]["labels"]}, template))
+        for metadata, selector, template in templates:
             as_deployment = {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
                 "metadata": metadata,
-                "spec": {key: rollout["spec"][key] for key in ("selector", "template")},
+                "spec": {"selector": selector, "template": template},
             }
             (out / "kubernetes" / metadata["namespace"] / f"deployment-{metadata['name']}.yaml").write_text(
                 yaml.safe_dump(as_deployment, sort_keys=False)

@@ -34,17 +34,9 @@ def uses_multi_node(config: PlatformConfig) -> bool:
     return any(model.is_multi_node for model in config.models)
 
 
-LWS_CONTROLLER_USER = 65532
-"""The user LWS's image runs as (its Dockerfile's `USER 65532:65532`, distroless `nonroot`)."""
-
-
 def lws_controller_values() -> dict[str, Any]:
     """The controller on system nodes, its image pinned (the chart tree's default tag is `main` with
-    pull policy Always), its webhook certificate managed by the controller itself (no cert-manager).
-    The pod hardened beyond the chart's defaults (checkov, tests/test_security_scan.py): seccomp
-    RuntimeDefault and the image's own non-root user, 65532 (distroless `nonroot`, the `USER` of
-    LWS's Dockerfile), named so the kubelet need not trust the image; a memory limit at twice the
-    chart's 1 GiB request. No CPU limit, as for the other controllers (throttling slows admission)."""
+    pull policy Always), its webhook certificate managed by the controller itself (no cert-manager)."""
     return {
         "image": {
             "manager": {
@@ -56,13 +48,6 @@ def lws_controller_values() -> dict[str, Any]:
         "enableCertManager": False,
         "enablePrometheus": False,
         "enableDisaggregatedSet": False,
-        "podSecurityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": LWS_CONTROLLER_USER,
-            "runAsGroup": LWS_CONTROLLER_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         # A controller: system nodes only, never on GPU nodes (no GPU toleration).
         "tolerations": [],
     }

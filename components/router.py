@@ -5,18 +5,22 @@
     │   (nothing else, nowhere else)
     ├── ConfigMap vllm-router-registrar (each model's router, registered with the front)
     ├── Deployment vllm-router (≥ 2 pods over zones), each pod:
-    │     router        front `vllm-router --enable-igw` on :8000: routes by the request's `model`
+    │     door          nginx on :8000, the pod's only served port: forwards the OpenAI routes it
+    │                   lists, in canonical form, and nothing else (components/router_door.py)
+    │     router        front `vllm-router --enable-igw` on 127.0.0.1:8001: routes by the request's `model`
     │     route-<model> one single-model `vllm-router` per model (its policy over its ready pods,
     │                   found by upstream's Kubernetes discovery), 127.0.0.1:8100+i
     │     registrar     registers each route-<model> with the front (router/registrar.py) and answers
-    │                   /v1/models on :8090 in OpenAI's shape, asking each model with the client's key
-    │     wake-gate     (with a to-zero model) one port per such model, :8200+i, routed to by the front
+    │                   /v1/models on 127.0.0.1:8090 in OpenAI's shape, asking each model with the
+    │                   client's key
+    │     wake-gate     (with a to-zero model) one port per such model, 127.0.0.1:8200+i, routed to by
+    │                   the front
     │                   instead of route-<model>: only a request with a key the model accepts, naming
     │                   one of its served names, goes on to the router's hold (router/wake_gate.py);
     │                   the keys come from the secret store through the CSI driver (SecretProviderClass
     │                   vllm-router-keys), mounted into this container only
     ├── Service vllm-router, PodDisruptionBudget vllm-router, Ingress vllm-router (host router.host:
-    │   /v1/models to the registrar, the rest of /v1 to the front)
+    │   /v1 to the door, which sends /v1/models to the registrar and the inference routes to the front)
     └── PodMonitor vllm-router (in the monitoring namespace): the router's own metrics
 
 The router is vLLM's (PyPI/GitHub vllm-router, pinned in infra/versions.py); docs/routing.md says
@@ -36,7 +40,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import probes, secrets
+from components import probes, router_door, secrets
 from components.labels import (
     MODEL_SERIES_LABEL,
     PART_OF,
@@ -76,15 +80,16 @@ ROUTER_NAME = ROUTER_APP_NAME
 """Name of the Deployment, Service, PDB, Ingress, ServiceAccount and PodMonitor."""
 ROUTER_CONTAINER = "router"
 REGISTRAR_CONTAINER = "registrar"
-ROUTER_PORT = 8000
+ROUTER_PORT = router_door.DOOR_PORT
+"""The pod's served port: the door (components/router_door.py); the front is behind it on FRONT_PORT."""
+FRONT_PORT = router_door.FRONT_PORT
 METRICS_PORT = 29000
 MODEL_ROUTER_BASE_PORT = 8100
 """Model i's single-model router listens on 127.0.0.1:8100+i and serves metrics on 29001+i."""
-MODELS_PORT = 8090
-"""The registrar's `/v1/models` (router/registrar.py ModelsServer): the front's own answer there is not
-OpenAI's list and checks no key."""
+MODELS_PORT = router_door.MODELS_PORT
+"""The registrar's `/v1/models` (router/registrar.py ModelsServer), on 127.0.0.1 behind the door: the
+front's own answer there is not OpenAI's list and checks no key."""
 PORT_NAME = "http"
-MODELS_PORT_NAME = "models"
 METRICS_PORT_NAME = "metrics"
 READINESS_PATH = "/readiness"
 """vllm-router answers 200 here once it can route (0.1.17); the registrar's models server, once it
@@ -148,19 +153,24 @@ def _common_arguments(config: PlatformConfig, retries: list[str] | None = None) 
         *(retries or ["--retry-max-retries", str(router.max_retries)]),
         "--request-timeout-secs",
         str(router.request_timeout_seconds),
+        # The stack's body limit, as the door's and the pods' (vllm-router's default: 512 MiB).
+        "--max-payload-size",
+        str(max_body_bytes(config)),
         "--log-level",
         "info",
     ]
 
 
 def router_arguments(config: PlatformConfig) -> list[str]:
-    """The front `vllm-router`: multi-model mode, one worker per model (that model's router)."""
+    """The front `vllm-router`: multi-model mode, one worker per model (that model's router), on
+    loopback behind the door, with the stack's body limit (vllm-router's default is 512 MiB, in a
+    container limited to 1 GiB: issue 49)."""
     return [
         "--enable-igw",
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",
         "--port",
-        str(ROUTER_PORT),
+        str(FRONT_PORT),
         "--policy",
         FRONT_POLICY,
         "--prometheus-host",
@@ -328,7 +338,7 @@ def registrar_config(config: PlatformConfig) -> dict[str, Any]:
     """What router/registrar.py reads: the front router, and each model's router as its worker (a
     to-zero model's through its wake gate)."""
     return {
-        "router_url": f"http://127.0.0.1:{ROUTER_PORT}",
+        "router_url": f"http://127.0.0.1:{FRONT_PORT}",
         "interval_seconds": config.router.registration_interval_seconds,
         "models_port": MODELS_PORT,
         "workers": [
@@ -357,7 +367,10 @@ def registrar_config_checksum(config: PlatformConfig) -> str:
 
 def registrar_config_map_data(config: PlatformConfig) -> dict[str, str]:
     """The ConfigMap both sidecars read (code and keys are elsewhere: no secret here)."""
-    data = {REGISTRAR_CONFIG_FILE: json.dumps(registrar_config(config), indent=2, sort_keys=True)}
+    data = {
+        REGISTRAR_CONFIG_FILE: json.dumps(registrar_config(config), indent=2, sort_keys=True),
+        router_door.DOOR_CONFIG_FILE: router_door.door_config(config),
+    }
     if gated_models(config):
         data[WAKE_GATE_CONFIG_FILE] = json.dumps(wake_gate_config(config), indent=2, sort_keys=True)
     return data
@@ -410,34 +423,23 @@ def _router_resources(config: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def _liveness(port: str | int) -> dict[str, Any]:
-    return {
-        "httpGet": {"port": port, "path": LIVENESS_PATH},
-        "periodSeconds": 10,
-        "timeoutSeconds": 3,
-        "failureThreshold": 3,
-    }
+def _liveness(port: int) -> dict[str, Any]:
+    """Every vllm-router and sidecar of the pod listens on 127.0.0.1 only (issue 49: the door is the
+    only way in), so its liveness runs inside its container."""
+    return router_door.loopback_liveness(port, LIVENESS_PATH)
 
 
 def router_container(config: PlatformConfig) -> dict[str, Any]:
-    """The front: what the load balancer reaches; routes by model name to that model's router."""
+    """The front, behind the door: routes by model name to that model's router. Its readiness is the
+    door's (`/readiness`, forwarded here), so the pod is ready when both are."""
     return {
         "name": ROUTER_CONTAINER,
         "image": VLLM_ROUTER_IMAGE.reference,
         "imagePullPolicy": "IfNotPresent",
         "command": ["vllm-router"],
         "args": router_arguments(config),
-        "ports": [
-            {"name": PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"},
-            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
-        ],
-        "readinessProbe": {
-            "httpGet": {"port": PORT_NAME, "path": READINESS_PATH},
-            "periodSeconds": 5,
-            "timeoutSeconds": 3,
-            "failureThreshold": 2,
-        },
-        "livenessProbe": _liveness(PORT_NAME),
+        "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "livenessProbe": _liveness(FRONT_PORT),
         # The load balancer deregisters the pod (readiness, then the deregistration delay) before the
         # router stops accepting connections; SIGTERM then lets in-flight streams finish.
         "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
@@ -450,7 +452,6 @@ def model_router_container(config: PlatformConfig, model: ModelConfig, index: in
     """One model's router. Liveness only: a model with no ready pod must not take the pod (and with
     it every other model) out of the load balancer; the front ejects that model's router instead."""
     args = model_router_arguments(config, model, index)
-    args[args.index("--host") + 1] = "0.0.0.0"  # the kubelet's probe comes to the pod IP
     return {
         "name": model_router_container_name(model),
         "image": VLLM_ROUTER_IMAGE.reference,
@@ -488,11 +489,10 @@ def registrar_container(config: PlatformConfig) -> dict[str, Any]:
             "--config",
             f"{REGISTRAR_CONFIG_DIR}/{REGISTRAR_CONFIG_FILE}",
         ],
-        "ports": [{"name": MODELS_PORT_NAME, "containerPort": MODELS_PORT, "protocol": "TCP"}],
+        # On 127.0.0.1 behind the door: its readiness runs in the container, as the liveness of the rest.
         "readinessProbe": {
-            "httpGet": {"port": MODELS_PORT_NAME, "path": READINESS_PATH},
+            **router_door.loopback_liveness(MODELS_PORT, READINESS_PATH),
             "periodSeconds": 5,
-            "timeoutSeconds": 3,
             "failureThreshold": 2,
         },
         # Answers /v1/models while the load balancer deregisters the pod, as the front does.
@@ -517,11 +517,7 @@ def wake_gate_container(config: PlatformConfig) -> dict[str, Any]:
             "--config",
             f"{REGISTRAR_CONFIG_DIR}/{WAKE_GATE_CONFIG_FILE}",
         ],
-        # Reached from the front on localhost only; declared so the pod's ports say what listens.
-        "ports": [
-            {"name": f"gate-{index}", "containerPort": wake_gate_port(index), "protocol": "TCP"}
-            for index, _ in gated_models(config)
-        ],
+        # Reached from the front on 127.0.0.1 only.
         # Its own answer, never the model's: a model at zero must not take the pod out of service.
         "livenessProbe": _liveness(wake_gate_port(first_index)),
         "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
@@ -601,6 +597,7 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
                 ],
                 "securityContext": pod_security_context(),
                 "containers": [
+                    router_door.door_container(config, REGISTRAR_CONFIG_DIR, "registrar-config"),
                     router_container(config),
                     *(model_router_container(config, model, i) for i, model in enumerate(config.models)),
                     registrar_container(config),
@@ -608,6 +605,7 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
                 ],
                 "volumes": [
                     {"name": "registrar-config", "configMap": {"name": f"{ROUTER_NAME}-registrar"}},
+                    router_door.door_tmp_volume(config),
                     *([router_keys_volume(config)] if gated else []),
                     {
                         "name": "api-token",
@@ -631,6 +629,7 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
 
 def container_names(config: PlatformConfig) -> list[str]:
     return [
+        router_door.DOOR_CONTAINER,
         ROUTER_CONTAINER,
         *(model_router_container_name(model) for model in config.models),
         REGISTRAR_CONTAINER,
@@ -642,10 +641,7 @@ def service_spec() -> dict[str, Any]:
     return {
         "type": "ClusterIP",
         "selector": router_selector_labels(),
-        "ports": [
-            {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
-            for name, port in ((PORT_NAME, ROUTER_PORT), (MODELS_PORT_NAME, MODELS_PORT))
-        ],
+        "ports": [{"name": PORT_NAME, "port": ROUTER_PORT, "targetPort": PORT_NAME, "protocol": "TCP"}],
     }
 
 
@@ -659,24 +655,16 @@ def pod_disruption_budget_spec() -> dict[str, Any]:
 
 def ingress_spec(config: PlatformConfig) -> dict[str, Any]:
     assert config.router.host is not None  # checked at validate time (router_problems)
-    front = {"service": {"name": ROUTER_NAME, "port": {"name": PORT_NAME}}}
-    models = {"service": {"name": ROUTER_NAME, "port": {"name": MODELS_PORT_NAME}}}
-
+    door = {"service": {"name": ROUTER_NAME, "port": {"name": PORT_NAME}}}
     return {
         "ingressClassName": config.ingress.class_name,
         "tls": [{"hosts": [config.router.host]}],
-        # Only the OpenAI API: the router's worker API (/workers, /add_worker, ...) must stay inside.
-        # The models list first: the AWS Load Balancer Controller keeps the paths' order in a rule.
+        # Only the OpenAI API, to the door, which forwards the routes it lists and nothing else: the
+        # routers' worker APIs stay inside the pod whatever path the load balancer passes (issue 49).
         "rules": [
             {
                 "host": config.router.host,
-                "http": {
-                    "paths": [
-                        {"path": MODELS_PATH, "pathType": "Exact", "backend": models},
-                        {"path": MODELS_PATH + "/", "pathType": "Prefix", "backend": models},
-                        {"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": front},
-                    ]
-                },
+                "http": {"paths": [{"path": PUBLIC_API_PATH, "pathType": "Prefix", "backend": door}]},
             }
         ],
     }
@@ -702,8 +690,8 @@ def network_policies(
     peer = load_balancer_peer(config, load_balancer_cidrs)
     # No peer (ingress off) or no subnets: no policy at all, since an empty `from` would admit everyone.
     if peer is not None and peer.sources:
-        ports = [{"protocol": "TCP", "port": port} for port in (ROUTER_PORT, MODELS_PORT)]
-        policies.append(allow_peer_policy(peer, pods, ports))
+        # The door only: every router and sidecar behind it listens on 127.0.0.1 (issue 49).
+        policies.append(allow_peer_policy(peer, pods, [{"protocol": "TCP", "port": ROUTER_PORT}]))
     scrapers = prometheus_peer(config)
     if scrapers is not None:
         # The Prometheus pods the vLLM pods admit (security.prometheus_pod_labels), to the front's and

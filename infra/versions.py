@@ -64,12 +64,19 @@ MODEL_CACHE_IMAGE = ImagePin(
 VLLM_ROUTER_VERSION = "0.1.17"
 VLLM_ROUTER_WHEEL_SHA256 = "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d"
 """vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl as PyPI serves it (uploaded 2026-11-04)."""
-VLLM_ROUTER_IMAGE_REVISION = 3
+VLLM_ROUTER_IMAGE_REVISION = 4
 """Our build around one router release, since router/ (the registrar, Dockerfile, lock) also goes into
 the image and a published tag never changes: bump it with any change there, reset it to 1 with a new
 VLLM_ROUTER_VERSION. Tag `0.1.17` was the first build (registration loop only); 2 adds the
 registrar's OpenAI `/v1/models` server (port 8090), which the rendered Ingress and probes need; 3 adds
-the wake gate (router/wake_gate.py, container `wake-gate`) in front of the to-zero models' routers."""
+the wake gate (router/wake_gate.py, container `wake-gate`) in front of the to-zero models' routers;
+4 adds nginx, the pod's front door (components/router_door.py, container `door`; issue 49), and the
+sidecars on 127.0.0.1."""
+NGINX_DEBIAN_VERSION = "1.22.1-9+deb12u12"
+"""Debian bookworm's `nginx-light` (bookworm-security, 2026-12-07: `apt-cache policy nginx-light`), the
+router pod's front door: installed into the router image by router/Dockerfile (its ARG default must
+equal this; tests/test_router_door.py checks) and by scripts/setup-test-tools.sh for the door tests.
+The router image's base is python:3.12-slim-bookworm, so both get the same build."""
 VLLM_ROUTER_IMAGE = ImagePin(
     repository="ghcr.io/vllm-platform/vllm-router",
     tag=f"{VLLM_ROUTER_VERSION}-{VLLM_ROUTER_IMAGE_REVISION}",

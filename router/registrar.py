@@ -362,7 +362,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = json.loads(args.config.read_text())
-    models = ModelsServer(("0.0.0.0", int(config["models_port"])), list(desired_workers(config).values()))
+    # On 127.0.0.1: the door (components/router_door.py) forwards GET /v1/models here, nothing else does.
+    models = ModelsServer(("127.0.0.1", int(config["models_port"])), list(desired_workers(config).values()))
     threading.Thread(target=models.serve_forever, name="models", daemon=True).start()
     run_forever(config)
 

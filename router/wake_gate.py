@@ -47,6 +47,7 @@ import http.client
 import http.server
 import json
 import logging
+import re
 import socket
 import sys
 import threading
@@ -84,6 +85,17 @@ HOP_BY_HOP = frozenset(
 SET_HERE = frozenset({"server", "date"})
 """Response headers the gate's own `send_response` writes: not copied from the router's answer."""
 STREAM_CHUNK_BYTES = 64 * 1024
+CANONICAL_PATH = re.compile(r"(/(?!\.\.?(/|$))[A-Za-z0-9._~-]+)+|/")
+"""A request path in canonical form (issue 49; the door's rule, components/router_door.py): segments
+of unreserved characters, none empty, `.` or `..`; no percent-encoding, `;` or `\\`. Anything else is
+answered 400 here and never forwarded: the model's router (vllm-router) normalises what it forwards,
+so `/v1/%2e%2e/workers` would reach its worker API as `/workers`."""
+
+
+def canonical_target(target: str) -> bool:
+    """Whether a request target (origin-form; its query is not judged) has a canonical path."""
+    path, _, _ = target.partition("?")
+    return CANONICAL_PATH.fullmatch(path) is not None
 
 
 @dataclass(frozen=True)
@@ -328,6 +340,12 @@ class GateHandler(http.server.BaseHTTPRequestHandler):
 
     def handle_request(self) -> None:
         self.answered = False
+        # The target as the request line wrote it: http.server's `path` already folds a leading `//`.
+        words = self.requestline.split(" ")
+        if len(words) != 3 or not canonical_target(words[1]):
+            self.close_connection = True  # its body is not read
+            self.reply(400, openai_error("The request path is not in canonical form.", "invalid_path"))
+            return
         gated, path = self.server.gated, urllib.parse.urlsplit(self.path).path
         if path == LIVENESS_PATH and self.command in ("GET", "HEAD"):
             self.reply(200, {"status": "ok"})
@@ -480,7 +498,7 @@ class GateServer(http.server.ThreadingHTTPServer):
         self.keys = keys
 
 
-def start_gates(config: GateConfig, host: str = "0.0.0.0") -> list[GateServer]:
+def start_gates(config: GateConfig, host: str = "127.0.0.1") -> list[GateServer]:
     """One server per gated model, each serving in a daemon thread; returned so they can be stopped."""
     servers = []
     for gated in config.models:
@@ -496,7 +514,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = gate_config(json.loads(args.config.read_text()))
-    servers = start_gates(config)
+    servers = start_gates(config)  # on 127.0.0.1: only the front, in the same pod, reaches a gate
     LOG.info("gates for %s", ", ".join(f"{s.gated.model} on :{s.gated.port}" for s in servers))
     threading.Event().wait()
 

@@ -67,7 +67,9 @@ def test_front_routes_by_model_name_and_each_model_has_its_own_router(prod: Rend
     containers = {c["name"]: c for c in pod_spec(prod)["containers"]}
     front = containers["router"]
     assert front["args"][0] == "--enable-igw"
-    assert {p["name"]: p["containerPort"] for p in front["ports"]} == {"http": 8000, "metrics": 29000}
+    # Behind the door (components/router_door.py): on loopback, its metrics the only port it declares.
+    assert front["args"][front["args"].index("--host") + 1 :][:3] == ["127.0.0.1", "--port", "8001"]
+    assert {p["name"]: p["containerPort"] for p in front["ports"]} == {"metrics": 29000}
     for index, model in enumerate(config.models):
         args = containers[f"route-{model.name}"]["args"]
         # Upstream's Kubernetes discovery over exactly this model's pods, with the model's policy.
@@ -79,11 +81,12 @@ def test_front_routes_by_model_name_and_each_model_has_its_own_router(prod: Rend
         assert args[args.index("--service-discovery-namespace") + 1] == model.namespace
         assert args[args.index("--service-discovery-port") + 1] == str(model.vllm.port)
         assert args[args.index("--port") + 1] == str(8100 + index)
+        assert args[args.index("--host") + 1] == "127.0.0.1"  # reached by the front and registrar only
         assert args[args.index("--policy") + 1] == (model.router_policy or config.router.default_policy)
     # The registrar registers each model's router with the front, under the model's served names
     # (its own, then its LoRA adapters': none in prod).
     registrar = json.loads(only(prod, "ConfigMap")["data"]["registrar.json"])
-    assert registrar["router_url"] == "http://127.0.0.1:8000"
+    assert registrar["router_url"] == "http://127.0.0.1:8001"
     assert registrar["workers"] == [
         {
             "url": f"http://127.0.0.1:{8100 + i}",
@@ -144,16 +147,12 @@ def test_unified_endpoint_is_a_tls_ingress_for_the_openai_api_only(prod: RenderR
     assert ingress["spec"]["tls"] == [{"hosts": [host]}]
     (rule,) = ingress["spec"]["rules"]
     assert rule["host"] == host
-    # /v1/models to the registrar's models server, listed before /v1 (the AWS Load Balancer
-    # Controller keeps the order of a rule's paths, so /v1 would otherwise take it); nothing else.
+    # /v1 to the door, which forwards /v1/models to the registrar and the inference routes to the
+    # front (components/router_door.py); nothing else.
     assert [
         (p["path"], p["pathType"], p["backend"]["service"]["name"], p["backend"]["service"]["port"]["name"])
         for p in rule["http"]["paths"]
-    ] == [
-        ("/v1/models", "Exact", "vllm-router", "models"),
-        ("/v1/models/", "Prefix", "vllm-router", "models"),
-        ("/v1", "Prefix", "vllm-router", "http"),
-    ]
+    ] == [("/v1", "Prefix", "vllm-router", "http")]
     annotations = ingress["metadata"]["annotations"]
     assert annotations["alb.ingress.kubernetes.io/listen-ports"] == '[{"HTTPS": 443}]'
     assert (
@@ -169,23 +168,30 @@ def test_unified_endpoint_is_a_tls_ingress_for_the_openai_api_only(prod: RenderR
     assert len(groups) == 1 and len(prod.find("Ingress")) == len(own) + 1
 
 
-def test_registrar_serves_the_models_list_on_its_own_port_behind_the_service(prod: RenderResult) -> None:
-    """The load balancer reaches the registrar's models server (router/registrar.py) through the
-    Service's `models` port; the server listens where the ConfigMap says and is probed there."""
+def test_the_door_is_the_pods_only_served_port(prod: RenderResult) -> None:
+    """The load balancer reaches the door (nginx, components/router_door.py) on the Service's one
+    port; the registrar's models server listens on 127.0.0.1 where the ConfigMap says, behind it,
+    and every container but the door is probed from inside itself."""
     containers = {c["name"]: c for c in pod_spec(prod)["containers"]}
-    registrar = containers["registrar"]
-    assert registrar["ports"] == [{"name": "models", "containerPort": 8090, "protocol": "TCP"}]
+    door, registrar = containers["door"], containers["registrar"]
+    assert door["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert door["command"][0] == "nginx" and "door.conf" in door["command"][door["command"].index("-c") + 1]
+    assert "ports" not in registrar
     assert json.loads(only(prod, "ConfigMap")["data"]["registrar.json"])["models_port"] == 8090
-    assert registrar["readinessProbe"]["httpGet"] == {"port": "models", "path": "/readiness"}
-    # It keeps answering while the load balancer deregisters the pod, as long as the front does.
-    assert registrar["lifecycle"] == containers["router"]["lifecycle"]
+    assert "127.0.0.1:8090/readiness" in registrar["readinessProbe"]["exec"]["command"][-1]
+    # The door's readiness is the front's (it forwards /readiness there): the pod is ready when both are.
+    assert door["readinessProbe"]["httpGet"] == {"port": "http", "path": "/readiness"}
     # A model router still has no readiness probe: a model without ready pods keeps the pod (and
     # every other model) in the load balancer.
     probed = {name for name, c in containers.items() if "readinessProbe" in c}
-    assert probed == {"router", "registrar"}
+    assert probed == {"door", "registrar"}
+    # Nothing but the door is probed over the pod's network: the rest listen on loopback.
+    for name, spec in containers.items():
+        for probe in ("livenessProbe", "readinessProbe"):
+            if name != "door" and probe in spec:
+                assert "exec" in spec[probe], (name, probe)
     assert only(prod, "Service")["spec"]["ports"] == [
-        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-        {"name": "models", "port": 8090, "targetPort": "models", "protocol": "TCP"},
+        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}
     ]
 
 
@@ -196,8 +202,8 @@ def test_network_path_is_load_balancer_to_router_to_each_models_pods(prod: Rende
     }
     assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     (entry,) = policies["allow-load-balancer"]["ingress"]
-    # The front and the registrar's models list, from the same sources.
-    assert entry["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8090}]
+    # The door only (the front and the registrar's models list are behind it), from the same sources.
+    assert entry["ports"] == [{"protocol": "TCP", "port": 8000}]
     # The ALB's own subnets, exactly as the vLLM pods admit it; never the whole VPC (nodes and every
     # pod have VPC addresses, and the router's worker API has no authentication).
     model = config.models[0]
@@ -294,7 +300,7 @@ def test_router_metrics_are_scraped(prod: RenderResult) -> None:
     assert admit["ports"] == [
         {"protocol": "TCP", "port": port["containerPort"]}
         for container in pod_spec(prod)["containers"]
-        for port in container["ports"]
+        for port in container.get("ports", [])
         if port["name"].startswith("metrics")
     ]
     config = config_of(prod)

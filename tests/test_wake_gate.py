@@ -219,7 +219,7 @@ def test_only_the_gate_container_mounts_the_keys_from_the_store(prod: RenderResu
     assert "wake-gate.json" in config_map["data"]
     gate = next(c for c in spec["containers"] if c["name"] == router.WAKE_GATE_CONTAINER)
     assert gate["command"][:2] == ["python", router.WAKE_GATE_SCRIPT]
-    assert gate["livenessProbe"]["httpGet"]["path"] == "/liveness"
+    assert "/liveness" in gate["livenessProbe"]["exec"]["command"][-1]  # it listens on 127.0.0.1
     assert "readinessProbe" not in gate  # a model at zero never takes the router pod out of service
 
 
@@ -316,3 +316,64 @@ def test_the_gate_answers_over_http_without_reaching_the_model_router(tmp_path: 
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_the_gate_refuses_every_non_canonical_path_even_for_the_operator(tmp_path: Path) -> None:
+    """Issue 49: the model's router (vllm-router) normalises what it forwards, so a dot-segment the
+    gate passed on would reach its worker API. Every NON_CANONICAL target of the corpus gets 400 for
+    any method, even with the operator key (which passes every route), and nothing reaches the model
+    router; a canonical unknown route with the operator key is forwarded unchanged."""
+    import http.server
+    import threading
+
+    from router.wake_gate import GateConfig, GateServer
+    from tests.path_tricks import CANONICAL_UNKNOWN, METHODS, NON_CANONICAL
+    from tests.support.vllm_router import raw_request
+
+    reached: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            reached.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    (tmp_path / "platform-operator.key").write_text("operator-key\n")
+    model = GatedModel(
+        "qwen", 0, f"http://127.0.0.1:{upstream.server_port}", (BASE, ADAPTER), (OPERATOR,), 636
+    )
+    config = GateConfig(
+        tmp_path, (model,), max_body_bytes=1024, upstream_timeout_seconds=5, inference_routes=INFERENCE
+    )
+    gate = GateServer(("127.0.0.1", 0), model, config, KeyRing(tmp_path, model.callers))
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (upstream, gate)]
+    for thread in threads:
+        thread.start()
+    url = f"http://127.0.0.1:{gate.server_port}"
+    operator = {"Authorization": "Bearer operator-key"}
+    try:
+        wrong = [
+            (method, target, status)
+            for target in NON_CANONICAL
+            for method in METHODS
+            if (status := raw_request(url, method, target, headers=operator, body=b"{}")[0]) != 400
+        ]
+        assert not wrong, wrong[:10]
+        assert reached == []
+        for target in CANONICAL_UNKNOWN:
+            assert raw_request(url, "GET", target, headers=operator)[0] == 200
+        assert reached == list(CANONICAL_UNKNOWN)
+    finally:
+        for server in (gate, upstream):
+            server.shutdown()
+            server.server_close()

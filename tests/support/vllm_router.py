@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -257,3 +258,107 @@ def stop_process_group(process: subprocess.Popen[bytes], timeout_seconds: float 
             process.wait(timeout=10)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class RunningDoor:
+    """The router pod's door (nginx with the rendered door.conf, components/router_door.py)."""
+
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    config_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+NGINX_SETUP = "scripts/setup-test-tools.sh (Debian's nginx-light at infra/versions.py NGINX_DEBIAN_VERSION)"
+
+
+def start_door(
+    rendered_conf: str,
+    *,
+    front_url: str,
+    models_url: str,
+    directory: Path,
+    startup_timeout_seconds: float = 30,
+) -> RunningDoor:
+    """nginx with the rendered door config, as the `door` container runs it, with only its addresses
+    changed for loopback: it listens on a free port, the front and the registrar's models server
+    are at `front_url` and `models_url`, and its pid and body files go to `directory`."""
+    import shutil
+
+    from components import router_door
+
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).is_file():
+        raise RouterError(f"nginx is not installed: run {NGINX_SETUP}")
+    port = free_port("127.0.0.1")
+    replacements = {
+        f"listen {router_door.DOOR_PORT} ": f"listen 127.0.0.1:{port} ",
+        f"127.0.0.1:{router_door.FRONT_PORT};": front_url.removeprefix("http://") + ";",
+        f"127.0.0.1:{router_door.MODELS_PORT};": models_url.removeprefix("http://") + ";",
+        router_door.DOOR_TMP_PATH: str(directory),
+    }
+    conf = rendered_conf
+    for rendered, local in replacements.items():
+        assert rendered in conf, f"the rendered door config has no {rendered!r}"
+        conf = conf.replace(rendered, local)
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o777)  # nginx's workers (nobody, when the test runs as root) write body files here
+    config_path = directory / router_door.DOOR_CONFIG_FILE
+    config_path.write_text(conf)
+    log_path = directory / "nginx.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [nginx, "-e", "stderr", "-c", str(config_path), "-g", "daemon off;"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    door = RunningDoor(f"http://127.0.0.1:{port}", process, log_path, config_path)
+    deadline = time.monotonic() + startup_timeout_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RouterError(f"nginx exited with {process.returncode}:\n{door.log_tail()}")
+        try:
+            with contextlib.closing(socket.create_connection(("127.0.0.1", port), timeout=2)):
+                return door
+        except OSError:
+            time.sleep(0.2)
+    stop_process_group(process)
+    raise RouterError(f"nginx did not listen within {startup_timeout_seconds:.0f} s:\n{door.log_tail()}")
+
+
+def stop_door(door: RunningDoor, timeout_seconds: float = 20) -> None:
+    stop_process_group(door.process, timeout_seconds)
+
+
+def raw_request(
+    base_url: str,
+    method: str,
+    target: str,
+    *,
+    headers: dict[str, str] | None = None,
+    body: bytes = b"",
+    timeout_seconds: float = 10,
+) -> tuple[int, bytes]:
+    """One request with `target` written into the request line byte for byte (httpx and http.client
+    normalise or refuse some targets): (status, body). A status of 0: no answer."""
+    host, _, port = base_url.removeprefix("http://").partition(":")
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    if (body or method in ("POST", "PUT", "PATCH")) and "Content-Length" not in (headers or {}):
+        lines.append(f"Content-Length: {len(body)}")
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    answer = b""
+    with contextlib.closing(socket.create_connection((host, int(port)), timeout=timeout_seconds)) as sock:
+        sock.sendall(request)
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split()
+    return (int(status_line[1]) if len(status_line) > 1 else 0), rest

@@ -306,13 +306,15 @@ def start_door(
         assert rendered in conf, f"the rendered door config has no {rendered!r}"
         conf = conf.replace(rendered, local)
     directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o777)  # nginx's workers (nobody, when the test runs as root) write body files here
+    worker_user = "user root;" if os.geteuid() == 0 else ""
     config_path = directory / router_door.DOOR_CONFIG_FILE
     config_path.write_text(conf)
     log_path = directory / "nginx.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [nginx, "-e", "stderr", "-c", str(config_path), "-g", "daemon off;"],
+            # As in the pod, the workers run as the master's user (as root, nginx would switch them to
+            # `nobody`, who may not enter the test's temporary folder).
+            [nginx, "-e", "stderr", "-c", str(config_path), "-g", f"daemon off; {worker_user}"],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -34,6 +34,12 @@ CHECKSUM_ANNOTATION = "vllm-platform.dev/auth-middleware-sha256"
 """On the pod template, so a changed check rolls the pods (a ConfigMap edit alone would not)."""
 
 
+STATE_DIR = "/dev/shm/vllm-platform"
+"""With tenants, `VLLM_PLATFORM_STATE_DIR`: what the pod's API-server processes share (issue 49: the
+tenants' in-flight counts, and the secret their cache salts are derived under). On the pod's
+`/dev/shm`, a memory emptyDir every vLLM pod mounts (components/model_service.py): a tmpfs of this
+pod only, never written to disk, gone with the pod; the middleware ignores counts a dead process
+left there."""
 TENANTS_FILE = "tenants.json"
 """With tenants, beside the module in the ConfigMap: who may call which served name of this model
 (no key). Not in the checksum annotation: the kubelet updates the mounted file in place and the
@@ -55,10 +61,11 @@ def server_arguments(*, tenants: bool = False) -> list[str]:
 def tenants_document(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
     """The middleware's tenants file for `model`'s pods: their served names (vLLM's default first)
     and, for each tenant allowed on one of them, those it may call, its key prefix and its in-flight
-    share (the stack's limit or, on a shared model, the default: `tenant_concurrency`); and whether
-    each tenant gets a prefix cache of its own (`security.tenants_share_prefix_cache` false)."""
+    share (`max_in_flight`: sequences over all the pod's API-server processes, from the stack's limit
+    or, on a shared model, the default: `tenant_concurrency`); and whether each tenant gets a prefix
+    cache of its own (`security.tenants_share_prefix_cache` false)."""
     served = config.served_names(model)
-    shares = {row.tenant: row.per_process for row in tenant_concurrency(config, model)}
+    shares = {row.tenant: row.per_pod for row in tenant_concurrency(config, model)}
     return {
         "served_names": served,
         "isolated_prefix_cache": not config.security.tenants_share_prefix_cache,
@@ -122,6 +129,7 @@ def environment(
             {"name": "VLLM_PLATFORM_TENANTS", "value": f"{MOUNT_PATH}/{TENANTS_FILE}"},
             {"name": "VLLM_PLATFORM_TENANT_MOUNT", "value": secrets.TENANT_KEYS_MOUNT_PATH},
             {"name": "VLLM_PLATFORM_TENANT_LOOP_SHARE", "value": str(config.security.tenant_body_loop_share)},
+            {"name": "VLLM_PLATFORM_STATE_DIR", "value": STATE_DIR},
         ]
     if config.security.operator_key_secret is not None:
         env.append(

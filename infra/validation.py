@@ -410,15 +410,20 @@ def runtime_loading_problems(config: PlatformConfig) -> list[Problem]:
         if model.lora is None or not model.lora.runtime_loading or config.tenants:
             continue
         at = ("models", index, "lora", "runtime_loading")
-        if model.vllm.api_server_count > 1:
+        if model.api_server_count > 1:
+            count = model.api_server_count
+            why = (
+                f"vllm.extra_args sets --api-server-count {count}): remove --api-server-count"
+                if model.vllm.api_server_count_flag is not None
+                else f"vLLM runs one per data-parallel rank, {count}): set --api-server-count 1 in "
+                "vllm.extra_args"
+            )
             problems.append(
                 Problem(
                     at,
                     True,
                     f"vLLM {VLLM_VERSION} refuses runtime LoRA loading with more than one API-server "
-                    f"process (vllm.extra_args sets --api-server-count {model.vllm.api_server_count}): "
-                    "remove --api-server-count, or list the adapters in lora.adapters and set "
-                    "runtime_loading: false",
+                    f"process ({why}, or list the adapters in lora.adapters and set runtime_loading: false",
                 )
             )
         elif config.security.operator_key_secret is None:

@@ -32,6 +32,7 @@ TENANT_ENVIRONMENT = {
     "VLLM_PLATFORM_TENANTS",
     "VLLM_PLATFORM_TENANT_MOUNT",
     "VLLM_PLATFORM_TENANT_LOOP_SHARE",
+    "VLLM_PLATFORM_STATE_DIR",
 }
 LAB_ONLY = {"--load-format"}  # the lab's random weights; a pod loads its checkpoint
 

@@ -723,5 +723,8 @@ def test_a_tenants_default_share_counts_every_data_parallel_engine_of_a_group(tm
     expected = groups * 2 * model.vllm.max_num_seqs // 2
     assert default_max_concurrent_requests(config, model) == expected
     tenants = server_auth.tenants_document(config, model)["tenants"]
-    # One API-server process on the leader answers for both engines of the group.
+    # The leader runs an API-server process per data-parallel rank (vLLM 0.32.0's default, issue 49),
+    # and the two count one share together: the pod's share is the limit over the fewest groups.
+    assert model.api_server_count == 2
     assert tenants["research"]["max_in_flight"] == server_auth.in_flight_share(expected, model)
+    assert server_auth.in_flight_share(expected, model) == -(-expected // groups)

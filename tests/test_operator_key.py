@@ -68,7 +68,10 @@ def test_the_body_limit_reaches_the_middleware_in_bytes(tmp_path: Path) -> None:
     assert _env(config)["VLLM_PLATFORM_MAX_BODY_BYTES"] == str(2 * 1024 * 1024)
 
 
-def test_a_tenants_in_flight_share_spreads_its_limit_over_the_fewest_replicas_and_processes() -> None:
+def test_a_tenants_in_flight_share_spreads_its_limit_over_the_fewest_replicas_not_their_processes() -> None:
+    """Issue 49: the pod's API-server processes count one share together (the middleware's
+    PodInFlight), so the share is the limit over the fewest replicas, however many processes a pod
+    runs; dividing by them too refused a tenant below its limit."""
     config = load_stack("prod")
     model = config.models[0]  # autoscaling, min_replicas 2
     assert model.autoscaling.enabled and model.autoscaling.min_replicas == 2
@@ -77,12 +80,13 @@ def test_a_tenants_in_flight_share_spreads_its_limit_over_the_fewest_replicas_an
         return model.model_copy(update={"vllm": model.vllm.model_copy(update={"extra_args": list(args)})})
 
     one = with_args()
-    assert one.vllm.api_server_count == 1
+    assert one.api_server_count == 1
     assert server_auth.in_flight_share(64, one) == 32
     assert server_auth.in_flight_share(3, one) == 2  # rounded up: never below the limit in total
     assert server_auth.in_flight_share(1, one) == 1
-    assert server_auth.in_flight_share(64, with_args("--api-server-count", "4")) == 8
-    assert server_auth.in_flight_share(64, with_args("-asc=2")) == 16
+    four = with_args("--api-server-count", "4")
+    assert four.api_server_count == 4 and server_auth.in_flight_share(64, four) == 32
+    assert with_args("-asc=2").api_server_count == 2
     document = server_auth.tenants_document(config, model)
     limits = {t.name: t.max_concurrent_requests for t in config.tenants}
     for name, tenant in document["tenants"].items():
@@ -127,7 +131,7 @@ def test_a_tenant_without_a_limit_on_a_shared_model_gets_an_even_split_of_its_en
         "model": "llama-3-1-8b",
         "tenant": "research",
         "max_concurrent_requests": expected,
-        "per_process": server_auth.in_flight_share(expected, shared),
+        "per_pod": server_auth.in_flight_share(expected, shared),
         "source": "default",
     }
     assert rows[("llama-3-1-70b", "research")]["source"] == "none"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,7 +16,8 @@ import pytest
 from components import server_auth
 from components.vllm_arguments import reserved_flag_problems
 from infra.render import RenderResult
-from tests.support.auth_module import load_auth_module
+from tests import path_tricks
+from tests.support.auth_module import asgi_scope_for_target, load_auth_module
 from tests.test_serving_render import config_of, container, pod_spec
 
 KEY = "test-key-0123456789"
@@ -106,12 +108,78 @@ def test_only_get_health_and_metrics_pass_without_the_key(monkeypatch: pytest.Mo
         _http("/invocations", "POST"),
         _http("/tokenize", "POST"),
         _http("/v1/models"),
-        _http("/metrics/../tokenize"),
         _http("/healthz"),
     ):
         sent, reached = _call(module, scope)
         assert not reached, scope
         assert sent[0]["status"] == 401
+    sent, reached = _call(module, _http("/metrics/../tokenize"))
+    assert not reached and sent[0]["status"] == 400  # not canonical (issue 49): before any key check
+
+
+def _refused_as_not_canonical(sent: list[dict[str, Any]], reached: bool) -> bool:
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return (
+        not reached
+        and sent[0]["status"] == 400
+        and json.loads(body)["error"]["code"] == "invalid_path"
+        and (b"connection", b"close") in sent[0]["headers"]
+    )
+
+
+def test_a_target_that_is_not_a_canonical_path_gets_400_before_any_key_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 49: the corpus of tests/path_tricks.py, as uvicorn hands each target to the app (the
+    percent-decoded `path` and the `raw_path` as sent), with the model's key, without one, on the open
+    routes' methods and the others; the real server: tests/e2e/test_canonical_paths.py."""
+    module = _load_module(monkeypatch, KEY)
+    good = [(b"authorization", f"Bearer {KEY}".encode())]
+    refused = [
+        target
+        for target in path_tricks.NON_CANONICAL
+        for method in path_tricks.METHODS
+        for headers in ([], good)
+        if _refused_as_not_canonical(*_call(module, asgi_scope_for_target(method, target, headers)))
+    ]
+    assert len(refused) == len(path_tricks.NON_CANONICAL) * len(path_tricks.METHODS) * 2
+    # Canonical paths are judged as before: a query may follow at the pod (its path is judged alone).
+    for target in (*path_tricks.CANONICAL_UNKNOWN, *path_tricks.WITH_QUERY):
+        sent, reached = _call(module, asgi_scope_for_target("POST", target))
+        assert not reached and sent[0]["status"] == 401, target
+    assert _call(module, asgi_scope_for_target("POST", "/invocations?x=1", good))[1]
+    assert _call(module, asgi_scope_for_target("GET", "/health?verbose"))[1]
+    for open_route_spelled_otherwise in ("/health/", "//health", "/metrics/", "/./metrics", "/%68ealth"):
+        assert _refused_as_not_canonical(
+            *_call(module, asgi_scope_for_target("GET", open_route_spelled_otherwise))
+        )
+    # A WebSocket to a non-canonical path is closed before vLLM sees it, whatever the key.
+    scope = {**asgi_scope_for_target("GET", "/v1/%72ealtime", good), "type": "websocket"}
+    sent, reached = _call(module, scope)
+    assert not reached and sent == [{"type": "websocket.close", "code": 1008}]
+
+
+def test_the_canonical_rule_reads_the_bytes_sent_not_the_decoded_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = _load_module(monkeypatch, KEY)
+    for raw in (b"/v1/completions", b"/health", b"/a-b.c_d~e/F9"):
+        assert module.is_canonical_target({"raw_path": raw, "path": "/x/../y"}), raw
+    for raw in (
+        b"",
+        b"/",
+        b"/v1/%2e%2e",
+        b"/v1/..",
+        b"/v1/.",
+        b"/v1//x",
+        b"/v1/x/",
+        b"/v1/x;y",
+        b"/\xc3\xa9",
+    ):
+        assert not module.is_canonical_target({"raw_path": raw, "path": "/v1/completions"}), raw
+    # A server that gives no raw_path: the decoded path is all there is to judge.
+    assert not module.is_canonical_target({"path": "/v1/../workers"})
+    assert module.is_canonical_target({"path": "/v1/completions"})
 
 
 def test_the_bearer_key_passes_and_any_other_credential_does_not(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,13 +6,15 @@ tests/e2e/test_tenants.py runs the same module inside the real vLLM 0.32.0 serve
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import os
 import random
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -75,6 +77,15 @@ class Pod:
     def later(self, seconds: float) -> None:
         self.now[0] += seconds
 
+    def salt(self, tenant: str, clients: str = "") -> str:
+        """The salt vLLM must see for `tenant`: HMAC-SHA256 of its name under the secret in the pod's
+        shared folder (issue 49), then `;` and the client's own salt."""
+        secret = (self.folder / "shm" / self.module.CACHE_SALT_SECRET_FILE).read_bytes()
+        return f"{hmac.new(secret, tenant.encode(), hashlib.sha256).hexdigest()};{clients}"
+
+    def in_flight(self, tenant: str) -> int:
+        return int(self.middleware.in_flight.held(tenant))
+
 
 def _load(monkeypatch: pytest.MonkeyPatch, folder: Path) -> ModuleType:
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
@@ -82,6 +93,7 @@ def _load(monkeypatch: pytest.MonkeyPatch, folder: Path) -> ModuleType:
     monkeypatch.setenv("VLLM_PLATFORM_TENANT_MOUNT", str(folder / "keys"))
     monkeypatch.setenv("VLLM_PLATFORM_OPERATOR_KEY_FILE", str(folder / "keys" / "platform-operator.key"))
     monkeypatch.setenv("VLLM_PLATFORM_MAX_BODY_BYTES", str(MAX_BODY_BYTES))
+    monkeypatch.setenv("VLLM_PLATFORM_STATE_DIR", str(folder / "shm"))  # as the pod's /dev/shm
     return load_auth_module(monkeypatch, "vllm_platform_auth_tenants")
 
 
@@ -132,9 +144,10 @@ def _call(
     chunks: int = 1,
     headers: list[tuple[bytes, bytes]] | None = None,
     sent: list[dict[str, Any]] | None = None,
+    while_answering: Callable[[], None] | None = None,
 ) -> Answer:
     """One request through the middleware (body sent in `chunks` parts) to an app that reads the whole
-    body and answers `app_answer` (status, content type, body)."""
+    body, calls `while_answering` and answers `app_answer` (status, content type, body)."""
     headers = [*([(b"authorization", f"Bearer {key}".encode())] if key is not None else []), *(headers or [])]
     scope = {"type": "http", "method": method, "path": path, "root_path": "", "headers": headers}
     size = max(1, -(-len(body) // chunks))
@@ -155,6 +168,8 @@ def _call(
             if not message.get("more_body"):
                 break
         state["app_body"] = received
+        if while_answering is not None:
+            while_answering()
         status, content_type, answer = app_answer
         await send(
             {"type": "http.response.start", "status": status, "headers": [(b"content-type", content_type)]}
@@ -198,7 +213,7 @@ def test_a_tenant_reaches_its_model_and_vllm_reads_the_body_unchanged(pod: Pod) 
     body = _completion(ALPHA, prompt="x" * 5000)
     answer = _call(pod, "POST", "/v1/completions", KEY_A, body, chunks=7)
     assert answer.status == 200 and answer.reached and answer.app_body is not None
-    assert json.loads(answer.app_body) == {**json.loads(body), "cache_salt": "tenant=team-a;"}
+    assert json.loads(answer.app_body) == {**json.loads(body), "cache_salt": pod.salt("team-a")}
     _share_the_prefix_cache(pod)
     answer = _call(pod, "POST", "/v1/completions", KEY_A, body, chunks=7)
     assert answer.status == 200 and answer.app_body == body
@@ -218,11 +233,11 @@ def _salt_seen_by_vllm(pod: Pod, path: str, key: str, body: dict[str, Any]) -> o
 
 def test_each_tenant_gets_a_cache_salt_of_its_own_that_no_client_can_replace(pod: Pod) -> None:
     chat = {"model": ALPHA, "messages": [{"role": "user", "content": "hi"}]}
-    assert _salt_seen_by_vllm(pod, "/v1/chat/completions", KEY_A, chat) == "tenant=team-a;"
-    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_B, {"model": BETA}) == "tenant=team-b;"
+    assert _salt_seen_by_vllm(pod, "/v1/chat/completions", KEY_A, chat) == pod.salt("team-a")
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_B, {"model": BETA}) == pod.salt("team-b")
     # A client's own salt splits its tenant's cache further; it never yields another tenant's salt.
-    stolen = {"model": ALPHA, "prompt": "x", "cache_salt": "tenant=team-b;"}
-    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, stolen) == "tenant=team-a;tenant=team-b;"
+    stolen = {"model": ALPHA, "prompt": "x", "cache_salt": pod.salt("team-b")}
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, stolen) == pod.salt("team-a", pod.salt("team-b"))
     refused = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, cache_salt=["x"]))
     assert refused.status == 400 and not refused.reached
     # Routes whose vLLM request takes no salt get none; the operator's requests are not a tenant's.
@@ -231,7 +246,7 @@ def test_each_tenant_gets_a_cache_salt_of_its_own_that_no_client_can_replace(pod
         ALPHA
     )
     # An empty object, or one in UTF-16: encoded again rather than spliced.
-    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, {}) == "tenant=team-a;"
+    assert _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, {}) == pod.salt("team-a")
     utf16 = _call_with_headers(
         pod,
         "POST",
@@ -240,7 +255,7 @@ def test_each_tenant_gets_a_cache_salt_of_its_own_that_no_client_can_replace(pod
         _completion(ALPHA).decode().encode("utf-16"),
         [(b"content-type", b"application/json")],
     )
-    assert utf16.app_body is not None and json.loads(utf16.app_body)["cache_salt"] == "tenant=team-a;"
+    assert utf16.app_body is not None and json.loads(utf16.app_body)["cache_salt"] == pod.salt("team-a")
 
 
 def test_with_a_shared_prefix_cache_the_clients_salt_passes_as_sent(pod: Pod) -> None:
@@ -624,16 +639,16 @@ def test_a_body_past_the_limit_gets_413(pod: Pod) -> None:
 
 
 def test_a_tenant_past_its_in_flight_share_gets_429_with_retry_after(pod: Pod) -> None:
-    pod.middleware.in_flight["team-b"] = 1  # one request of team-b being answered now
+    assert pod.middleware.in_flight.take("team-b", 1, 1)  # one request of team-b being answered now
     sent: list[dict[str, Any]] = []
     answer = _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA), sent=sent)
     assert answer.status == 429 and not answer.reached
     start = next(m for m in sent if m["type"] == "http.response.start")
     assert (b"retry-after", b"1") in start["headers"]
     assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).reached  # no limit
-    pod.middleware.in_flight["team-b"] = 0
+    pod.middleware.in_flight.give("team-b", 1)
     assert _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA)).reached
-    assert pod.middleware.in_flight["team-b"] == 0  # released when the answer is sent
+    assert pod.in_flight("team-b") == 0  # released when the answer is sent
 
 
 # Issue 40: no tenant can stall the others. The body checks do no Python step per JSON value (C-speed
@@ -761,7 +776,7 @@ def test_the_issues_worst_body_is_refused_after_a_few_chunks_with_no_python_step
 
 
 def test_a_tenant_past_its_share_gets_429_before_any_of_its_body_is_read(pod: Pod) -> None:
-    pod.middleware.in_flight["team-b"] = 1
+    assert pod.middleware.in_flight.take("team-b", 1, 1)
     received: list[int] = []
     scope = {
         "type": "http",
@@ -793,7 +808,7 @@ def test_a_request_being_read_holds_its_tenants_share_until_it_is_answered(pod: 
     seen: list[int] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        seen.append(pod.middleware.in_flight["team-b"])
+        seen.append(pod.in_flight("team-b"))
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
@@ -807,7 +822,7 @@ def test_a_request_being_read_holds_its_tenants_share_until_it_is_answered(pod: 
                 sent.append(message)
 
             async def receive(body: bytes = body) -> dict[str, Any]:
-                seen.append(pod.middleware.in_flight["team-b"])  # taken while the body is read
+                seen.append(pod.in_flight("team-b"))  # taken while the body is read
                 return {"type": "http.request", "body": body, "more_body": False}
 
             scope = {
@@ -818,7 +833,7 @@ def test_a_request_being_read_holds_its_tenants_share_until_it_is_answered(pod: 
                 "headers": [(b"authorization", f"Bearer {KEY_B}".encode())],
             }
             loop.run_until_complete(pod.middleware(scope, receive, send))
-            assert pod.middleware.in_flight["team-b"] == 0  # given back, refused or answered
+            assert pod.in_flight("team-b") == 0  # given back, refused or answered
     finally:
         loop.close()
     assert seen == [1, 1, 1, 1]  # read and served; read (400); read (404)
@@ -900,3 +915,223 @@ def test_the_pacer_is_charged_with_the_time_the_middleware_spent_on_the_body(pod
     assert _call(pod, "POST", "/v1/completions", KEY_B, too_deep).status == 400
     assert charged[2][0] == "team-b" and charged[2][1] > 0
     assert pod.module.DEFAULT_TENANT_LOOP_SHARE == pacer.share == 0.25
+
+
+# --- issue 49: shares over the pod's processes, counted in sequences; a salt no caller computes ------
+
+
+def test_a_requests_sequences_are_its_prompts_times_n_as_vllm_runs_them(pod: Pod) -> None:
+    sequences = pod.module.request_sequences
+    message = {"role": "user", "content": "hi"}
+    assert sequences("/v1/completions", {"prompt": "x"}) == 1
+    assert sequences("/v1/completions", {"prompt": ["x"] * 256}) == 256  # the probe's batch
+    assert sequences("/v1/completions", {"prompt": [1, 2, 3]}) == 1  # one prompt of token ids
+    assert sequences("/v1/completions", {"prompt": [[1, 2], [3]], "n": 4}) == 8
+    assert sequences("/v1/completions", {"prompt": "x", "prompt_embeds": ["e1", "e2"]}) == 3
+    assert sequences("/v1/completions", {"prompt": "x", "n": 5, "use_beam_search": True}) == 5
+    assert sequences("/invocations", {"prompt": ["a", "b"], "n": 2}) == 4
+    assert sequences("/v1/chat/completions", {"messages": [message, message], "n": 3}) == 3
+    assert sequences("/v1/chat/completions/batch", {"messages": [[message]] * 3}) == 3
+    assert sequences("/inference/v1/generate", {"token_ids": [1, 2], "sampling_params": {"n": 5}}) == 5
+    assert sequences("/generative_scoring", {"query": "q", "items": ["a", "b", "c"]}) == 3
+    assert sequences("/v1/systemone", {"state": "s", "questions": {"a": {}, "b": {}}}) == 2
+    assert sequences("/v1/embeddings", {"input": ["a", "b"]}) == 2
+    assert sequences("/v1/embeddings", {"input": [[1, 2], [3]]}) == 2
+    assert sequences("/v1/embeddings", {"input": "a"}) == 1
+    assert sequences("/v1/score", {"text_1": "q", "text_2": ["a", "b", "c"]}) == 3  # paired, one to N
+    assert sequences("/v1/score", {"text_1": ["q", "r"], "text_2": ["a", "b"]}) == 2  # N to N
+    assert sequences("/v1/rerank", {"query": "q", "documents": ["a", "b"]}) == 2
+    # One conversation, whatever `n` says on a route that takes none.
+    assert sequences("/v1/responses", {"input": ["x", "y"], "n": 9}) == 1
+    # What vLLM refuses still counts as the one request it is; a body not read (audio) too.
+    for n in (0, -3, True, "4", None, 2.5):
+        assert sequences("/v1/completions", {"prompt": "x", "n": n}) == 1, n
+    assert sequences("/v1/completions", {"prompt": []}) == 1
+    assert sequences("/v1/audio/transcriptions", None) == 1
+
+
+def _with_team_a_share(pod: Pod, share: int) -> None:
+    spec = json.loads(json.dumps(SPEC))
+    spec["tenants"]["team-a"]["max_in_flight"] = share
+    (pod.folder / "tenants.json").write_text(json.dumps(spec))
+    pod.later(pod.module.RELOAD_SECONDS)
+
+
+def test_a_share_counts_each_prompt_times_n_and_releases_exactly_what_it_took(pod: Pod) -> None:
+    """Issue 49: 8 requests of 256 prompts each, within a share of 8 requests, slowed another tenant
+    ~220x. A request now takes one sequence of the share while its body is read, then all of its
+    sequences; one that could never fit gets 400, one that does not fit now 429 with Retry-After."""
+    _with_team_a_share(pod, 4)
+    whole = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, prompt=["a"] * 5))
+    assert whole.status == 400 and not whole.reached
+    assert json.loads(whole.body)["error"]["code"] == "too_many_sequences"
+    assert pod.in_flight("team-a") == 0
+
+    held: list[int] = []
+    fits = _completion(ALPHA, prompt=["a", "b"], n=2)  # 4 sequences: the whole share
+    answer = _call(
+        pod,
+        "POST",
+        "/v1/completions",
+        KEY_A,
+        fits,
+        while_answering=lambda: held.append(pod.in_flight("team-a")),
+    )
+    assert answer.status == 200 and held == [4] and pod.in_flight("team-a") == 0
+
+    assert pod.middleware.in_flight.take("team-a", 3, 4)  # three sequences in flight elsewhere
+    sent: list[dict[str, Any]] = []
+    over = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, prompt=["a", "b"]), sent=sent)
+    assert over.status == 429 and not over.reached
+    assert (b"retry-after", b"1") in sent[0]["headers"]
+    assert pod.in_flight("team-a") == 3  # the refused request gave back the one it took
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).status == 200
+    chat = {"model": ALPHA, "messages": [{"role": "user", "content": "hi"}], "n": 2}
+    assert _call(pod, "POST", "/v1/chat/completions", KEY_A, json.dumps(chat).encode()).status == 429
+    pod.middleware.in_flight.give("team-a", 3)
+    assert _call(pod, "POST", "/v1/chat/completions", KEY_A, json.dumps(chat).encode()).status == 200
+    assert pod.in_flight("team-a") == 0
+
+
+API_SERVER_PROCESS = textwrap.dedent(
+    """
+    import importlib.util, pathlib, sys
+    spec = importlib.util.spec_from_file_location("vllm_platform_auth", sys.argv[1])
+    module = importlib.util.module_from_spec(spec); sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    folder = pathlib.Path(sys.argv[2])
+    counter = module.PodInFlight(folder)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        verb, *rest = line.split()
+        if verb == "take":
+            print(counter.take(rest[0], int(rest[1]), int(rest[2])), flush=True)
+        elif verb == "give":
+            counter.give(rest[0], int(rest[1]))
+            print("given", flush=True)
+        elif verb == "held":
+            print(counter.held(rest[0]), flush=True)
+        else:
+            print(module.pod_salt_secret(folder).hex(), flush=True)
+    """
+)
+ANSWER_TIMEOUT_SECONDS = 60
+
+
+class ApiServerProcess:
+    """A process of its own, as each of vLLM's API-server processes is, with the middleware's
+    PodInFlight over the pod's shared folder; driven a line at a time."""
+
+    def __init__(self, folder: Path) -> None:
+        env = {**os.environ, "VLLM_API_KEY": "k"}
+        env.pop("VLLM_PLATFORM_TENANTS", None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", API_SERVER_PROCESS, str(server_auth.MODULE_FILE), str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self._line() == "ready"
+
+    def _line(self) -> str:
+        import select
+
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], ANSWER_TIMEOUT_SECONDS)
+        assert ready, "the API-server process did not answer"
+        return self.process.stdout.readline().strip()
+
+    def ask(self, line: str) -> str:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        return self._line()
+
+    def stop(self) -> None:
+        self.process.kill()  # as a crash: no clean-up of its own
+        self.process.wait(timeout=ANSWER_TIMEOUT_SECONDS)
+
+
+def test_the_pods_api_server_processes_count_one_share_and_a_dead_ones_count_is_gone(tmp_path: Path) -> None:
+    """Issue 49: vLLM runs one API-server process per data-parallel rank, and the kernel spreads the
+    connections over them; each counted alone, so a DP=2 leader admitted a share of 2 four times over
+    two processes. Now they count together, and a killed process's sequences stop counting at once,
+    so a restarted server starts from nothing (tests/e2e/test_multi_node_engine.py: the real leader)."""
+    folder = tmp_path / "shm"
+    folder.mkdir()
+    first, second = ApiServerProcess(folder), ApiServerProcess(folder)
+    try:
+        assert first.ask("take t 2 3") == "True"
+        assert second.ask("take t 2 3") == "False"  # 2 + 2 over the pod's share of 3
+        assert second.ask("take t 1 3") == "True"
+        assert first.ask("held t") == second.ask("held t") == "3"
+        assert first.ask("take u 3 3") == "True"  # each tenant its own count
+        assert first.ask("give t 2") == "given"
+        assert second.ask("take t 2 3") == "True"
+        second.stop()  # dies holding 3 of t's sequences
+        assert first.ask("held t") == "0" and first.ask("held u") == "3"
+        restarted = ApiServerProcess(folder)  # takes the dead process's slot: its count starts at 0
+        try:
+            assert restarted.ask("held t") == "0" and restarted.ask("take t 3 3") == "True"
+            assert first.ask("take t 1 3") == "False"
+            # Every process of the pod derives tenants' salts from the one secret the first made.
+            assert len({first.ask("secret"), restarted.ask("secret")}) == 1
+        finally:
+            restarted.stop()
+    finally:
+        first.stop()
+        second.stop()
+    other_pod = tmp_path / "other-pod-shm"
+    other_pod.mkdir()
+    elsewhere = ApiServerProcess(other_pod)
+    try:
+        assert elsewhere.ask("held t") == "0"
+        assert elsewhere.ask("secret") != (folder / "cache-salt.secret").read_bytes().hex()
+    finally:
+        elsewhere.stop()
+
+
+def test_a_tenants_cache_salt_is_an_hmac_under_the_pods_own_secret(pod: Pod) -> None:
+    """Issue 49: the salt was `tenant=<name>;`, which the operator key (it may set any salt) could
+    send to read a tenant's cached prefixes. Now it is HMAC-SHA256 of the name under a random secret
+    the pod's first API-server process made in the pod's tmpfs, readable by the pod's user only."""
+    secret_file = pod.folder / "shm" / pod.module.CACHE_SALT_SECRET_FILE
+    assert len(secret_file.read_bytes()) == 32 and secret_file.stat().st_mode & 0o777 == 0o600
+    salt = _salt_seen_by_vllm(pod, "/v1/completions", KEY_A, {"model": ALPHA})
+    assert salt == pod.salt("team-a")
+    assert isinstance(salt, str) and "team-a" not in salt
+    assert salt.split(";")[0] != hashlib.sha256(b"team-a").hexdigest()  # not from the name alone
+    # The operator's own salt is passed as sent: the former salt reaches no tenant's cache.
+    operator = _call(
+        pod, "POST", "/v1/completions", OPERATOR_KEY, _completion(ALPHA, cache_salt="tenant=team-a;")
+    )
+    assert operator.app_body is not None and json.loads(operator.app_body)["cache_salt"] == "tenant=team-a;"
+    assert json.loads(operator.app_body)["cache_salt"] != salt
+
+
+def test_with_tenants_a_target_that_is_not_a_canonical_path_gets_400_before_any_key_check(pod: Pod) -> None:
+    from tests import path_tricks
+    from tests.support.auth_module import asgi_scope_for_target
+
+    for key in (KEY_A, OPERATOR_KEY, None):
+        headers = [] if key is None else [(b"authorization", f"Bearer {key}".encode())]
+        for target in path_tricks.NON_CANONICAL:
+            sent: list[dict[str, Any]] = []
+
+            async def send(message: dict[str, Any], sent: list[dict[str, Any]] = sent) -> None:
+                sent.append(message)
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": _completion(ALPHA), "more_body": False}
+
+            loop = asyncio.new_event_loop()
+            try:
+                scope = asgi_scope_for_target("POST", target, headers)
+                loop.run_until_complete(pod.middleware(scope, receive, send))
+            finally:
+                loop.close()
+            assert sent[0]["status"] == 400, (key, target)
+            assert json.loads(sent[1]["body"])["error"]["code"] == "invalid_path"
+    assert pod.in_flight("team-b") == 0
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).reached  # the canonical one

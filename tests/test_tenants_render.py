@@ -84,7 +84,7 @@ def test_prods_pods_accept_exactly_the_keys_of_the_tenants_allowed_on_their_mode
             t.name: {
                 "models": [model.openai_model_name],
                 "key_prefix": t.prefix,
-                # Issue 34: the tenant's per-process share of max_concurrent_requests.
+                # Issues 34, 49: the tenant's per-pod share of max_concurrent_requests.
                 "max_in_flight": (
                     None
                     if t.max_concurrent_requests is None

@@ -292,7 +292,12 @@ def tenant_files(plan: dict[str, Any], pod_dir: Path) -> tuple[dict[str, str], s
             client_key = key
     if not client_key:
         raise ValueError(f"stack_tenants allows no tenant on {plan['served_model_name']}")
-    env = {"VLLM_PLATFORM_TENANTS": str(auth / "tenants.json"), "VLLM_PLATFORM_TENANT_MOUNT": str(keys)}
+    env = {
+        "VLLM_PLATFORM_TENANTS": str(auth / "tenants.json"),
+        "VLLM_PLATFORM_TENANT_MOUNT": str(keys),
+        # As the pod's /dev/shm: its API-server processes share one cache-salt secret (issue 49).
+        "VLLM_PLATFORM_STATE_DIR": str(pod_dir / "shm"),
+    }
     return env, client_key
 
 

@@ -31,17 +31,24 @@ Two modes, chosen by the environment the Deployment renders:
   vLLM applies to a request for the base. A tenant naming a served name it may not call gets 403, a
   name this pod does not serve 404 (before vLLM); `GET /v1/models` lists only the tenant's names.
   Past its share of `max_concurrent_requests` (or the default share on a shared model) a tenant
-  gets 429 with `Retry-After`, checked before its body is read (issue 40). Each tenant's requests
-  get a `cache_salt` of their own on the routes that take one (CACHE_SALTED_ROUTES), unless the
-  tenants file says `isolated_prefix_cache: false`: tenants do not share vLLM's prefix cache.
+  gets 429 with `Retry-After`: a share counts sequences (prompts x `n`, `request_sequences`, issue
+  49) in flight over every API-server process of the pod (PodInFlight), a request being read
+  counting one, checked before its body is read (issue 40) and again with its sequences once it is
+  parsed; a request with more sequences than the whole share gets 400. Each tenant's requests get a
+  `cache_salt` of their own on the routes that take one (CACHE_SALTED_ROUTES), an HMAC of the
+  tenant's name under a secret only the pod holds (issue 49), unless the tenants file says
+  `isolated_prefix_cache: false`: tenants do not share vLLM's prefix cache.
   Per-tenant request and token counts are Prometheus series (the tenant's name as label, never the
   key) in vLLM's own `/metrics`.
 
-In both modes a request body larger than `VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, a JSON body with
-more than `VLLM_PLATFORM_MAX_JSON_VALUES` values 413 and one nesting deeper than MAX_JSON_DEPTH 400,
-both found chunk by chunk as the body arrives, at C speed (JsonShape, issue 40: no tenant's body
-may hold the event loop that answers `/health` and the other tenants); a JSON body that does not
-parse or repeats a key gets 400: it never reaches vLLM (a 200,000-deep body made vLLM answer 500).
+In both modes, and before any key is looked at, a request whose target is not a canonical path
+gets 400 (`is_canonical_target`, issue 49): `/`-separated segments of unreserved characters only, no
+dot segment, no empty segment, no percent-encoding; a query may follow. A request body larger than
+`VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, a JSON body with more than `VLLM_PLATFORM_MAX_JSON_VALUES`
+values 413 and one nesting deeper than MAX_JSON_DEPTH 400, both found chunk by chunk as the body
+arrives, at C speed (JsonShape, issue 40: no tenant's body may hold the event loop that answers
+`/health` and the other tenants); a JSON body that does not parse or repeats a key gets 400: it
+never reaches vLLM (a 200,000-deep body made vLLM answer 500).
 
 An empty or missing key (or, with tenants, no key at all) stops the server at start-up: vLLM imports
 this module while it builds its app, before it listens, and the import raises, so the process exits
@@ -55,15 +62,18 @@ through untouched: response chunks are only read (for the `usage` of the last on
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
 import logging
 import os
 import re
+import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
@@ -83,8 +93,9 @@ TENANT_KEYS_ENV = "VLLM_PLATFORM_TENANT_MOUNT"
 KEY_FILE = re.compile(r"^(?P<tenant>[a-z][-a-z0-9]*)\.key[0-9]+$")
 RELOAD_SECONDS = 1.0
 """How stale the key set may be: the files are re-read at most this often (on a request)."""
-OPEN_PATHS = frozenset({"/health", "/metrics", "/metrics/"})
-"""Kubelet probes (`/health`) and Prometheus (`/metrics`) call without a key; nothing else may."""
+OPEN_PATHS = frozenset({"/health", "/metrics"})
+"""Kubelet probes (`/health`) and Prometheus (`/metrics`) call without a key; nothing else may (the
+mount's other spelling, `/metrics/`, ends in an empty segment: not canonical, 400)."""
 MODELS_PATH = "/v1/models"
 OPERATOR_KEY_ENV = "VLLM_PLATFORM_OPERATOR_KEY_FILE"
 """Path of the operator key's file (mounted like the tenants' keys); unset: no operator routes."""
@@ -245,6 +256,40 @@ CACHE_SALTED_ROUTES = frozenset(
 """The inference routes whose vLLM 0.32.0 request models take `cache_salt` (checked against the real
 server's OpenAPI document by tests/e2e/test_tenants.py): there the middleware sets each tenant's own
 salt, so tenants sharing a model never share its prefix cache."""
+STATE_DIR_ENV = "VLLM_PLATFORM_STATE_DIR"
+"""A folder on a pod-local tmpfs (the pod's `/dev/shm`) that every API-server process of the pod
+shares: the tenants' in-flight counts (PodInFlight) and the cache-salt secret (`pod_salt_secret`).
+Unset (a module loaded outside a pod): this process counts alone, with a secret of its own."""
+CACHE_SALT_SECRET_FILE = "cache-salt.secret"
+CACHE_SALT_SECRET_BYTES = 32
+SEQUENCE_FIELDS: dict[str, tuple[str, ...]] = {
+    "/v1/completions": ("prompt", "prompt_embeds"),
+    "/invocations": ("prompt", "prompt_embeds", "input"),
+    "/v1/chat/completions/batch": ("messages",),
+    "/generative_scoring": ("items",),
+    "/v1/systemone": ("questions",),
+    "/v1/embeddings": ("input",),
+    "/pooling": ("input",),
+    "/classify": ("input",),
+    "/v2/embed": ("texts", "images", "inputs"),
+    "/score": ("text_1", "text_2", "queries", "documents", "items"),
+    "/v1/score": ("text_1", "text_2", "queries", "documents", "items"),
+    "/rerank": ("documents",),
+    "/v1/rerank": ("documents",),
+    "/v2/rerank": ("documents",),
+}
+"""Where vLLM 0.32.0 takes a batch from, per inference route: each prompt, input, conversation,
+item, question or document of these fields is an engine request of its own (a completion's `prompt`
+may list up to 1,024 prompts). The other inference routes run one prompt per request."""
+PAIRED_ROUTES = frozenset({"/score", "/v1/score"})
+"""Their two fields pair up (one to N, or N to N elementwise): the longer one is the batch."""
+SEQUENCES_PER_PROMPT_ROUTES = frozenset(
+    {"/v1/completions", "/invocations", "/v1/chat/completions", "/v1/chat/completions/batch"}
+)
+"""Routes whose `n` asks for that many sequences of each prompt (`/inference/v1/generate` takes it
+from `sampling_params.n`)."""
+CANONICAL_SEGMENT = re.compile(rb"[A-Za-z0-9._~-]+")
+"""A path segment of RFC 3986's unreserved characters only (path_tricks.py holds the rule)."""
 
 LOG = logging.getLogger("vllm_platform_auth")
 
@@ -285,6 +330,23 @@ def request_path(scope: Scope) -> str:
     return path[len(root_path) :] if root_path and path.startswith(root_path) else path
 
 
+def is_canonical_target(scope: Scope) -> bool:
+    """The request's path is canonical (issue 49): it starts with `/` and every segment holds only
+    unreserved characters and is not `.` or `..` (so no empty segment, no trailing `/`, no
+    percent-encoding, `;`, `\\`, `#` or control character). Read from `raw_path`, the bytes the
+    client sent (uvicorn percent-decodes `path`, which would hide `%2e%2e` and `%2f`); the query is
+    not part of either and may follow. A path that reads one way here and another way further on
+    (a dot segment, an encoded `/`) never reaches a route check."""
+    raw = scope.get("raw_path")
+    path = raw if isinstance(raw, bytes) else str(scope.get("path", "")).encode("utf-8", "surrogateescape")
+    if not path.startswith(b"/"):
+        return False
+    return all(
+        CANONICAL_SEGMENT.fullmatch(segment) is not None and segment not in (b".", b"..")
+        for segment in path[1:].split(b"/")
+    )
+
+
 def is_open(scope: Scope) -> bool:
     return (
         request_path(scope) in OPEN_PATHS
@@ -306,8 +368,9 @@ class TenantSet:
     key_digests: tuple[tuple[bytes, str], ...]
     """(SHA-256 of a key, its tenant), for every key currently in the folder."""
     in_flight_limits: dict[str, int] = field(default_factory=dict)
-    """Tenant -> most of its requests this process answers at once (its share of
-    `max_concurrent_requests`, or the stack's default share); a tenant without a limit is absent."""
+    """Tenant -> most of its sequences (prompts x `n`) the pod's API-server processes answer at once
+    (its share of `max_concurrent_requests`, or the stack's default share; the file's
+    `max_in_flight`); a tenant without a limit is absent."""
     isolated_prefix_cache: bool = True
     """Each tenant's requests get its own `cache_salt` (the file's `isolated_prefix_cache`; absent:
     isolated), so no tenant's prompt reuses, or reveals, another tenant's cached blocks."""
@@ -395,6 +458,179 @@ def tenant_keys_from_environment(environ: MutableMapping[str, str] | None = None
             "an API key (check the tenants' api_key_secrets in the secret store and their key_prefix)"
         )
     return keys
+
+
+# --- a tenant's share over the pod's API-server processes (issue 49) ------------------------------
+
+
+class ProcessInFlight:
+    """Each tenant's sequences in flight in this process alone (no STATE_DIR_ENV: one process)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def held(self, tenant: str) -> int:
+        return self.counts.get(tenant, 0)
+
+    def take(self, tenant: str, count: int, limit: int) -> bool:
+        """Add `count` to the tenant's sequences in flight if they stay within `limit`."""
+        if self.held(tenant) + count > limit:
+            return False
+        self.counts[tenant] = self.held(tenant) + count
+        return True
+
+    def give(self, tenant: str, count: int) -> None:
+        self.counts[tenant] = self.held(tenant) - count
+
+
+MAX_PROCESS_SLOTS = 4096
+"""More than any pod runs API-server processes (vLLM defaults to one per data-parallel rank)."""
+_COUNT = struct.Struct("<q")
+
+
+class PodInFlight:
+    """Each tenant's sequences in flight over every API-server process of the pod (issue 49: vLLM
+    0.32.0 runs one per data-parallel rank by default, the kernel spreads connections over them, and
+    each had counted alone, so a DP=2 leader admitted twice the share). The processes share a folder
+    on the pod's tmpfs: in `tenant-<name>` one 8-byte count per process slot, read and written under
+    that file's flock (a few system calls; only the pod's processes contend). A process takes a slot
+    at its first use by locking that slot's byte of `processes` (a POSIX lock: the kernel drops it
+    when the process exits, however it exits), and a slot's count is summed only while its lock is
+    held: counts left by a crashed or restarted server (the tmpfs outlives a container restart)
+    never hold a share, so the count starts fresh with the server without anyone resetting it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.pid: int | None = None
+        self.slot = -1
+        self.processes = -1
+        self.files: dict[str, int] = {}
+
+    def _ready(self) -> None:
+        if self.pid == os.getpid():
+            return
+        # First use in this process (a forked child holds none of its parent's POSIX locks).
+        self.pid, self.files = os.getpid(), {}
+        self.processes = os.open(self.directory / "processes", os.O_RDWR | os.O_CREAT, 0o600)
+        for slot in range(MAX_PROCESS_SLOTS):
+            try:
+                fcntl.lockf(self.processes, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
+            except OSError:
+                continue
+            self.slot = slot
+            break
+        else:
+            raise RuntimeError(f"no free process slot in {self.directory / 'processes'}")
+        # Whatever a dead process left in this slot is not this process's.
+        for path in sorted(self.directory.glob("tenant-*")):
+            fd = self._file(path.name.removeprefix("tenant-"))
+            with _flocked(fd):
+                os.pwrite(fd, _COUNT.pack(0), self.slot * _COUNT.size)
+
+    def _file(self, tenant: str) -> int:
+        if tenant not in self.files:
+            if not KEY_FILE.match(f"{tenant}.key0"):
+                raise ValueError(f"not a tenant name: {tenant!r}")
+            self.files[tenant] = os.open(self.directory / f"tenant-{tenant}", os.O_RDWR | os.O_CREAT, 0o600)
+        return self.files[tenant]
+
+    def _alive(self, slot: int) -> bool:
+        if slot == self.slot:
+            return True
+        try:
+            fcntl.lockf(self.processes, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, slot)
+        except OSError:
+            return True  # another process holds it
+        fcntl.lockf(self.processes, fcntl.LOCK_UN, 1, slot)
+        return False
+
+    def _counts(self, fd: int) -> tuple[int, int]:
+        """(the live processes' sum, this process's own count); call under the file's flock. A dead
+        process's count is cleared on the way."""
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        total = mine = 0
+        for slot in range(len(data) // _COUNT.size):
+            (value,) = _COUNT.unpack_from(data, slot * _COUNT.size)
+            if not value:
+                continue
+            if slot == self.slot:
+                mine = value
+            elif not self._alive(slot):
+                os.pwrite(fd, _COUNT.pack(0), slot * _COUNT.size)
+                continue
+            total += value
+        return total, mine
+
+    def held(self, tenant: str) -> int:
+        self._ready()
+        fd = self._file(tenant)
+        with _flocked(fd):
+            return self._counts(fd)[0]
+
+    def take(self, tenant: str, count: int, limit: int) -> bool:
+        """Add `count` to the tenant's sequences in flight if the pod's total stays within `limit`."""
+        self._ready()
+        fd = self._file(tenant)
+        with _flocked(fd):
+            total, mine = self._counts(fd)
+            if total + count > limit:
+                return False
+            os.pwrite(fd, _COUNT.pack(mine + count), self.slot * _COUNT.size)
+            return True
+
+    def give(self, tenant: str, count: int) -> None:
+        self._ready()
+        fd = self._file(tenant)
+        with _flocked(fd):
+            _, mine = self._counts(fd)
+            os.pwrite(fd, _COUNT.pack(mine - count), self.slot * _COUNT.size)
+
+
+@contextlib.contextmanager
+def _flocked(fd: int) -> Iterator[None]:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def state_dir(environ: MutableMapping[str, str] | None = None) -> Path | None:
+    """STATE_DIR_ENV's folder, created (the tmpfs starts empty); None where it is unset."""
+    value = (os.environ if environ is None else environ).get(STATE_DIR_ENV)
+    if not value:
+        return None
+    path = Path(value)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def in_flight_counter(directory: Path | None) -> ProcessInFlight | PodInFlight:
+    return ProcessInFlight() if directory is None else PodInFlight(directory)
+
+
+def pod_salt_secret(directory: Path | None) -> bytes:
+    """The secret under which tenants' cache salts are derived (`tenant_cache_salt`): random, made by
+    the pod's first API-server process and read by the others (the engines' prefix cache is
+    per pod, so the pod's processes must agree on it, and nobody else need know it); without a
+    shared folder, one of this process's own."""
+    if directory is None:
+        return os.urandom(CACHE_SALT_SECRET_BYTES)
+    path = directory / CACHE_SALT_SECRET_FILE
+    if not path.exists():
+        draft = directory / f".{CACHE_SALT_SECRET_FILE}.{os.getpid()}"
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, os.urandom(CACHE_SALT_SECRET_BYTES))
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):
+            os.link(draft, path)  # never replaces one another process made first
+        draft.unlink()
+    seed = path.read_bytes()
+    if len(seed) != CACHE_SALT_SECRET_BYTES:
+        raise RuntimeError(f"{path} holds {len(seed)} bytes, not a {CACHE_SALT_SECRET_BYTES}-byte secret")
+    return seed
 
 
 @dataclass
@@ -505,14 +741,23 @@ class Refused(Exception):
     """A request answered here, never passed to vLLM: its status and OpenAI-shaped error; `close`
     when its body was not read to the end (the connection is then closed)."""
 
-    def __init__(self, status: int, message: str, code: str, *, close: bool = False) -> None:
+    def __init__(
+        self, status: int, message: str, code: str, *, close: bool = False, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.close = status, message, code, close
+        self.retry_after = retry_after
         self.check_seconds = 0.0
         """What checking the body cost the event loop before this refusal (JsonShape's scan)."""
 
     async def answer(self, send: Send) -> None:
-        await _respond(send, self.status, openai_error(self.message, self.code), close=self.close)
+        await _respond(
+            send,
+            self.status,
+            openai_error(self.message, self.code),
+            close=self.close,
+            retry_after=self.retry_after,
+        )
 
 
 def _header(scope: Scope, name: bytes) -> list[bytes]:
@@ -720,22 +965,61 @@ def resolved_names(
     return names
 
 
-def tenant_cache_salt(tenant: str, requested: object) -> str:
-    """The `cache_salt` vLLM gets for a tenant's request: the tenant's own prefix, then whatever salt
-    the client sent (it may split its own cache further, never reach another tenant's: tenant
-    names hold no `;`, so no tenant's salt starts with another's prefix)."""
+def _batch_size(value: object) -> int:
+    """How many prompts a batch field holds: a list of token ids is one prompt, any other list one
+    per element (strings, token-id lists, conversations, documents), a mapping one per entry
+    (`/v1/systemone`'s questions); anything else one."""
+    if isinstance(value, list):
+        if all(isinstance(item, int) for item in value):
+            return 1
+        return len(value)
+    if isinstance(value, dict):
+        return len(value)
+    return 1
+
+
+def _count_field(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+
+
+def request_sequences(path: str, payload: dict[str, Any] | None) -> int:
+    """How many sequences the engine runs at once for this request (issue 49: a share counted
+    requests, and 8 requests of 256 prompts each, within a share of 8, slowed another tenant's
+    completion ~220x): its prompts (SEQUENCE_FIELDS) times the sequences asked of each (`n`;
+    beam search's width is `n` too). At least 1: a body this does not read (multipart audio) or
+    one vLLM will refuse still counts as one request."""
+    if payload is None:
+        return 1
+    sizes = [_batch_size(payload[name]) for name in SEQUENCE_FIELDS.get(path, ()) if name in payload]
+    prompts = (max if path in PAIRED_ROUTES else sum)(sizes) if sizes else 1
+    if path in SEQUENCES_PER_PROMPT_ROUTES:
+        per_prompt = _count_field(payload.get("n"))
+    elif path == "/inference/v1/generate":
+        sampling = payload.get("sampling_params")
+        per_prompt = _count_field(sampling.get("n") if isinstance(sampling, dict) else None)
+    else:
+        per_prompt = 1
+    return max(1, prompts) * per_prompt
+
+
+def tenant_cache_salt(secret: bytes, tenant: str, requested: object) -> str:
+    """The `cache_salt` vLLM gets for a tenant's request: HMAC-SHA256 of the tenant's name under the
+    pod's secret (`pod_salt_secret`; issue 49: the former `tenant=<name>;` was predictable, so the
+    operator key, which may set any salt, could read a tenant's cached prefixes), then `;` and
+    whatever salt the client sent: it may split its own cache further, never reach another tenant's
+    (every tenant's salt starts with its own 64 hex digits and `;`), and no caller can compute the
+    part the pod adds."""
     if requested is not None and not isinstance(requested, str):
         raise Refused(400, "`cache_salt` must be a string.", "invalid_request")
-    return f"tenant={tenant};{requested or ''}"
+    return f"{hmac.new(secret, tenant.encode(), hashlib.sha256).hexdigest()};{requested or ''}"
 
 
 def salted(
-    scope: Scope, messages: list[Message], body: bytes, payload: dict[str, Any], tenant: str
+    scope: Scope, messages: list[Message], body: bytes, payload: dict[str, Any], salt: str
 ) -> tuple[Scope, list[Message]]:
-    """The request with the tenant's `cache_salt` in its body (and Content-Length to match). Without a
+    """The request with `salt` as its body's `cache_salt` (and Content-Length to match). Without a
     salt of the client's the field is spliced in front of the body's own (no re-encoding of the
     client's bytes); with one, the parsed body is encoded again with the salt replaced."""
-    salt = tenant_cache_salt(tenant, payload.get(CACHE_SALT_FIELD))
     start = body.find(b"{") + 1
     utf8 = body[:start].strip() == b"{" and b"\x00" not in body[:4]
     if CACHE_SALT_FIELD in payload or not payload or not utf8:
@@ -837,8 +1121,11 @@ class ApiKeyMiddleware:
         self.operator_key = operator_key_from_environment()
         self.max_body_bytes = max_body_bytes()
         self.max_json_values = max_json_values()
-        self.in_flight: dict[str, int] = {}
-        """Tenant -> its requests this process is answering now (one event loop: no lock needed)."""
+        shared = state_dir()
+        self.in_flight = in_flight_counter(shared)
+        """Each tenant's sequences in flight over the pod's API-server processes."""
+        self.salt_seed = pod_salt_secret(shared) if self.tenant_keys is not None else b""
+        """The pod's secret that tenants' cache salts are derived under (`tenant_cache_salt`)."""
         self.pacer = BodyPacer(tenant_loop_share())
 
     def is_operator(self, presented: bytes | None) -> bool:
@@ -856,6 +1143,14 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         try:
+            if not is_canonical_target(scope):
+                raise Refused(
+                    400,
+                    "The request path is not canonical: `/`-separated segments of letters, digits, `-`, "
+                    "`.`, `_` and `~`, without `.` or `..` segments, empty segments or percent-encoding.",
+                    "invalid_path",
+                    close=True,  # its body is not read
+                )
             await self.route(scope, receive, send)
         except Refused as refused:
             if scope["type"] == "websocket":
@@ -938,29 +1233,19 @@ class ApiKeyMiddleware:
             return
         if method != "POST" or path not in INFERENCE_ROUTES:
             raise Refused(403, "This route needs the operator key.", "operator_route")
-        # The share is checked, and taken, before the body is read and parsed (issue 40): a tenant
-        # past it costs the server nothing more, and its requests being read count against it.
-        limit = tenants.in_flight_limits.get(tenant)
-        if limit is not None and self.in_flight.get(tenant, 0) >= limit:
-            await _respond(
-                send,
-                429,
-                openai_error(
-                    f"Too many requests in flight for this key (at most {limit} per server process).",
-                    "rate_limit_exceeded",
-                ),
-                retry_after=RETRY_AFTER_SECONDS,
-                close=True,  # its body is not read
-            )
-            return
-        self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
+        # A first gate before the body is read and parsed (issue 40): one sequence of the share is
+        # taken, so a tenant past it costs the server nothing more, and its requests being read
+        # count against it. Its other sequences are taken once the body says how many (issue 49).
+        share = TakenShare(self.in_flight, tenant, tenants.in_flight_limits.get(tenant))
+        if not share.take(1):
+            raise share.refusal(close=True)  # its body is not read
         try:
-            await self.check_and_serve(tenants, tenant, scope, receive, send)
+            await self.check_and_serve(tenants, tenant, scope, receive, send, share)
         finally:
-            self.in_flight[tenant] -= 1
+            share.give_back()
 
     async def check_and_serve(
-        self, tenants: TenantSet, tenant: str, scope: Scope, receive: Receive, send: Send
+        self, tenants: TenantSet, tenant: str, scope: Scope, receive: Receive, send: Send, share: TakenShare
     ) -> None:
         """A tenant's inference request within its share: the body's checks, then vLLM."""
         allowed = tenants.allowed.get(tenant, frozenset())
@@ -997,8 +1282,10 @@ class ApiKeyMiddleware:
                 raise Refused(404, f"The model `{name}` does not exist.", "model_not_found")
             if name not in allowed:
                 raise Refused(403, f"This key may not use the model `{name}`.", "model_not_allowed")
+        share.take(request_sequences(path, payload), whole=True)
         if tenants.isolated_prefix_cache and payload is not None and path in CACHE_SALTED_ROUTES:
-            scope, messages = salted(scope, messages, body, payload, tenant)
+            salt = tenant_cache_salt(self.salt_seed, tenant, payload.get(CACHE_SALT_FIELD))
+            scope, messages = salted(scope, messages, body, payload, salt)
         label = min(names) if len(names) == 1 else "several"
         # vLLM parses the body again: let the loop answer what waits (probes, other tenants) first,
         # and a tenant whose bodies cost the loop more than its share wait its turn (BodyPacer).
@@ -1030,6 +1317,51 @@ class ApiKeyMiddleware:
             if usage is not None:
                 metrics.tokens.labels(tenant, model, "prompt").inc(usage[0])
                 metrics.tokens.labels(tenant, model, "completion").inc(usage[1])
+
+
+@dataclass
+class TakenShare:
+    """What one request holds of its tenant's share (`limit` sequences in flight over the pod; None:
+    no limit): one sequence while its body is read, then all of its sequences until it is answered."""
+
+    in_flight: ProcessInFlight | PodInFlight
+    tenant: str
+    limit: int | None
+    taken: int = 0
+
+    def take(self, sequences: int, *, whole: bool = False) -> bool:
+        """Hold `sequences` in all (taking what is not held yet) if the share has room. With `whole`,
+        a request that would not fit is refused: 400 past the whole share, else 429."""
+        if self.limit is None or sequences <= self.taken:
+            return True
+        if whole and sequences > self.limit:
+            raise Refused(
+                400,
+                f"This request runs {sequences} sequences at once (its prompts x `n`), more than this "
+                f"key's share of {self.limit} in flight: send its prompts in smaller requests.",
+                "too_many_sequences",
+            )
+        if not self.in_flight.take(self.tenant, sequences - self.taken, self.limit):
+            if whole:
+                raise self.refusal(close=False)
+            return False
+        self.taken = sequences
+        return True
+
+    def refusal(self, *, close: bool) -> Refused:
+        return Refused(
+            429,
+            f"Too many sequences in flight for this key (at most {self.limit} per server, counting "
+            "each prompt x `n`).",
+            "rate_limit_exceeded",
+            close=close,
+            retry_after=RETRY_AFTER_SECONDS,
+        )
+
+    def give_back(self) -> None:
+        if self.taken:
+            self.in_flight.give(self.tenant, self.taken)
+            self.taken = 0
 
 
 def _listing_only(allowed: frozenset[str], send: Send) -> Send:
@@ -1069,3 +1401,4 @@ if not os.environ.get(TENANTS_ENV):
     configured_key_digest()
 else:
     tenant_keys_from_environment()
+    pod_salt_secret(state_dir())  # the shared folder is writable, and the pod's secret made once

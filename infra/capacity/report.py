@@ -232,16 +232,19 @@ _SOURCES = {
 
 
 def _tenant_lines(plan: PlatformPlan) -> list[str]:
-    """Each tenant's in-flight limit per model; past its per-process share a pod answers 429."""
-    lines = ["Tenants in flight at once, per model (past the share each API-server process answers 429)"]
+    """Each tenant's in-flight limit per model; past its share a pod answers 429."""
+    lines = [
+        "Tenants' sequences (prompts x n) in flight at once, per model (past its share, counted over "
+        "all its API-server processes, a pod answers 429)"
+    ]
     return lines + _table(
-        ["model", "tenant", "limit", "per process", "from"],
+        ["model", "tenant", "limit", "per pod", "from"],
         [
             [
                 row.model,
                 row.tenant,
                 "-" if row.max_concurrent_requests is None else str(row.max_concurrent_requests),
-                "-" if row.per_process is None else str(row.per_process),
+                "-" if row.per_pod is None else str(row.per_pod),
                 _SOURCES[row.source],
             ]
             for row in plan.tenants
@@ -498,7 +501,7 @@ def plan_as_json(plan: PlatformPlan) -> dict[str, Any]:
                 "model": row.model,
                 "tenant": row.tenant,
                 "max_concurrent_requests": row.max_concurrent_requests,
-                "per_process": row.per_process,
+                "per_pod": row.per_pod,
                 "source": row.source,
             }
             for row in plan.tenants

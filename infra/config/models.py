@@ -400,9 +400,9 @@ class VllmEngineConfig(StrictModel):
     fields above hold the effective values)."""
 
     @property
-    def api_server_count(self) -> int:
-        """vLLM's API-server processes (`--api-server-count`/`-asc` in extra_args; else vLLM's default,
-        1 without data parallelism)."""
+    def api_server_count_flag(self) -> int | None:
+        """`--api-server-count`/`-asc` as extra_args set it; None where they do not (vLLM's default
+        then depends on data parallelism: `ModelConfig.api_server_count`)."""
         args = self.extra_args
         for index, token in enumerate(args):
             flag, _, inline = token.partition("=")
@@ -415,7 +415,7 @@ class VllmEngineConfig(StrictModel):
             else:
                 continue
             return int(value) if value.isdigit() and int(value) > 0 else 1
-        return 1
+        return None
 
     @model_validator(mode="before")
     @classmethod
@@ -806,6 +806,16 @@ class ModelConfig(StrictModel):
     @property
     def data_parallel_size(self) -> int:
         return self.parallelism.data_parallel_size
+
+    @property
+    def api_server_count(self) -> int:
+        """API-server processes of one pod (a multi-node group's leader): `--api-server-count` where
+        extra_args set it, else vLLM 0.32.0's default, the data-parallel size (its internal load
+        balancing, the only mode the stack renders: vllm/entrypoints/cli/serve.py), 1 without data
+        parallelism; at most 1 with `--enable-elastic-ep`, which vLLM caps so (issue 49: the default
+        was taken as 1, so a DP=2 leader's two processes each held a whole share)."""
+        count = self.vllm.api_server_count_flag or self.data_parallel_size
+        return 1 if "--enable-elastic-ep" in self.vllm.extra_args else count
 
     @property
     def tensor_parallel_size(self) -> int:

@@ -49,13 +49,15 @@ class TenantConfig(StrictModel):
     (answers 429 beyond it) before any GPU sees the request; null: no limit. Needs `cluster.mode:
     eks` and ingress class `alb` (the stack creates the web ACL)."""
     max_concurrent_requests: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    """Requests in flight at once over all pods of a model that the tenant may have: each vLLM
-    API-server process answers 429 (`Retry-After`) past the tenant's share, ceil(this / (the model's
-    fewest replicas x its API-server processes)), and the `TenantOverConcurrencyLimit` alert fires when
-    the summed in-flight gauge passes it (docs/security.md, "Tenants"). Null: on a model other tenants
-    may call too, the default share, the model's engine slots split evenly (`max_num_seqs` x fewest
-    replicas x data-parallel engines per replica / its tenants; `vllm-platform plan` lists it), with
-    no alert; on a model of its own, none."""
+    """Sequences in flight at once over all pods of a model that the tenant may have, each prompt of
+    a request times its `n` counting one, as vLLM's engines count them: each vLLM pod answers 429
+    (`Retry-After`) past the tenant's share, ceil(this / the model's fewest replicas), counted over
+    all its API-server processes (a request with more sequences than the share gets 400), and the
+    `TenantOverConcurrencyLimit` alert fires when the summed in-flight requests pass it
+    (docs/security.md, "Tenants"). Null: on a model other tenants may call too, the default share,
+    the model's engine slots split evenly (`max_num_seqs` x fewest replicas x data-parallel engines
+    per replica / its tenants; `vllm-platform plan` lists it), with no alert; on a model of its own,
+    none."""
 
     @model_validator(mode="after")
     def _has_a_key(self) -> TenantConfig:
@@ -229,18 +231,18 @@ def model_key_secrets(config: PlatformConfig, model: ModelConfig) -> list[Secret
 
 
 def in_flight_share(max_concurrent_requests: int, model: ModelConfig) -> int:
-    """A tenant's requests one vLLM API-server process answers at once (issue 34; docs/security.md,
-    "Tenants"): its `max_concurrent_requests` spread over the model's fewest replicas (the HPA's
-    minimum, or `replicas`; at least one) and each pod's API-server processes, rounded up. Each
-    process counts on its own (no shared state on the request path), so the whole cap is the limit
-    at the fewest replicas and grows with the replicas added above them; the alert on the summed
-    in-flight series still fires at the limit itself."""
-    return max(1, math.ceil(max_concurrent_requests / _processes_at_fewest_replicas(model)))
+    """A tenant's sequences one vLLM pod answers at once (issues 34, 49; docs/security.md, "Tenants"):
+    its `max_concurrent_requests` spread over the model's fewest replicas (the HPA's minimum, or
+    `replicas`; at least one), rounded up. The pod's API-server processes (one per data-parallel rank
+    by default) count against one share together (the middleware's PodInFlight); pods count on their
+    own, so the whole cap is the limit at the fewest replicas and grows with the replicas added above
+    them; the alert on the summed in-flight series still fires at the limit itself."""
+    return max(1, math.ceil(max_concurrent_requests / _fewest_replicas(model)))
 
 
-def _processes_at_fewest_replicas(model: ModelConfig) -> int:
+def _fewest_replicas(model: ModelConfig) -> int:
     fewest = model.autoscaling.min_replicas if model.autoscaling.enabled else model.replicas
-    return max(1, fewest) * model.vllm.api_server_count
+    return max(1, fewest)
 
 
 @dataclass(frozen=True)
@@ -250,9 +252,10 @@ class TenantConcurrency:
     tenant: str
     model: str
     max_concurrent_requests: int | None
-    """Over the model's fewest replicas; None: no limit."""
-    per_process: int | None
-    """What each API-server process enforces (`max_in_flight` in the pod's tenants file)."""
+    """Sequences over the model's fewest replicas; None: no limit."""
+    per_pod: int | None
+    """What each pod enforces over all its API-server processes (`max_in_flight` in the pod's
+    tenants file)."""
     source: Literal["stack", "default", "none"]
     """`stack`: the tenant's `max_concurrent_requests`; `default`: the even split of a shared model."""
 
@@ -267,8 +270,7 @@ def default_max_concurrent_requests(config: PlatformConfig, model: ModelConfig) 
     sharing = len(tenants_on(config, model))
     if sharing < 2:
         return None
-    fewest = _processes_at_fewest_replicas(model) // model.vllm.api_server_count
-    return max(1, fewest * model.data_parallel_size * model.vllm.max_num_seqs // sharing)
+    return max(1, _fewest_replicas(model) * model.data_parallel_size * model.vllm.max_num_seqs // sharing)
 
 
 def tenant_concurrency(config: PlatformConfig, model: ModelConfig) -> list[TenantConcurrency]:

@@ -21,6 +21,9 @@ given the leader's URL instead.
 
 A second test runs the same two processes as two data-parallel ranks (`data_parallel_size: 2`):
 vLLM infers the worker's rank from `--node-rank`, and the leader's API spreads requests over both.
+That stack has tenants (issue 49): the leader runs vLLM's default of one API-server process per
+data-parallel rank, two, and a tenant with a share of 2 gets exactly 2 sequences in flight over both
+(the third request 429, a batch of two prompts the whole share), with the engines held busy.
 
 Found while writing it: the same two processes with pipeline parallelism 2 (tensor 1) form the group
 and pass /health on the CPU build, but the first request kills the engine (vLLM 0.32.0 CPU,
@@ -32,9 +35,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import re
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +49,11 @@ import httpx
 import pytest
 import yaml
 
+from components import secrets as pod_secrets
+from components import server_auth
 from components.leader_worker_set import HOST_ADDRESS_ENV, LWS_KIND, WORKER_INDEX_LABEL
 from components.server_auth import CONFIG_MAP_NAME
-from infra.config.loader import STACKS_DIR
+from infra.config.loader import STACKS_DIR, load_stack_config
 from infra.render import render_stack
 from tests.cluster.netns import NetworkNamespace, join_by_veth
 from tests.e2e.conftest import API_KEY, cpu_arguments
@@ -56,6 +63,7 @@ from tests.support.vllm_server import (
     REPO_ROOT,
     RunningVllmServer,
     free_port,
+    paused_engines,
     require_vllm_venv,
     start_vllm_server,
     stop_vllm_server,
@@ -75,10 +83,13 @@ LEADER_ADDRESS, WORKER_ADDRESS = "192.0.2.1", "192.0.2.2"
 namespaces hold them, on the two ends of their veth pair."""
 
 
-def _two_node_stack(tmp_path: Path, parallelism: dict[str, Any]) -> Path:
-    """The multinode stack varied to one GPU per node (an L40S group), so the CPU build can run it."""
+def _two_node_stack(tmp_path: Path, parallelism: dict[str, Any], tenants: Sequence[dict[str, Any]]) -> Path:
+    """The multinode stack varied to one GPU per node (an L40S group), so the CPU build can run it,
+    with `tenants` (none: one key for the model)."""
     data = yaml.safe_load((STACKS_DIR / "Pulumi.multinode.yaml").read_text())
     config = data["config"]
+    if tenants:
+        config["vllm-platform:tenants"] = list(tenants)
     config["vllm-platform:node_groups"]["gpu"] = {
         "l40s": {"instance_types": ["g6e.8xlarge"], "min_size": 0, "desired_size": 2, "max_size": 2}
     }
@@ -111,21 +122,63 @@ TENSOR_ACROSS_TWO_NODES = {
 DATA_PARALLEL_OVER_TWO_NODES = {"data_parallel_size": 2}
 """Two engines (data-parallel ranks), one per node, as a MoE model's data × expert group runs; the
 tiny model is dense, which vLLM serves the same way without the experts' all-to-all."""
+SERVED_NAME = "meta-llama/Llama-3.1-8B-Instruct"
+LIMITED, BULK = "search", "bulk"
+SHARE = 2
+TENANTS = [
+    {
+        "name": LIMITED,
+        "models": [SERVED_NAME],
+        "api_key_secrets": [{"name": f"vllm-platform/multinode/tenants/{LIMITED}/api-key"}],
+        "max_concurrent_requests": SHARE,  # one group: the pod's share is all of it
+    },
+    {
+        # No limit of its own: the default share, half the group's engine slots (64 x 2 / 2).
+        "name": BULK,
+        "models": [SERVED_NAME],
+        "api_key_secrets": [{"name": f"vllm-platform/multinode/tenants/{BULK}/api-key"}],
+    },
+]
 
 
 def _auth_environment(render: Any, container: dict[str, Any], directory: Path) -> dict[str, str]:
-    """The rendered auth ConfigMap where the container mounts it, as tests/e2e/conftest.py does."""
+    """The rendered auth ConfigMap where the container mounts it, as tests/e2e/conftest.py does, and
+    the rendered middleware environment with each pod path (the ConfigMap's and the key mount, the
+    pod's /dev/shm) a folder below `directory`; the tenants' keys written there as the CSI driver
+    mounts them (`<tenant>.key0`, the tenant's prefix first; `tenant_key`)."""
     mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "auth-middleware")
     (config_map,) = [
         c
         for c in render.find("ConfigMap", CONFIG_MAP_NAME)
         if c["metadata"]["namespace"] == "vllm-llama-3-1-8b"
     ]
+    (directory / "auth").mkdir()
     for file_name, text in config_map["data"].items():
-        (directory / file_name).write_text(text)
-    pythonpath = next(e["value"] for e in container["env"] if e["name"] == "PYTHONPATH")
-    assert pythonpath == mount
-    return {"PYTHONPATH": f"{directory}:{REPO_ROOT}"}
+        (directory / "auth" / file_name).write_text(text)
+    rendered = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert rendered["PYTHONPATH"] == mount
+    env = {"PYTHONPATH": f"{directory / 'auth'}:{REPO_ROOT}"}
+    if "VLLM_PLATFORM_TENANTS" not in rendered:
+        return {**env, "VLLM_API_KEY": API_KEY}
+    local = {
+        mount: directory / "auth",
+        pod_secrets.TENANT_KEYS_MOUNT_PATH: directory / "tenant-keys",
+        server_auth.STATE_DIR: directory / "shm",
+    }
+    for name, value in rendered.items():
+        if name.startswith("VLLM_PLATFORM_"):
+            for pod_path, here in local.items():
+                value = value.replace(pod_path, str(here))
+            env[name] = value
+    (directory / "tenant-keys").mkdir()
+    for tenant in json.loads(config_map["data"][server_auth.TENANTS_FILE])["tenants"]:
+        key_file = directory / "tenant-keys" / pod_secrets.tenant_key_file_name(tenant, 0)
+        key_file.write_text(tenant_key(tenant) + "\n")
+    return env
+
+
+def tenant_key(tenant: str) -> str:
+    return f"tk-{tenant}_{API_KEY}"
 
 
 def _expanded(args: list[str], rank: str, master_port: int) -> list[str]:
@@ -165,12 +218,17 @@ def _two_nodes() -> Iterator[tuple[NetworkNamespace, NetworkNamespace]]:
 
 
 @contextlib.contextmanager
-def _running_group(parallelism: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> Iterator[Group]:
+def _running_group(
+    parallelism: dict[str, Any],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    tenants: Sequence[dict[str, Any]] = (),
+) -> Iterator[Group]:
     """The rendered leader's and worker's arguments, the LWS variables and the pod address expanded
     as the kubelet would, run as two processes on two "nodes"; yielded once the leader's /health
     answers (asked from the worker's node, across the veth)."""
     render = render_stack(
-        "multinode-cpu", stack_file=_two_node_stack(tmp_path, parallelism), allow_missing_charts=True
+        "multinode-cpu", stack_file=_two_node_stack(tmp_path, parallelism, tenants), allow_missing_charts=True
     )
     (lws,) = render.find(LWS_KIND, "vllm", "vllm-llama-3-1-8b")
     template = lws["spec"]["leaderWorkerTemplate"]
@@ -179,7 +237,10 @@ def _running_group(parallelism: dict[str, Any], tiny_model_dir: Path, tmp_path: 
     assert "--headless" in worker_container["args"]
 
     master_port = free_port()
-    env = {"VLLM_API_KEY": API_KEY, **_auth_environment(render, leader_container, tmp_path)}
+    (tmp_path / "leader-pod").mkdir()
+    (tmp_path / "worker-pod").mkdir()
+    leader_env = _auth_environment(render, leader_container, tmp_path / "leader-pod")
+    worker_env = _auth_environment(render, worker_container, tmp_path / "worker-pod")
     leader_args = cpu_arguments(_expanded(leader_container["args"], "0", master_port), tiny_model_dir)
     worker_args = cpu_arguments(_expanded(worker_container["args"], "1", master_port), tiny_model_dir)
 
@@ -191,7 +252,7 @@ def _running_group(parallelism: dict[str, Any], tiny_model_dir: Path, tmp_path: 
                     [str(require_vllm_venv()), "-m", "tests.support.vllm_server", "serve", *worker_args]
                 ),
                 cwd=REPO_ROOT,
-                env=vllm_subprocess_env({**env, **_pod_address_env(worker_container, WORKER_ADDRESS)}),
+                env=vllm_subprocess_env({**worker_env, **_pod_address_env(worker_container, WORKER_ADDRESS)}),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -201,7 +262,7 @@ def _running_group(parallelism: dict[str, Any], tiny_model_dir: Path, tmp_path: 
         leader = leader_node.call(
             start_vllm_server,
             leader_args,
-            env={**env, **_pod_address_env(leader_container, LEADER_ADDRESS)},
+            env={**leader_env, **_pod_address_env(leader_container, LEADER_ADDRESS)},
             log_path=tmp_path / "leader.log",
             host=LEADER_ADDRESS,
             command_prefix=leader_node.command([]),
@@ -255,8 +316,9 @@ def test_rendered_data_parallel_ranks_serve_as_one_replica_across_two_processes(
 ) -> None:
     """Data parallelism over the two "nodes": the rendered pods carry `--data-parallel-size 2` and no
     start rank; vLLM infers the worker's rank 1 from `--node-rank 1`. The leader's API spreads
-    requests over both engines, and its /metrics reports both (the autoscaler reads leaders only)."""
-    with _running_group(DATA_PARALLEL_OVER_TWO_NODES, tiny_model_dir, tmp_path) as group:
+    requests over both engines, and its /metrics reports both (the autoscaler reads leaders only).
+    With tenants, a tenant's share holds over the leader's two API-server processes (issue 49)."""
+    with _running_group(DATA_PARALLEL_OVER_TWO_NODES, tiny_model_dir, tmp_path, TENANTS) as group:
         leader, worker = group.leader, group.worker
         assert _argument(leader.process.args, "--data-parallel-size") == "2"
         assert "--data-parallel-start-rank" not in leader.process.args
@@ -266,7 +328,9 @@ def test_rendered_data_parallel_ranks_serve_as_one_replica_across_two_processes(
             with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
                 list(
                     pool.map(
-                        lambda p: _assert_eight_token_completion(leader.base_url, p, leader.log_tail),
+                        lambda p: _assert_eight_token_completion(
+                            leader.base_url, p, leader.log_tail, tenant_key(BULK)
+                        ),
                         prompts,
                     )
                 )
@@ -280,6 +344,81 @@ def test_rendered_data_parallel_ranks_serve_as_one_replica_across_two_processes(
         # vLLM's own inference from the rendered `--node-rank $(LWS_WORKER_INDEX)` (1 on the worker).
         worker_text = worker.log_path.read_text(errors="replace")
         assert "Inferred data_parallel_rank 1 from node_rank 1" in worker_text, worker.log_tail()
+
+        # Issue 49: vLLM's default of one API-server process per data-parallel rank, which the
+        # stack's share now counts (ModelConfig.api_server_count); each used to admit the whole share.
+        leader_text = leader.log_path.read_text(errors="replace")
+        assert "Defaulting api_server_count to data_parallel_size (2)" in leader_text, leader.log_tail()
+        stack_file = tmp_path / "Pulumi.multinode-cpu.yaml"
+        (model,) = load_stack_config("multinode-cpu", stack_file=stack_file).models
+        assert model.api_server_count == 2
+        tenants_file = tmp_path / "leader-pod" / "auth" / server_auth.TENANTS_FILE
+        assert json.loads(tenants_file.read_text())["tenants"][LIMITED]["max_in_flight"] == SHARE
+        group.worker_node.call(_share_over_both_api_server_processes, group, timeout=CLIENT_TIMEOUT_SECONDS)
+
+
+HELD_WAIT_SECONDS = 60
+"""Upper bound of the wait for held requests to show in the leader's in-flight gauge (a busy 2-core
+machine; not a measurement)."""
+PAST_THE_SHARE = 6
+"""Requests sent past the share, each on a connection of its own, which the kernel spreads over the
+leader's two API-server processes (SO_REUSEPORT): counting apart, one would admit some of them."""
+
+
+def _completion_as(base_url: str, tenant: str, prompt: object, timeout: float = 120) -> httpx.Response:
+    return httpx.post(
+        f"{base_url}/v1/completions",
+        headers={"Authorization": f"Bearer {tenant_key(tenant)}"},
+        json={"model": SERVED_NAME, "prompt": prompt, "max_tokens": 4, "ignore_eos": True},
+        timeout=timeout,
+    )
+
+
+def _requests_in_flight(base_url: str, tenant: str) -> float:
+    """The middleware's gauge over both API-server processes (vLLM's multiprocess collector sums it)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    found = re.search(rf'^vllm_platform_tenant_requests_in_flight{{tenant="{tenant}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def _held_until_in_flight(base_url: str, count: int) -> None:
+    deadline = time.monotonic() + HELD_WAIT_SECONDS
+    while _requests_in_flight(base_url, LIMITED) < count:
+        assert time.monotonic() < deadline, (
+            f"{count} requests of {LIMITED} not in flight within {HELD_WAIT_SECONDS} s"
+        )
+        time.sleep(0.2)
+
+
+def _refused_past_the_share(base_url: str) -> list[int]:
+    # A refused request is answered by the middleware at once; one admitted would wait for the paused
+    # engines until its client gives up (60 s), failing the test with a timeout.
+    return [_completion_as(base_url, LIMITED, "past", timeout=60).status_code for _ in range(PAST_THE_SHARE)]
+
+
+def _share_over_both_api_server_processes(group: Group) -> None:
+    """A tenant with a share of 2 (the rendered tenants file's `max_in_flight`), asked from another
+    node: exactly 2 sequences in flight over the leader's two API-server processes while the engines
+    are paused (SIGSTOP: what reached them stays in flight), whether 2 requests or 1 of 2 prompts."""
+    url = group.leader.base_url
+    # More sequences than the whole share: 400, it could never be admitted.
+    too_many = _completion_as(url, LIMITED, ["a", "b", "c"])
+    assert too_many.status_code == 400 and too_many.json()["error"]["code"] == "too_many_sequences"
+    with concurrent.futures.ThreadPoolExecutor(SHARE) as pool:
+        with paused_engines(group.leader, group.worker):
+            held = [pool.submit(_completion_as, url, LIMITED, f"held {index}") for index in range(SHARE)]
+            _held_until_in_flight(url, SHARE)
+            assert _refused_past_the_share(url) == [429] * PAST_THE_SHARE
+        assert [answer.result(timeout=120).status_code for answer in held] == [200] * SHARE
+        # One request of two prompts: two sequences, the whole share.
+        with paused_engines(group.leader, group.worker):
+            batch = pool.submit(_completion_as, url, LIMITED, ["first", "second"])
+            _held_until_in_flight(url, 1)
+            assert _refused_past_the_share(url) == [429] * PAST_THE_SHARE
+        answer = batch.result(timeout=120)
+        assert answer.status_code == 200 and len(answer.json()["choices"]) == 2
+    # Every sequence taken was given back.
+    assert _completion_as(url, LIMITED, ["again", "and again"]).status_code == 200
 
 
 def _argument(args: Sequence[str], flag: str) -> str:
@@ -300,11 +439,13 @@ def _finished_by_engine(base_url: str) -> dict[str, float]:
     return finished
 
 
-def _assert_eight_token_completion(base_url: str, prompt: str, log_tail: Callable[[], str]) -> None:
+def _assert_eight_token_completion(
+    base_url: str, prompt: str, log_tail: Callable[[], str], key: str = API_KEY
+) -> None:
     """A keyed 8-token completion from the group's model at `base_url` (the leader, or a router)."""
     response = httpx.post(
         f"{base_url}/v1/completions",
-        headers={"Authorization": f"Bearer {API_KEY}"},
+        headers={"Authorization": f"Bearer {key}"},
         # ignore_eos: the tiny model's dummy weights may pick the end token before the 8th.
         json={
             "model": "meta-llama/Llama-3.1-8B-Instruct",

@@ -130,6 +130,10 @@ def tenant_pod(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
             "VLLM_PLATFORM_TENANT_MOUNT": str(keys_dir),
             # As security.operator_key_secret mounts it, beside the tenants' keys.
             "VLLM_PLATFORM_OPERATOR_KEY_FILE": str(keys_dir / pod_secrets.OPERATOR_KEY_FILE),
+            # The pod's /dev/shm, which its API-server processes share (issue 49).
+            "VLLM_PLATFORM_STATE_DIR": str(
+                tmp_path_factory.mktemp("pod-shm") / Path(env["VLLM_PLATFORM_STATE_DIR"]).name
+            ),
         },
         log_path=tmp_path_factory.mktemp("vllm-tenants") / "vllm-serve.log",
     ) as server:
@@ -411,6 +415,16 @@ def test_tenants_sharing_a_model_do_not_hit_each_others_prefix_cache_unless_the_
     assert _cached_tokens(tenant_pod, "research", BETA, prompt) > 0
     # Naming the other tenant's salt gets a salt of one's own (the middleware puts its own first).
     assert _cached_tokens(tenant_pod, "research", BETA, prompt, cache_salt="tenant=search;") == 0
+    # Issue 49: the operator key may set any salt, and search's used to be `tenant=search;`: sent
+    # with it, the operator's request now finds nothing of search's (the salt is an HMAC under a
+    # secret only the pod holds).
+    before = _prefix_cache_hits(tenant_pod)
+    operator = {"Authorization": f"Bearer {tenant_pod.operator_key}"}
+    answer = _complete(
+        tenant_pod.server.base_url, ALPHA, operator, prompt=prompt, max_tokens=1, cache_salt="tenant=search;"
+    )
+    assert answer.status_code == 200, answer.text
+    assert _prefix_cache_hits(tenant_pod) - before == 0
 
     # `security.tenants_share_prefix_cache: true`, as the tenants file carries it (re-read in place):
     # the same two tenants now share the cache, which shows this test sees sharing where it exists.

@@ -31,3 +31,22 @@ def empty_objects_body(size: int, model: str) -> bytes:
     """The probe's worst body (issue 40): a completion whose prompt is ~size/3 empty objects."""
     head, tail = f'{{"model": "{model}", "prompt": ['.encode(), b"{}]}"
     return head + b"{}," * ((size - len(head) - len(tail)) // 3) + tail
+
+
+def asgi_scope_for_target(
+    method: str, target: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> dict[str, object]:
+    """The ASGI scope uvicorn builds from a request line's target: `raw_path` the bytes sent up to the
+    query, `path` those percent-decoded (as uvicorn decodes it), the query apart."""
+    import urllib.parse
+
+    raw, _, query = target.encode("latin-1").partition(b"?")
+    return {
+        "type": "http",
+        "method": method,
+        "path": urllib.parse.unquote(raw.decode("latin-1")),
+        "raw_path": raw,
+        "query_string": query,
+        "root_path": "",
+        "headers": headers or [],
+    }

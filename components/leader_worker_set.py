@@ -14,9 +14,10 @@ import copy
 from typing import Any
 
 from components.labels import model_selector_labels
+from infra.catalogue.efa_interfaces import EFA_RESOURCE
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
-from infra.multi_node import efa_interfaces_per_node
+from infra.multi_node import efa_device_rdma, efa_interfaces_per_node
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
@@ -47,8 +48,6 @@ readiness is vLLM's /health, which answers only once every worker joined the eng
 
 SUBDOMAIN_POLICY = "UniquePerReplica"
 
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-"""The EFA device plugin's extended resource (aws-efa-k8s-device-plugin, one per EFA interface)."""
 
 NCCL_NETWORK = "AWS Libfabric"
 """`NCCL_NET`: NCCL must use the aws-ofi-nccl plugin's network or fail. This is the start-up check that
@@ -70,13 +69,22 @@ def host_address_environment() -> list[dict[str, Any]]:
     return [{"name": HOST_ADDRESS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
 
 
-def efa_environment() -> list[dict[str, str]]:
+def efa_environment(device_rdma: bool) -> list[dict[str, str]]:
     """libfabric and NCCL settings of every member of a multi-node group, sorted by name."""
     settings = {
         # libfabric's EFA provider only: no silent choice of the TCP or shm providers.
         "FI_PROVIDER": "efa",
-        # GPUDirect RDMA from the GPU to the EFA device (p4d and later; the plugin's advice).
-        "FI_EFA_USE_DEVICE_RDMA": "1",
+        # GPUDirect RDMA from the GPU to the EFA device where the type's EFA has RDMA read (p4d and
+        # later); on g5/g6/g6e the provider aborts when asked for it (fi_efa(7); issue 50), so it is
+        # told not to use it (infra/catalogue/efa_interfaces.yaml `efa_device_rdma`).
+        "FI_EFA_USE_DEVICE_RDMA": "1" if device_rdma else "0",
+        # Decided (issue 50): no huge pages. The provider maps its bounce buffers on huge pages by
+        # default, but a pod that requests no `hugepages-2Mi` has a hugetlb limit of 0 in its cgroup,
+        # where touching such a page kills the process (SIGBUS) instead of failing the map; requesting
+        # them would need every EFA node, managed or Karpenter, to reserve huge pages at boot and each
+        # member to request them. NCCL's transfers go GPU to NIC (above) and do not use those buffers,
+        # so their cost is a little more CPU on the provider's own small messages.
+        "FI_EFA_USE_HUGE_PAGE": "0",
         "NCCL_NET": NCCL_NETWORK,
     }
     return [{"name": name, "value": value} for name, value in sorted(settings.items())]
@@ -122,7 +130,11 @@ def _member_template(
     efa = str(efa_interfaces_per_node(config, model.gpu_group))
     for kind in ("requests", "limits"):
         server["resources"][kind][EFA_RESOURCE] = efa
-    server["env"] = [*server["env"], *host_address_environment(), *efa_environment()]
+    server["env"] = [
+        *server["env"],
+        *host_address_environment(),
+        *efa_environment(efa_device_rdma(config, model.gpu_group)),
+    ]
     if not leader:
         # --headless: no API server, so nothing answers HTTP. A worker whose engine dies exits (its
         # MultiprocExecutor's monitor), its restart recreates the group (RESTART_POLICY), and the

@@ -12,7 +12,7 @@ import dataclasses
 import math
 
 from infra.capacity.architecture import ModelShape, count_parameters
-from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
+from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces, supports_device_rdma
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
@@ -34,6 +34,12 @@ def group_needs_efa(config: PlatformConfig, gpu_group: str) -> bool:
 def efa_groups(config: PlatformConfig) -> list[str]:
     """GPU groups that need EFA (group_needs_efa), in config order."""
     return [name for name in config.node_groups.gpu if group_needs_efa(config, name)]
+
+
+def efa_device_rdma(config: PlatformConfig, gpu_group: str) -> bool:
+    """Whether every instance type of `gpu_group` has EFA devices with RDMA read: only then may libfabric
+    be told to use it (`FI_EFA_USE_DEVICE_RDMA=1`); elsewhere it aborts (issue 50)."""
+    return all(supports_device_rdma(name) for name in config.node_groups.gpu[gpu_group].instance_types)
 
 
 def efa_interfaces_per_node(config: PlatformConfig, gpu_group: str) -> int:

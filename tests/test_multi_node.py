@@ -359,6 +359,8 @@ def test_every_member_asks_for_all_the_nodes_efa_devices_and_carries_the_efa_env
         assert server["resources"]["limits"]["nvidia.com/gpu"] == "8"
         env = {e["name"]: e.get("value") for e in server["env"]}
         assert env["NCCL_NET"] == "AWS Libfabric" and env["FI_PROVIDER"] == "efa"
+        # p5's EFA has RDMA read (GPUDirect through libfabric); no huge pages (not requested: issue 50).
+        assert env["FI_EFA_USE_DEVICE_RDMA"] == "1" and env["FI_EFA_USE_HUGE_PAGE"] == "0"
         # Each member offers the others its pod IP for vLLM's queues between nodes (the e2e test
         # shows a group without it never forms where vLLM cannot guess an address).
         (host,) = [e for e in server["env"] if e["name"] == "VLLM_HOST_IP"]
@@ -728,3 +730,38 @@ def test_a_tenants_default_share_counts_every_data_parallel_engine_of_a_group(tm
     assert model.api_server_count == 2
     assert tenants["research"]["max_in_flight"] == server_auth.in_flight_share(expected, model)
     assert server_auth.in_flight_share(expected, model) == -(-expected // groups)
+
+
+def test_libfabric_is_told_to_use_device_rdma_only_where_the_efa_device_has_it() -> None:
+    """Issue 50: `FI_EFA_USE_DEVICE_RDMA=1` on an EFA device without RDMA read (g5/g6/g6e) aborts the
+    provider (fi_efa(7)); the catalogue says which types have it, every EFA type is classified."""
+    from components.leader_worker_set import efa_environment
+    from infra.catalogue.efa_interfaces import efa_instance_types, supports_device_rdma
+
+    assert {t for t in efa_instance_types() if supports_device_rdma(t)} == {
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+    }
+    assert not any(
+        supports_device_rdma(t) for t in ("g5.48xlarge", "g6.48xlarge", "g6e.48xlarge", "m7i.large")
+    )
+    for rdma, expected in ((True, "1"), (False, "0")):
+        env = {e["name"]: e["value"] for e in efa_environment(rdma)}
+        assert env["FI_EFA_USE_DEVICE_RDMA"] == expected and env["FI_EFA_USE_HUGE_PAGE"] == "0"
+        assert [e["name"] for e in efa_environment(rdma)] == sorted(env)
+
+
+def test_an_efa_group_tells_the_cluster_autoscaler_its_efa_interfaces_to_scale_from_zero() -> None:
+    """Issue 50: with no node to look at, the Cluster Autoscaler knows only the resources the node-template
+    tags name; a group's pods request every EFA interface (Pulumi mocks: the rendered Auto Scaling tags)."""
+    from tests.test_aws_layer import autoscaler_tags_of
+
+    prefix = "k8s.io/cluster-autoscaler/node-template/resources"
+    tags = autoscaler_tags_of(multinode_render(), "h100")
+    assert tags[f"{prefix}/vpc.amazonaws.com/efa"] == "32" and tags[f"{prefix}/nvidia.com/gpu"] == "8"
+    # A GPU group without multi-node models promises no EFA.
+    assert not [key for key in autoscaler_tags_of(rendered("prod"), "h200") if key.endswith("/efa")]

@@ -22,6 +22,7 @@ from infra.aws.node_user_data import (
     encode_user_data,
 )
 from infra.aws.policies import service_trust_policy, to_json
+from infra.catalogue.efa_interfaces import EFA_RESOURCE
 from infra.config.cluster import (
     GRAVITON_FAMILY,
     GpuNodeGroupConfig,
@@ -86,9 +87,13 @@ def autoscaler_tags(
     labels: Mapping[str, str],
     taints: Sequence[TaintConfig] = (),
     gpus_per_node: int = 0,
+    efa_per_node: int = 0,
 ) -> dict[str, str]:
     """Auto Scaling group tags for the Cluster Autoscaler (cluster-autoscaler/cloudprovider/aws/README.md):
-    auto-discovery, plus the node template it simulates while the group has no node to look at."""
+    auto-discovery, plus the node template it simulates while the group has no node to look at. With
+    no node yet, the autoscaler knows only the resources these tags name: a multi-node group's pods
+    also request every EFA interface, so without its tag it refused to scale up from zero
+    ("Insufficient vpc.amazonaws.com/efa", issue 50)."""
     prefix = "k8s.io/cluster-autoscaler"
     tags = {f"{prefix}/enabled": "true", f"{prefix}/{cluster_name}": "owned"}
     tags.update({f"{prefix}/node-template/label/{key}": value for key, value in labels.items()})
@@ -97,6 +102,8 @@ def autoscaler_tags(
     )
     if gpus_per_node:
         tags[f"{prefix}/node-template/resources/{GPU_RESOURCE}"] = str(gpus_per_node)
+    if efa_per_node:
+        tags[f"{prefix}/node-template/resources/{EFA_RESOURCE}"] = str(efa_per_node)
     return tags
 
 
@@ -263,7 +270,13 @@ def node_group_specs(
                 block_devices=gpu_block_devices(group),
                 # The smallest instance type of the group: the autoscaler must not promise GPUs a
                 # node might not have.
-                autoscaler_tags=autoscaler_tags(cluster_name, labels, group.taints, group.min_gpus_per_node),
+                autoscaler_tags=autoscaler_tags(
+                    cluster_name,
+                    labels,
+                    group.taints,
+                    group.min_gpus_per_node,
+                    (efa_interfaces or {}).get(group_name, 0),
+                ),
                 efa_interfaces=(efa_interfaces or {}).get(group_name, 0),
             )
         )

@@ -1,5 +1,5 @@
-"""How many EFA interfaces each GPU instance type takes (efa_interfaces.yaml beside this file, with its
-sources); 0 for an instance type without EFA."""
+"""How many EFA interfaces each GPU instance type takes, and whether its EFA devices support RDMA read
+(efa_interfaces.yaml beside this file, with its sources); 0 and no for an instance type without EFA."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import yaml
 
 from infra.catalogue.gpu_instances import gpu_instance_types
 
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+"""The EFA device plugin's extended resource (aws-efa-k8s-device-plugin): one per EFA interface."""
+
 
 @cache
 def _table() -> dict[str, int]:
@@ -19,6 +22,23 @@ def _table() -> dict[str, int]:
     if unknown:  # a row for an instance type the GPU catalogue does not know is a typo
         raise ValueError(f"efa_interfaces.yaml: not in gpu_instances.yaml: {', '.join(unknown)}")
     return table
+
+
+@cache
+def _device_rdma() -> frozenset[str]:
+    raw = yaml.safe_load(Path(__file__).with_name("efa_interfaces.yaml").read_text())
+    rdma = frozenset(str(name) for name in raw["efa_device_rdma"])
+    without_efa = sorted(rdma - set(name for name, count in _table().items() if count > 0))
+    if without_efa:
+        raise ValueError(
+            f"efa_interfaces.yaml: efa_device_rdma lists types without EFA: {', '.join(without_efa)}"
+        )
+    return rdma
+
+
+def supports_device_rdma(instance_type: str) -> bool:
+    """Whether `instance_type`'s EFA devices support RDMA read (GPUDirect RDMA through libfabric)."""
+    return instance_type in _device_rdma()
 
 
 def max_efa_interfaces(instance_type: str) -> int:

@@ -618,15 +618,22 @@ def service_spec(model: ModelConfig) -> dict[str, Any]:
 
 
 def pod_disruption_budget_spec(model: ModelConfig) -> dict[str, Any]:
-    """Keep `min_available` replicas serving through voluntary disruptions — when that leaves room to
-    evict one. At or above the fewest replicas the model runs with (a single replica, or an autoscaler
-    at its minimum), a minAvailable would block every node drain and node-group upgrade, so the
-    budget becomes one pod at a time (maxUnavailable 1)."""
-    budget: dict[str, Any] = (
-        {"minAvailable": model.min_available}
-        if model.min_available < probes.replica_floor(model)
-        else {"maxUnavailable": 1}
-    )
+    """Keep `min_available` replicas (a multi-node model's: groups) serving through voluntary
+    disruptions — when that leaves room to evict one. At or above the fewest replicas the model runs
+    with (a single replica, or an autoscaler at its minimum), a minAvailable would block every node
+    drain and node-group upgrade, so the budget becomes one pod at a time (maxUnavailable 1)."""
+    floor = probes.replica_floor(model)
+    if model.is_multi_node:
+        # Groups, not pods (issue 50): a PDB counts pods, one pod lost takes its whole group down (LWS
+        # recreates it), and a group's headless workers are Ready whatever its leader does, so a
+        # minAvailable in pods let a drain take one member of every group. At most (fewest groups -
+        # min_available) pods at a time instead: each takes at most one group, and a group being
+        # recreated holds its share of the budget (its leader not Ready) until it serves again.
+        budget: dict[str, Any] = {"maxUnavailable": max(1, floor - model.min_available)}
+    elif model.min_available < floor:
+        budget = {"minAvailable": model.min_available}
+    else:
+        budget = {"maxUnavailable": 1}
     return {
         **budget,
         "selector": {"matchLabels": model_selector_labels(model.name)},

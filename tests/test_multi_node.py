@@ -765,3 +765,21 @@ def test_an_efa_group_tells_the_cluster_autoscaler_its_efa_interfaces_to_scale_f
     assert tags[f"{prefix}/vpc.amazonaws.com/efa"] == "32" and tags[f"{prefix}/nvidia.com/gpu"] == "8"
     # A GPU group without multi-node models promises no EFA.
     assert not [key for key in autoscaler_tags_of(rendered("prod"), "h200") if key.endswith("/efa")]
+
+
+@pytest.mark.parametrize(
+    ("groups", "min_available", "max_unavailable"), [(1, 1, 1), (2, 1, 1), (3, 1, 2), (3, 2, 1), (3, 3, 1)]
+)
+def test_a_groups_budget_counts_groups_not_pods(
+    groups: int, min_available: int, max_unavailable: int
+) -> None:
+    """Issue 50: three groups with min_available 2 rendered minAvailable 2 over six pods whose workers
+    are always Ready, so a drain could take one member of every group. Now at most (groups -
+    min_available) pods at a time (each takes at most one group), one when that would allow none."""
+    from components.model_service import pod_disruption_budget_spec
+
+    (model,) = load_stack("multinode", stack_file=MULTINODE_STACK).models
+    varied = model.model_copy(update={"replicas": groups, "min_available": min_available})
+    spec = pod_disruption_budget_spec(varied)
+    assert spec["maxUnavailable"] == max_unavailable and "minAvailable" not in spec
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"

@@ -742,17 +742,37 @@ def karpenter_pool_problems(config: PlatformConfig) -> list[Problem]:
         at = ("node_groups", "gpu", name, "karpenter")
         models = [(index, model) for index, model in enumerate(config.models) if model.gpu_group == name]
         for index, model in models:
-            if group.pool_gpu_limit < model.gpus_per_replica:
+            # A multi-node replica is a whole group: every pod of it must fit under the limit, or the
+            # last member stays Pending ("exceeds limits for nodepool") while `up` reports success.
+            if group.pool_gpu_limit < model.gpus_per_group:
+                whole = f"{model.gpus_per_group} GPUs" + (
+                    f", a group of {model.nodes_per_replica} pods" if model.is_multi_node else ""
+                )
                 problems.append(
                     Problem(
                         (*at, "max_gpus"),
                         group.pool_gpu_limit,
                         f"the pool's limit of {group.pool_gpu_limit} GPU(s) is below one replica of model "
-                        f"'{model.name}' ({model.gpus_per_replica} GPUs, models[{index}]): Karpenter would "
-                        "never launch a node for it; raise max_gpus (or max_size) to at least "
-                        f"{model.gpus_per_replica}",
+                        f"'{model.name}' ({whole}, models[{index}]): Karpenter would never launch every "
+                        f"node of it; raise max_gpus (or max_size) to at least {model.gpus_per_group}",
                     )
                 )
+        # Several models on one pool: one replica of each at once (issue 50 found them checked one by one).
+        together = sum(model.gpus_per_group for _, model in models)
+        if (
+            len(models) > 1
+            and group.pool_gpu_limit >= max(m.gpus_per_group for _, m in models)
+            and (group.pool_gpu_limit < together)
+        ):
+            problems.append(
+                Problem(
+                    (*at, "max_gpus"),
+                    group.pool_gpu_limit,
+                    f"the pool's limit of {group.pool_gpu_limit} GPU(s) holds no replica of every model "
+                    f"placed on it at once ({', '.join(repr(m.name) for _, m in models)}: {together} GPUs): raise "
+                    f"max_gpus (or max_size) to at least {together}",
+                )
+            )
         if models and group.karpenter.termination_grace_period_minutes is not None:
             problems.append(
                 Problem(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -81,6 +82,7 @@ def platform_checks() -> list[PlatformCheck]:
         query_window_problems,
         karpenter_pool_problems,
         multi_node_problems,
+        pod_request_problems,
     ]
 
 
@@ -731,6 +733,68 @@ def to_zero_hostname_problems(config: PlatformConfig) -> list[Problem]:
     return problems
 
 
+KUBELET_MAX_PODS = 250
+"""The most pods an EKS node's kubelet may be configured for (the AMI's max-pods at most): its memory
+reservation below is sized for it, so the allocatable is never over-estimated."""
+EVICTION_HARD_MEMORY_MIB = 100
+"""The kubelet's `evictionHard: memory.available: 100Mi` (the EKS AMIs' default)."""
+
+
+def kubelet_reserved_millicores(vcpus: int) -> int:
+    """CPU the EKS AMIs' kubelet reserves (kubeReserved, amazon-eks-ami's bootstrap formula): 6 % of the
+    first core, 1 % of the second, 0.5 % of the next two, 0.25 % of every core above four."""
+    steps = ((1, 60), (1, 10), (2, 5), (max(0, vcpus - 4), 2.5))
+    reserved, left = 0.0, vcpus
+    for cores, per_core in steps:
+        taken = min(left, cores)
+        reserved += taken * per_core
+        left -= taken
+    return math.ceil(reserved)
+
+
+def allocatable(vcpus: int, memory_gib: float) -> tuple[float, float]:
+    """(cores, GiB) a node of this size offers pods: capacity less the kubelet's reservation
+    (kubeReserved: 255 MiB + 11 MiB per pod at KUBELET_MAX_PODS; evictionHard 100 MiB). DaemonSets are
+    not subtracted here: what the stack's own put on GPU nodes is small next to a vLLM pod."""
+    reserved_mib = 255 + 11 * KUBELET_MAX_PODS + EVICTION_HARD_MEMORY_MIB
+    return vcpus - kubelet_reserved_millicores(vcpus) / 1000, memory_gib - reserved_mib / 1024
+
+
+def pod_request_problems(config: PlatformConfig) -> list[Problem]:
+    """Every model's pod requests (the vLLM container, or the preloader's while it runs first) against
+    the allocatable of every instance type its group may launch (issue 50): a request no node of the
+    group can hold leaves the pod Pending forever on that type, one-node models and group members alike."""
+    problems: list[Problem] = []
+    for index, model in enumerate(config.models):
+        group = config.node_groups.gpu.get(model.gpu_group)
+        if group is None:
+            continue  # named by another check
+        resources = model.resources
+        cpu = max(resources.cpu_request_cores, resources.preload_cpu_request_cores)
+        memory = max(resources.memory_request_gib, resources.preload_memory_request_gib)
+        for instance_type in sorted(set(group.instance_types)):
+            found = lookup_instance_type(instance_type)
+            if found is None:
+                continue  # named by another check
+            cores, gib = allocatable(found.vcpus, found.memory_gib)
+            for key, wanted, offered, unit, size in (
+                ("cpu_request_cores", cpu, cores, "cores", f"{found.vcpus} vCPUs"),
+                ("memory_request_gib", memory, gib, "GiB", f"{found.memory_gib} GiB"),
+            ):
+                if wanted > offered:
+                    problems.append(
+                        Problem(
+                            ("models", index, "resources", key),
+                            getattr(resources, key),
+                            f"a pod of this model asks for {wanted:g} {unit}, more than a {instance_type} "
+                            f"node of group '{model.gpu_group}' offers pods ({offered:.1f} {unit} of its "
+                            f"{size}, after the kubelet's reservation); lower it below {offered:.1f} or "
+                            "remove that instance type from the group",
+                        )
+                    )
+    return problems
+
+
 def karpenter_pool_problems(config: PlatformConfig) -> list[Problem]:
     """GPU groups with `provisioner: karpenter` (components/karpenter.py): the pool's GPU limit holds
     one replica of every model placed on it, nothing in its disruption settings can evict a serving
@@ -769,8 +833,8 @@ def karpenter_pool_problems(config: PlatformConfig) -> list[Problem]:
                     (*at, "max_gpus"),
                     group.pool_gpu_limit,
                     f"the pool's limit of {group.pool_gpu_limit} GPU(s) holds no replica of every model "
-                    f"placed on it at once ({', '.join(repr(m.name) for _, m in models)}: {together} GPUs): raise "
-                    f"max_gpus (or max_size) to at least {together}",
+                    f"placed on it at once ({', '.join(repr(m.name) for _, m in models)}: {together} "
+                    f"GPUs): raise max_gpus (or max_size) to at least {together}",
                 )
             )
         if models and group.karpenter.termination_grace_period_minutes is not None:

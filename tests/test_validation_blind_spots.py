@@ -396,3 +396,14 @@ def test_cluster_requests_values_are_checked_too() -> None:
         (("name",), "ClusterName"),
         (("logging", "clusterLogging", 0, "types", 1), "LogType"),
     ]
+
+
+def test_the_allocatable_a_pod_is_checked_against_follows_the_eks_kubelet_reservation() -> None:
+    """Issue 50: pod requests are held against capacity less the kubelet's reservation, as the EKS AMIs
+    compute it: CPU 60m for the first core, 10m for the second, 5m each for the next two, 2.5m above
+    four (80m on 4 vCPUs, 550m on a p5's 192); memory 255 MiB + 11 MiB x 250 pods + 100 MiB eviction."""
+    from infra.validation import allocatable, kubelet_reserved_millicores
+
+    assert [kubelet_reserved_millicores(n) for n in (1, 2, 4, 8, 192)] == [60, 70, 80, 90, 550]
+    cores, gib = allocatable(192, 2048)
+    assert cores == pytest.approx(191.45) and gib == pytest.approx(2048 - 3105 / 1024)

@@ -821,6 +821,21 @@ def karpenter_pool_problems(config: PlatformConfig) -> list[Problem]:
                         f"node of it; raise max_gpus (or max_size) to at least {model.gpus_per_group}",
                     )
                 )
+        version = group.karpenter.ami_version
+        bottlerocket = group.ami_type.startswith("BOTTLEROCKET")
+        if version != "latest" and bool(re.fullmatch(r"v\d+\.\d+\.\d+", version)) != bottlerocket:
+            # Karpenter's alias is <family>@<version>: a version of the other family's format names no
+            # AMI, and no node of the pool would ever launch (issue 50).
+            family, example = ("Bottlerocket", "v1.26.0") if bottlerocket else ("AL2023", "v20240625")
+            problems.append(
+                Problem(
+                    (*at, "ami_version"),
+                    version,
+                    f"this group's ami_type {group.ami_type} takes {family} releases (format {example}); "
+                    f"'{version}' is the other family's format and names no AMI: use a release of {family} "
+                    "or latest",
+                )
+            )
         # Several models on one pool: one replica of each at once (issue 50 found them checked one by one).
         together = sum(model.gpus_per_group for _, model in models)
         if (

@@ -142,6 +142,20 @@ def _member_template(
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             server.pop(probe, None)
         server.pop("ports", None)
+        # The worker outlives the leader's whole drain (issue 50): a group's pods are deleted together
+        # (scale-in, update, a member evicted and the group recreated), and a worker that stopped
+        # after the leader's preStop sleep alone took a rank from the leader's engine while its streams
+        # were still finishing. It sleeps through the leader's sleep and shutdown timeout, then stops.
+        from components.probes import EXIT_MARGIN_SECONDS  # probes -> rollouts -> this module
+
+        drain = model.drain
+        leader_drain = drain.pre_stop_sleep_seconds + drain.shutdown_timeout_seconds
+        if leader_drain:
+            server["lifecycle"] = {"preStop": {"sleep": {"seconds": leader_drain}}}
+        # Its own --shutdown-timeout after that, as on every vLLM pod (the policy pack's drain rule).
+        spec["terminationGracePeriodSeconds"] = (
+            leader_drain + drain.shutdown_timeout_seconds + EXIT_MARGIN_SECONDS
+        )
     return member
 
 

@@ -783,3 +783,19 @@ def test_a_groups_budget_counts_groups_not_pods(
     spec = pod_disruption_budget_spec(varied)
     assert spec["maxUnavailable"] == max_unavailable and "minAvailable" not in spec
     assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_a_worker_outlives_its_leaders_whole_drain() -> None:
+    """Issue 50: a group's pods stop together; a worker that stopped after the preStop sleep alone
+    took a rank from the leader's engine while the leader's streams were still finishing."""
+    from components.probes import termination_grace_period_seconds
+
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    leader_pod, worker_pod = template["leaderTemplate"]["spec"], template["workerTemplate"]["spec"]
+    (model,) = load_stack("multinode", stack_file=MULTINODE_STACK).models
+    leader_drain = model.drain.pre_stop_sleep_seconds + model.drain.shutdown_timeout_seconds
+    assert _server(template["leaderTemplate"])["lifecycle"]["preStop"]["sleep"]["seconds"] < leader_drain
+    assert _server(template["workerTemplate"])["lifecycle"]["preStop"]["sleep"]["seconds"] == leader_drain
+    assert leader_pod["terminationGracePeriodSeconds"] == termination_grace_period_seconds(model.drain)
+    assert worker_pod["terminationGracePeriodSeconds"] > leader_drain
+    assert worker_pod["terminationGracePeriodSeconds"] >= leader_pod["terminationGracePeriodSeconds"]

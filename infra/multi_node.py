@@ -333,4 +333,51 @@ def multi_node_problems(config: PlatformConfig) -> list[Problem]:
     problems: list[Problem] = []
     for index, model in enumerate(config.models):
         problems += _model_problems(config, index, model)
+    return problems + group_node_lifetime_problems(config)
+
+
+def group_node_lifetime_problems(config: PlatformConfig) -> list[Problem]:
+    """Nodes of a multi-node model's group that go away on their own take a whole group (issue 50):
+    spot (one interruption is a cold start of every member, tens of minutes on p5) and Karpenter's
+    expiry (forceful: `expireAfter` drains an expired node whatever its pods' do-not-disrupt says, and
+    a group's nodes, launched together, expire together). Decided: refused, each naming the fix; a
+    team that wants spot for groups can run them on a group of its own outside this stack's checks."""
+    problems: list[Problem] = []
+    for name, group in config.node_groups.gpu.items():
+        grouped = [m.name for m in multi_node_models(config, name)]
+        if not grouped:
+            continue
+        at = ("node_groups", "gpu", name)
+        models = ", ".join(repr(m) for m in grouped)
+        if group.is_karpenter_pool:
+            pool = group.karpenter
+            if "spot" in pool.capacity_types:
+                problems.append(
+                    Problem(
+                        (*at, "karpenter", "capacity_types"),
+                        pool.capacity_types,
+                        f"the pool holds multi-node model(s) {models}: one spot interruption stops a whole "
+                        "group and costs a cold start of every member; remove spot",
+                    )
+                )
+            if pool.expire_after_hours is not None:
+                problems.append(
+                    Problem(
+                        (*at, "karpenter", "expire_after_hours"),
+                        pool.expire_after_hours,
+                        f"the pool holds multi-node model(s) {models}: Karpenter's expiry drains an expired "
+                        "node even under do-not-disrupt, and a group's nodes expire together, so every group "
+                        "would stop at once; set expire_after_hours: null (Never) and replace nodes by "
+                        "rollout (drift still applies once no serving pod holds a node)",
+                    )
+                )
+        elif group.capacity_type == "spot":
+            problems.append(
+                Problem(
+                    (*at, "capacity_type"),
+                    group.capacity_type,
+                    f"the group holds multi-node model(s) {models}: one spot interruption stops a whole "
+                    "group and costs a cold start of every member; use on_demand",
+                )
+            )
     return problems

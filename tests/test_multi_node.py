@@ -603,6 +603,7 @@ def karpenter_pool_render(tmp_path: Path) -> RenderResult:
     data = stack_data()
     config = data["config"]
     group_of(config)["provisioner"] = "karpenter"
+    group_of(config)["karpenter"] = {"expire_after_hours": None}  # a group pool's nodes never expire
     config["vllm-platform:addons"] = {"karpenter": {"enabled": True}}
     path = tmp_path / "Pulumi.multinode.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -799,3 +800,27 @@ def test_a_worker_outlives_its_leaders_whole_drain() -> None:
     assert leader_pod["terminationGracePeriodSeconds"] == termination_grace_period_seconds(model.drain)
     assert worker_pod["terminationGracePeriodSeconds"] > leader_drain
     assert worker_pod["terminationGracePeriodSeconds"] >= leader_pod["terminationGracePeriodSeconds"]
+
+
+def _on_a_pool(config: dict[str, Any], **pool: Any) -> None:
+    group_of(config)["provisioner"] = "karpenter"
+    group_of(config)["karpenter"] = pool
+    config["vllm-platform:addons"] = {"karpenter": {"enabled": True}}
+
+
+def test_nodes_that_go_away_on_their_own_are_refused_for_groups(tmp_path: Path) -> None:
+    """Issue 50: spot and Karpenter's forceful expiry each stop a whole group (and every group of a
+    pool expires together); refused with the key and the fix."""
+    spot = problems_of(tmp_path, lambda c: group_of(c).update(capacity_type="spot"))
+    assert "node_groups.gpu.h100.capacity_type" in spot and "use on_demand" in spot
+    pool_spot = problems_of(
+        tmp_path, lambda c: _on_a_pool(c, capacity_types=["spot", "on-demand"], expire_after_hours=None)
+    )
+    assert "karpenter.capacity_types" in pool_spot and "remove spot" in pool_spot
+    expiring = problems_of(tmp_path, lambda c: _on_a_pool(c))  # the default: 720 h
+    assert "karpenter.expire_after_hours = 720" in expiring and "expire_after_hours: null" in expiring
+    data = stack_data()
+    _on_a_pool(data["config"], expire_after_hours=None)
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert load_stack("multinode", stack_file=path).models

@@ -253,7 +253,8 @@ class KarpenterPoolConfig(StrictModel):
     capacity_types: Annotated[list[KarpenterCapacityType], Field(min_length=1)] = ["on-demand"]
     """`reserved` (On-Demand Capacity Reservations and Capacity Blocks for ML, named in
     `capacity_reservation_ids`), `spot`, `on-demand`, in the order Karpenter tries them (reserved,
-    spot, on-demand: `validate` refuses another order, since Karpenter would not follow it)."""
+    spot, on-demand: `validate` refuses another order, since Karpenter would not follow it). No `spot`
+    on a pool holding a multi-node model (issue 50)."""
     capacity_reservation_ids: list[Annotated[str, Field(pattern=r"^cr-[0-9a-z]+$")]] = []
     """Capacity reservations (`cr-...`, ODCRs or Capacity Blocks) the pool may launch into; needed by
     `reserved`. Rendered as the EC2NodeClass's `capacityReservationSelectorTerms`."""
@@ -278,7 +279,8 @@ class KarpenterPoolConfig(StrictModel):
     expire_after_hours: Annotated[int, Field(ge=1)] | None = 720
     """Node lifetime (Karpenter's default, 30 days); null: `Never`. An expired node that still holds a
     serving pod is cordoned but the pod is not evicted (do-not-disrupt, no terminationGracePeriod):
-    it goes at the model's next rollout or scale-in."""
+    it goes at the model's next rollout or scale-in. A pool holding a multi-node model needs null:
+    expiry is forceful and a group's nodes expire together (`validate` says so; issue 50)."""
     disruption_budget_nodes: Annotated[str, Field(pattern=r"^(\d+|\d+%)$")] = "10%"
     """At most this many nodes (or share of the pool) disrupted at once by consolidation, drift or
     expiry."""
@@ -323,7 +325,8 @@ class GpuNodeGroupConfig(StrictModel):
     instance_types: Annotated[list[str], Field(min_length=1)]
     """GPU instance types from infra/catalogue/gpu_instances.yaml, all with the same GPU model."""
     capacity_type: Literal["on_demand", "spot"] = "on_demand"
-    """`on_demand` or `spot`."""
+    """`on_demand` or `spot` (not for a group holding a multi-node model: one interruption stops a
+    whole group; `validate` refuses it, issue 50)."""
     min_size: Annotated[int, Field(ge=0)] = 0
     """Fewest nodes (0 lets the group scale to zero)."""
     desired_size: Annotated[int, Field(ge=0)] = 1

@@ -31,6 +31,9 @@ SET_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 """Set by LWS on every pod of a set: the set's name (SetNameLabelKey, v0.10.0)."""
 
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+"""A hash LWS puts on every pod of one group (and only that group's)."""
+ZONE_LABEL = "topology.kubernetes.io/zone"
 """Set by LWS's pod webhook on every pod of a group: 0 on the leader (sigs.k8s.io/lws api/.../v1,
 WorkerIndexLabelKey, v0.10.0)."""
 
@@ -124,7 +127,22 @@ def _member_template(
                     "topologyKey": "kubernetes.io/hostname",
                 }
             ]
-        }
+        },
+        # Every member in the zone of the group's other members (issue 50): EFA does not cross zones,
+        # and in mode `existing` (or a pool over several subnets) nothing else kept a group together;
+        # the deploy test found all three groups of a stack split. `matchLabelKeys` adds the pod's own
+        # group key to the selector (beta, on by default since Kubernetes 1.31), so groups stay free
+        # to land in different zones; the first member places itself, the scheduler's rule for a
+        # pod that matches its own affinity term.
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": model_selector_labels(model.name)},
+                    "matchLabelKeys": [GROUP_KEY_LABEL],
+                    "topologyKey": ZONE_LABEL,
+                }
+            ]
+        },
     }
     server = spec["containers"][0]  # the vLLM container (model_service.server_container)
     efa = str(efa_interfaces_per_node(config, model.gpu_group))

@@ -824,3 +824,17 @@ def test_nodes_that_go_away_on_their_own_are_refused_for_groups(tmp_path: Path) 
     path = tmp_path / "Pulumi.multinode.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     assert load_stack("multinode", stack_file=path).models
+
+
+def test_a_groups_members_share_a_zone_and_groups_do_not_have_to() -> None:
+    """Issue 50: in mode `existing` the deploy test found every group split across zones (EFA does
+    not cross them). Required pod affinity on the zone, over the model's pods of the member's own
+    group (LWS's group-key label, added to the selector by matchLabelKeys)."""
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        (term,) = template[role]["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert term["topologyKey"] == "topology.kubernetes.io/zone"
+        assert term["matchLabelKeys"] == ["leaderworkerset.sigs.k8s.io/group-key"]
+        assert "leaderworkerset.sigs.k8s.io/group-key" not in term["labelSelector"]["matchLabels"]

@@ -124,6 +124,8 @@ def environment(
     env.append({"name": "VLLM_PLATFORM_MAX_BODY_BYTES", "value": str(max_body_bytes(config))})
     if model is not None:
         env.append({"name": "VLLM_PLATFORM_MAX_JSON_VALUES", "value": str(max_json_values(config, model))})
+        # The same `--max-model-len` vLLM gets: no conversation may hold more messages (issue 49).
+        env.append({"name": "VLLM_PLATFORM_MAX_MODEL_LEN", "value": str(model.vllm.max_model_len)})
     if config.tenants:
         env += [
             {"name": "VLLM_PLATFORM_TENANTS", "value": f"{MOUNT_PATH}/{TENANTS_FILE}"},

@@ -24,6 +24,7 @@ import pytest
 
 from components import server_auth
 from infra import tenant_metrics
+from infra.stack_checks import load_stack
 from tests.support.auth_module import WORST_BODY_BYTES, empty_objects_body, load_auth_module
 
 ALPHA, BETA = "tiny-alpha", "tiny-beta"
@@ -755,8 +756,12 @@ def test_the_issues_worst_body_is_refused_after_a_few_chunks_with_no_python_step
     pod.app[0] = app
     python_calls = [0]
 
+    middleware_file = pod.module.__file__
+
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
+        # The middleware's own Python calls (the event loop's, while the tenant's pacing sleeps
+        # between chunks, are per chunk too, and not the check's).
+        if event == "call" and frame.f_code.co_filename == middleware_file:
             python_calls[0] += 1
 
     loop = asyncio.new_event_loop()
@@ -882,39 +887,266 @@ def test_the_event_loop_answers_health_between_the_check_and_vllms_own_parse(pod
     assert order == ["/health", "/v1/completions"]
 
 
-def test_the_pacer_keeps_one_tenants_bodies_to_its_share_of_the_loop(pod: Pod) -> None:
-    now = [100.0]
-    pacer = pod.module.BodyPacer(share=0.25, clock=lambda: now[0])
-    # The first body goes at once; it occupies its check twice over (vLLM parses it again) / share.
-    assert pacer.delay("team-a", 0.010) == 0.0
-    assert pacer.delay("team-a", 0.010) == pytest.approx(0.080)
-    assert pacer.delay("team-a", 0.010) == pytest.approx(0.160)
-    # Another tenant is not held by team-a's bodies.
-    assert pacer.delay("team-b", 0.010) == 0.0
-    # Once team-a's bodies fit its share again, it goes at once.
-    now[0] += 1.0
-    assert pacer.delay("team-a", 0.000_01) == 0.0
-    # Share 1: no pacing.
-    unpaced = pod.module.BodyPacer(share=1.0, clock=lambda: now[0])
-    assert [unpaced.delay("team-a", 1.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+@dataclass
+class PacerClock:
+    """A fake clock for BodyPacer: time passes only while a tenant waits for its turn."""
+
+    now: float = 100.0
+    slept: list[float] = field(default_factory=list)
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)  # as a real sleep, the loop runs the others meanwhile
+
+
+def _paced(pod: Pod) -> tuple[PacerClock, list[tuple[str, float, float]]]:
+    """The pod's pacer on a fake clock, and its charges as they come: (tenant, loop seconds, time)."""
+    clock = PacerClock()
+    pacer = pod.middleware.pacer
+    pacer.clock, pacer.sleep = clock, clock.sleep
+    charged: list[tuple[str, float, float]] = []
+    original = pacer.charge
+
+    def charge(tenant: str, seconds: float) -> None:
+        charged.append((tenant, seconds, clock.now))
+        original(tenant, seconds)
+
+    pacer.charge = charge
+    return clock, charged
+
+
+def test_the_pacer_keeps_one_tenants_work_to_its_share_of_the_loop(pod: Pod) -> None:
+    clock = PacerClock()
+    pacer = pod.module.BodyPacer(share=0.25, clock=clock, sleep=clock.sleep)
+
+    async def main() -> None:
+        await pacer.turn("team-a")  # nothing charged yet: at once
+        pacer.charge("team-a", 0.020)
+        # Its next piece waits until the 20 ms fit a quarter of the time since; charges add up.
+        assert pacer.wait("team-a") == pytest.approx(0.080)
+        pacer.charge("team-a", 0.020)
+        assert pacer.wait("team-a") == pytest.approx(0.160)
+        assert pacer.wait("team-b") == 0.0  # another tenant is not held by team-a's work
+        await pacer.turn("team-a")
+        await pacer.turn("team-b")
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert clock.slept == [pytest.approx(0.160)]
+    clock.now += 1.0  # once team-a's work fits its share again, it goes at once
+    assert pacer.wait("team-a") == 0.0
+    unpaced = pod.module.BodyPacer(share=1.0, clock=clock)  # share 1: no pacing
+    unpaced.charge("team-a", 5.0)
+    assert unpaced.wait("team-a") == 0.0
+    assert pod.module.DEFAULT_TENANT_LOOP_SHARE == pod.middleware.pacer.share == 0.25
 
 
 def test_the_pacer_is_charged_with_the_time_the_middleware_spent_on_the_body(pod: Pod) -> None:
-    charged: list[tuple[str, float]] = []
-    pacer = pod.middleware.pacer
-    original = pacer.delay
-    pacer.delay = lambda tenant, seconds: charged.append((tenant, seconds)) or original(tenant, seconds)
+    _, charged = _paced(pod)
     small = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA))
+    small_charges = len(charged)
     large = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, prompt=[7] * 30_000), chunks=9)
     assert small.status == large.status == 200
-    assert [tenant for tenant, _ in charged] == ["team-a", "team-a"]
+    # Each chunk's scan, then the parse and checks, then vLLM's work beyond its parse (none for a
+    # completion), each charged to the tenant.
+    assert small_charges == 2 and len(charged) == 2 + 9 + 1
+    assert {tenant for tenant, _, _ in charged} == {"team-a"}
     # 30,000 token IDs cost the scan and parse far more than a one-line body (CPU time of the loop).
-    assert charged[1][1] > 10 * charged[0][1] > 0
+    small_cost = sum(seconds for _, seconds, _ in charged[:2])
+    assert sum(seconds for _, seconds, _ in charged[2:]) > 10 * small_cost > 0
     # A body the scan refuses is charged with what the scan cost, and paced like any other.
     too_deep = b'{"model": "tiny-alpha", "prompt": ' + b"[" * 70 + b"]" * 70 + b"}"
     assert _call(pod, "POST", "/v1/completions", KEY_B, too_deep).status == 400
-    assert charged[2][0] == "team-b" and charged[2][1] > 0
-    assert pod.module.DEFAULT_TENANT_LOOP_SHARE == pacer.share == 0.25
+    assert charged[-1][0] == "team-b" and charged[-1][1] > 0
+
+
+@pytest.mark.parametrize(
+    ("model", "status"), [(BETA, 403), ("no-such-model", 404)], ids=["not-its-model", "not-served"]
+)
+def test_a_body_refused_after_its_parse_is_charged_and_delays_the_tenants_next_body(
+    pod: Pod, model: str, status: int
+) -> None:
+    """Issue 49: 16 MiB of huge integers naming a model the tenant may not use cost 0.39 s of parse
+    each, never paced, since the 403 came after the parse and only bodies passed to vLLM waited."""
+    clock, charged = _paced(pod)
+    refused = _call(pod, "POST", "/v1/completions", KEY_A, _completion(model, prompt=[7] * 30_000), chunks=9)
+    assert refused.status == status and not refused.reached
+    parse = charged[-1]  # after the 9 chunks' scans: the parse and checks that ended in the refusal
+    assert len(charged) == 10 and parse[0] == "team-a" and parse[1] > max(c[1] for c in charged[:9])
+    owed = pod.middleware.pacer.wait("team-a")
+    assert owed == pytest.approx(parse[1] / pod.middleware.pacer.share) and owed > 0
+    # The tenant's next body waits until all of it fits its share; another tenant's waits only for
+    # its own pieces (its parse for its scan: microseconds).
+    clock.slept.clear()
+    assert _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA)).status == 200
+    waited = sum(clock.slept)
+    own = sum(seconds for tenant, seconds, _ in charged if tenant == "team-b") / pod.middleware.pacer.share
+    assert waited <= own + 1e-9 < owed / 10
+    clock.slept.clear()
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).status == 200
+    assert clock.slept[0] == pytest.approx(owed - waited)  # before its first chunk is scanned
+
+
+def test_a_tenants_parallel_connections_take_turns_on_its_one_clock(pod: Pod) -> None:
+    """Issue 49: the scans and parses of several connections' bodies interleaved on the loop before
+    any pacing applied. Every piece now waits for the tenant's turn, whichever connection it is of:
+    no piece starts before the work charged ahead of it fits the tenant's share of the time since."""
+    clock, charged = _paced(pod)
+    body = _completion(ALPHA, prompt=[7] * 30_000)
+    chunks = [body[i : i + 20_000] for i in range(0, len(body), 20_000)]
+    reads: list[str] = []
+    answers: list[int] = []
+
+    def request(name: str, key: str) -> Any:
+        pending = list(chunks)
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(0)  # the network: the loop runs the other connection meanwhile
+            reads.append(name)
+            part = pending.pop(0)
+            return {"type": "http.request", "body": part, "more_body": bool(pending)}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                answers.append(message["status"])
+
+        headers = [(b"authorization", f"Bearer {key}".encode())]
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/completions",
+            "root_path": "",
+            "headers": headers,
+        }
+        return pod.middleware(scope, receive, send)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    pod.app[0] = app
+
+    async def main() -> None:
+        await asyncio.gather(request("first", KEY_A), request("second", KEY_A))
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert answers == [200, 200]
+    assert reads.index("second") < len(reads) - 1 - reads[::-1].index("first")  # they overlapped
+    share = pod.middleware.pacer.share
+    owed = 0.0
+    for tenant, seconds, started in charged:
+        assert tenant == "team-a"
+        assert started - 100.0 >= owed - 1e-9, (started, owed)
+        owed += seconds / share
+    assert len(charged) == 2 * (len(chunks) + 1) and sum(clock.slept) > 0
+
+
+def test_a_conversation_longer_than_the_models_context_gets_400_naming_the_limit(pod: Pod) -> None:
+    """Issue 49: a chat of ~37,000 one-token messages cost vLLM's validation and template far more
+    than the middleware's parse. Every message renders to at least one token, so a conversation of
+    more messages than `--max-model-len` could never run: refused before vLLM works on it."""
+    message = {"role": "user", "content": "hi"}
+    chat = json.dumps({"model": ALPHA, "messages": [message] * 5}).encode()
+    assert pod.middleware.max_model_len is None  # no bound rendered: vLLM judges
+    assert _call(pod, "POST", "/v1/chat/completions", KEY_A, chat).status == 200
+    pod.middleware.max_model_len = 4
+    answer = _call(pod, "POST", "/v1/chat/completions", KEY_A, chat)
+    assert answer.status == 400 and not answer.reached
+    error = json.loads(answer.body)["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "5 messages" in error["message"] and "context of 4 tokens" in error["message"]
+    fits = json.dumps({"model": ALPHA, "messages": [message] * 4}).encode()
+    assert _call(pod, "POST", "/v1/chat/completions", KEY_A, fits).status == 200
+    batch = json.dumps({"model": ALPHA, "messages": [[message] * 2, [message] * 5]}).encode()
+    assert _call(pod, "POST", "/v1/chat/completions/batch", KEY_A, batch).status == 400
+    responses = json.dumps({"model": ALPHA, "input": [message] * 5}).encode()
+    assert _call(pod, "POST", "/v1/responses", KEY_A, responses).status == 400
+    assert pod.module.max_model_len({pod.module.MAX_MODEL_LEN_ENV: "32768"}) == 32768
+
+
+def test_each_models_pods_get_its_context_as_the_message_bound(pod: Pod) -> None:
+    prod = load_stack("prod")
+    for model in prod.models:
+        env = {e["name"]: e["value"] for e in server_auth.environment(prod, model)}
+        assert env[pod.module.MAX_MODEL_LEN_ENV] == str(model.vllm.max_model_len)
+    assert pod.module.MAX_MODEL_LEN_ENV not in {e["name"] for e in server_auth.environment(prod)}
+
+
+def test_vllms_work_per_chat_message_and_content_part_is_charged_before_vllm_gets_the_body(
+    pod: Pod,
+) -> None:
+    items = pod.module.chat_items
+    parts = {
+        "role": "user",
+        "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+    }
+    message = {"role": "user", "content": "hi"}
+    assert items("/v1/chat/completions", {"messages": [message, message, parts]}) == (3, 5)
+    assert items("/v1/chat/completions/batch", {"messages": [[message], [message, parts]]}) == (2, 5)
+    assert items("/v1/responses", {"input": [message] * 3}) == (3, 3)
+    assert items("/v1/responses", {"input": "hi"}) == (0, 0)
+    assert items("/v1/completions", {"prompt": "hi"}) == (0, 0)
+    assert items("/v1/audio/transcriptions", None) == (0, 0)
+    clock, charged = _paced(pod)
+    seen: list[int] = []
+    chat = json.dumps({"model": ALPHA, "messages": [message] * 999 + [parts]}).encode()
+    answer = _call(
+        pod, "POST", "/v1/chat/completions", KEY_A, chat, while_answering=lambda: seen.append(len(charged))
+    )
+    assert answer.status == 200
+    per_item = pod.module.VLLM_SECONDS_PER_CHAT_ITEM
+    assert charged[-1][1] > 1002 * per_item and seen == [len(charged)]  # with the parse's own cost
+    # The tenant's next body waits for it too.
+    assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).status == 200
+    assert sum(clock.slept) >= 1002 * per_item / pod.middleware.pacer.share
+
+
+def test_a_number_with_more_digits_than_any_client_writes_is_refused_by_the_scan(pod: Pod) -> None:
+    """Issue 49: Python converts an integer's digits in time that grows with their square, so 16 MiB
+    of 4,299-digit integers cost 0.39 s of parse. The scan refuses a run of more than 64 digits
+    outside strings, wherever the chunks cut it, before anything parses it."""
+    limit = pod.module.MAX_JSON_NUMBER_DIGITS
+    assert limit == 64
+
+    def scan(*chunks: bytes) -> bool:
+        shape = pod.module.JsonShape(10**9)
+        try:
+            for chunk in chunks:
+                shape.feed(chunk)
+        except pod.module.Refused as refused:
+            assert refused.status == 400 and f"more than {limit} digits" in refused.message
+            return False
+        return True
+
+    digits = b"9" * limit
+    assert scan(b'{"seed": ' + digits + b', "x": -1.' + digits + b"e+" + digits + b"}")
+    assert not scan(b'{"seed": ' + digits + b"9}")
+    assert not scan(b'{"t": 1.' + digits + b"9}") and not scan(b'{"t": 1e' + digits + b"9}")
+    assert not scan(b'{"seed": ' + digits[:40], digits[40:], b"9}")  # cut anywhere
+    assert not scan(b'{"seed": 9', b"", digits, b"}")
+    assert scan(b'{"seed": ' + digits[:40], b"," + digits[:40] + b"]}")
+    assert scan(b'{"prompt": "' + b"9" * 10_000 + b'"}')  # digits in a string are text
+    assert scan(json.dumps({"prompt": list(range(10**6, 10**6 + 20_000)), "seed": 2**64 - 1}).encode())
+    # The probe's body: a few thousand 4,299-digit integers naming a model the tenant may not use.
+    huge = b'{"model": "tiny-beta", "prompt": [' + b",".join([b"9" * 4299] * 23) + b"]}"
+    _, charged = _paced(pod)
+    answer = _call(pod, "POST", "/v1/completions", KEY_A, huge, chunks=8)
+    assert answer.status == 400 and not answer.reached
+    assert f"more than {limit} digits".encode() in answer.body
+    assert len(charged) == 1 and charged[0][1] > 0  # the first chunk's scan, and no parse
 
 
 # --- issue 49: shares over the pod's processes, counted in sequences; a salt no caller computes ------

@@ -1,18 +1,18 @@
-"""One tenant sending one body back to back on one connection, for bench/tenant_stall/measure.py and
-tests/e2e/test_tenants.py (its own process, so that its sending can run at a lower priority; httpx
-only, so that it starts at once):
+"""One tenant sending one body back to back, on one connection or several at once, for
+bench/tenant_stall/measure.py and tests/e2e/test_tenants.py (its own process, so that its sending can
+run at a lower priority; httpx only, so that it starts at once):
 
-    python -m bench.tenant_stall.flood BASE_URL KEY BODY_FILE
+    python -m bench.tenant_stall.flood BASE_URL KEY BODY_FILE [--path ROUTE] [--connections N]
 
-Prints a line once the first answer is in (the flood is on), then, on SIGTERM or after
-MAX_REQUESTS, each answer's status and seconds as one JSON line.
+Prints a line once the first answer is in (the flood is on), then, on SIGTERM or after MAX_REQUESTS
+in all, each answer's status and seconds as one JSON line.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,29 +23,53 @@ MAX_REQUESTS = 10_000
 TIMEOUT_SECONDS = 120
 
 
-def flood(base_url: str, key: str, body_file: Path) -> None:
+def flood(
+    base_url: str, key: str, body_file: Path, path: str = "/v1/completions", connections: int = 1
+) -> None:
     body = body_file.read_bytes()
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    lock = threading.Lock()
     statuses: list[str] = []
     seconds: list[float] = []
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    with httpx.Client(base_url=base_url, timeout=TIMEOUT_SECONDS) as client:
-        for _ in range(MAX_REQUESTS):
-            started = time.perf_counter()
-            try:
-                statuses.append(
-                    str(client.post("/v1/completions", content=body, headers=headers).status_code)
-                )
-            except httpx.HTTPError as error:
-                statuses.append(type(error).__name__)
-            seconds.append(time.perf_counter() - started)
-            if len(statuses) == 1:
-                print(json.dumps({"first": statuses[0]}), flush=True)
-            if stopped.is_set():
-                break
+
+    def connection() -> None:
+        # One client per thread: its own keep-alive connection, as a tenant's parallel clients have.
+        with httpx.Client(base_url=base_url, timeout=TIMEOUT_SECONDS) as client:
+            while not stopped.is_set():
+                started = time.perf_counter()
+                try:
+                    status = str(client.post(path, content=body, headers=headers).status_code)
+                except httpx.HTTPError as error:
+                    status = type(error).__name__
+                with lock:
+                    statuses.append(status)
+                    seconds.append(time.perf_counter() - started)
+                    if len(statuses) == 1:
+                        print(json.dumps({"first": status}), flush=True)
+                    if len(statuses) >= MAX_REQUESTS:
+                        stopped.set()
+
+    threads = [threading.Thread(target=connection, daemon=True) for _ in range(connections)]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):  # the main thread takes the SIGTERM
+        for thread in threads:
+            thread.join(timeout=0.2)
     print(json.dumps({"statuses": statuses, "seconds": seconds}), flush=True)
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("base_url")
+    parser.add_argument("key")
+    parser.add_argument("body_file", type=Path)
+    parser.add_argument("--path", default="/v1/completions")
+    parser.add_argument("--connections", type=int, default=1)
+    args = parser.parse_args()
+    flood(args.base_url, args.key, args.body_file, args.path, args.connections)
+
+
 if __name__ == "__main__":
-    flood(sys.argv[1], sys.argv[2], Path(sys.argv[3]))
+    main()

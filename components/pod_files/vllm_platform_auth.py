@@ -45,10 +45,14 @@ In both modes, and before any key is looked at, a request whose target is not a 
 gets 400 (`is_canonical_target`, issue 49): `/`-separated segments of unreserved characters only, no
 dot segment, no empty segment, no percent-encoding; a query may follow. A request body larger than
 `VLLM_PLATFORM_MAX_BODY_BYTES` gets 413, a JSON body with more than `VLLM_PLATFORM_MAX_JSON_VALUES`
-values 413 and one nesting deeper than MAX_JSON_DEPTH 400, both found chunk by chunk as the body
-arrives, at C speed (JsonShape, issue 40: no tenant's body may hold the event loop that answers
-`/health` and the other tenants); a JSON body that does not parse or repeats a key gets 400: it
-never reaches vLLM (a 200,000-deep body made vLLM answer 500).
+values 413, one nesting deeper than MAX_JSON_DEPTH 400 and a number of more than
+MAX_JSON_NUMBER_DIGITS digits 400, all found chunk by chunk as the body arrives, at C speed
+(JsonShape, issues 40 and 49: no tenant's body may hold the event loop that answers `/health` and
+the other tenants); a JSON body that does not parse or repeats a key gets 400: it never reaches vLLM
+(a 200,000-deep body made vLLM answer 500). With tenants, every piece of the loop's work on a
+tenant's body (each chunk's scan, the parse and checks, vLLM's own work after them) waits for the
+tenant's turn and is charged to it, refused bodies and parallel connections included (BodyPacer,
+issue 49), and a conversation with more messages than `VLLM_PLATFORM_MAX_MODEL_LEN` gets 400.
 
 An empty or missing key (or, with tenants, no key at all) stops the server at start-up: vLLM imports
 this module while it builds its app, before it listens, and the import raises, so the process exits
@@ -111,6 +115,29 @@ DEFAULT_MAX_JSON_VALUES = 262_144
 TENANT_LOOP_SHARE_ENV = "VLLM_PLATFORM_TENANT_LOOP_SHARE"
 DEFAULT_TENANT_LOOP_SHARE = 0.25
 """`security.tenant_body_loop_share`'s default, for a module loaded without the variable."""
+MAX_JSON_NUMBER_DIGITS = 64
+"""Longest run of digits a JSON number may hold (issue 49). Python converts an integer's digits in
+time that grows with their square: 16 MiB of 4,299-digit integers (just under Python's own
+4,300-digit limit) took 0.39 s of `json.loads` on the probe's server (0.33 s here), 9.6 MB of
+64-digit ones 0.06 s, about what a 16 MiB string costs (check_cost_issue49_results.json). No field
+vLLM reads takes an integer beyond a uint64 (20 digits), and JSON encoders write a double with at
+most 17 significant digits (JavaScript and Go about 21 digits in a row before they switch to an
+exponent): 64 is three times what any client writes."""
+MAX_MODEL_LEN_ENV = "VLLM_PLATFORM_MAX_MODEL_LEN"
+"""The model's `--max-model-len` (components/server_auth.py renders both from `vllm.max_model_len`):
+no conversation of a request may hold more messages, since every message renders to at least one
+token (unset: no such bound)."""
+CHECK_COST_FACTOR = 2
+"""Loop seconds a tenant is charged per second of the middleware's own work on its body: vLLM parses
+the same bytes again about as dearly (bench/tenant_stall/check_cost_results.json)."""
+VLLM_SECONDS_PER_CHAT_ITEM = 10e-6
+"""vLLM 0.32.0's own work per chat message or content part beyond its parse, charged to the tenant
+before vLLM does it (issue 49: 37,000 one-token messages cost vLLM far more than twice the
+middleware's parse): pydantic's validation of the request, `parse_chat_messages` and the chat
+template took 6.7 us of CPU per message (37,000 and 32,768 messages) and 7.2 us per content part
+(49,089 in one message) on the 2-core development machine, with the tiny test model's one-line
+template (bench/tenant_stall/check_cost_issue49_results.json, 2026-12-07), rounded up: a production
+template renders more per message, and the message bound (MAX_MODEL_LEN_ENV) caps the count."""
 SAGEMAKER_ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"
 """vLLM 0.32.0's `/invocations` writes this header's value over the body's `model`
 (vllm/entrypoints/sagemaker/api_router.py: `inject_adapter_id(adapter_path="model")`)."""
@@ -671,6 +698,11 @@ def max_json_values(environ: MutableMapping[str, str] | None = None) -> int:
     return int(value) if value else DEFAULT_MAX_JSON_VALUES
 
 
+def max_model_len(environ: MutableMapping[str, str] | None = None) -> int | None:
+    value = (os.environ if environ is None else environ).get(MAX_MODEL_LEN_ENV)
+    return int(value) if value else None
+
+
 class TenantMetrics:
     """Per-tenant usage in vLLM's own /metrics. With `--api-server-count` > 1 vLLM runs
     prometheus_client in multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set before the API server
@@ -747,8 +779,6 @@ class Refused(Exception):
         super().__init__(message)
         self.status, self.message, self.code, self.close = status, message, code, close
         self.retry_after = retry_after
-        self.check_seconds = 0.0
-        """What checking the body cost the event loop before this refusal (JsonShape's scan)."""
 
     async def answer(self, send: Send) -> None:
         await _respond(
@@ -772,7 +802,10 @@ class JsonShape:
     of Python in the old depth walk, on the loop that answers `/health`).
 
     Values: every `,`, `[` and `{` outside strings, plus one: at least the number of array elements,
-    object members and containers, so any value costs its place in the count. Strings are found
+    object members and containers, so any value costs its place in the count. Digits: the longest
+    run outside strings (a number's integer, fraction or exponent part; runs that cross a chunk's
+    end are joined), refused past MAX_JSON_NUMBER_DIGITS before Python's parse converts it (issue
+    49). Strings are found
     exactly: escaped backslashes and quotes are blanked first (an odd run of backslashes at a chunk's
     end waits for the next chunk), then every remaining `"` opens or closes one. The count and depth
     are exact for valid JSON; invalid JSON fails the parse that follows."""
@@ -786,6 +819,8 @@ class JsonShape:
         self.depth = 0
         self.in_string = False
         self.carry = b""
+        self.digit_run = 0
+        """Digits outside strings at the end of what was fed so far (a number the next chunk goes on)."""
 
     def feed(self, chunk: bytes) -> None:
         started = time.thread_time()
@@ -803,6 +838,7 @@ class JsonShape:
         parts = data.replace(b"\\\\", b"  ").replace(b'\\"', b"  ").split(b'"')
         outside = b"".join(parts[1 if self.in_string else 0 :: 2])
         self.in_string ^= len(parts) % 2 == 0
+        self._count_digits(outside)
         opened = outside.count(b"[") + outside.count(b"{")
         self.values += outside.count(b",") + opened
         if self.values > self.max_values:
@@ -819,6 +855,20 @@ class JsonShape:
                     400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.", "invalid_json"
                 )
         self.depth += opened - closed
+
+    def _count_digits(self, outside: bytes) -> None:
+        digits = outside.translate(_DIGITS_AS_ZEROS)  # every other byte a space: runs of b"0" remain
+        leading = len(digits) - len(digits.lstrip(b"0"))
+        if self.digit_run + leading > MAX_JSON_NUMBER_DIGITS or _TOO_MANY_DIGITS in digits:
+            raise Refused(
+                400,
+                f"A number in the request body has more than {MAX_JSON_NUMBER_DIGITS} digits.",
+                "invalid_request",
+            )
+        if leading == len(digits):
+            self.digit_run += leading
+        else:
+            self.digit_run = len(digits) - len(digits.rstrip(b"0"))
 
 
 def _nesting_bound(outside: bytes) -> int:
@@ -842,6 +892,8 @@ def _nesting_bound(outside: bytes) -> int:
 
 
 _NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+_DIGITS_AS_ZEROS = bytes(ord("0") if byte in b"0123456789" else ord(" ") for byte in range(256))
+_TOO_MANY_DIGITS = b"0" * (MAX_JSON_NUMBER_DIGITS + 1)
 _SQUARE_BRACKETS = bytes.maketrans(b"{}", b"[]")
 NESTING_PASSES = 8
 """OpenAI-shaped bodies nest about 6 deep (a tool schema's properties a few more)."""
@@ -851,13 +903,19 @@ _BRACKET_STEP[ord("]")] = _BRACKET_STEP[ord("}")] = -1
 
 
 async def _read_body(
-    scope: Scope, receive: Receive, limit: int, max_json_values: int | None = None
-) -> tuple[list[Message], bytes, float]:
-    """Every message up to the end of the request body, the body, and the seconds its scan took on the
-    event loop (JsonShape's, 0 for a body that is not JSON); Refused(413) past `limit`
+    scope: Scope,
+    receive: Receive,
+    limit: int,
+    max_json_values: int | None = None,
+    pacer: BodyPacer | None = None,
+    tenant: str = "",
+) -> tuple[list[Message], bytes]:
+    """Every message up to the end of the request body, and the body; Refused(413) past `limit`
     (by the declared Content-Length before reading, else while reading). A JSON body (by its
     content type, else its first byte) is also measured as it arrives (JsonShape): Refused past
-    `max_json_values` values or MAX_JSON_DEPTH levels, before the rest is read."""
+    `max_json_values` values, MAX_JSON_DEPTH levels or MAX_JSON_NUMBER_DIGITS digits, before the
+    rest is read. With a `pacer`, each chunk's scan waits for the tenant's turn and is charged to it
+    (so that a tenant's parallel connections share its one clock, issue 49)."""
     for declared in _header(scope, b"content-length"):
         if declared.strip().isdigit() and int(declared) > limit:
             raise Refused(
@@ -886,14 +944,20 @@ async def _read_body(
                 for earlier in chunks[:-1]:
                     shape.feed(earlier)  # whitespace only
         if shape is not None:
+            if pacer is not None:
+                await pacer.turn(tenant)
+            scanned = shape.seconds
             try:
                 shape.feed(chunk)
             except Refused as refused:
-                refused.close, refused.check_seconds = more, shape.seconds
+                refused.close = more
                 raise
+            finally:
+                if pacer is not None:
+                    pacer.charge(tenant, CHECK_COST_FACTOR * (shape.seconds - scanned))
         if not more:
             break
-    return messages, b"".join(chunks), 0.0 if shape is None else shape.seconds
+    return messages, b"".join(chunks)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -1002,6 +1066,30 @@ def request_sequences(path: str, payload: dict[str, Any] | None) -> int:
     return max(1, prompts) * per_prompt
 
 
+def chat_items(path: str, payload: dict[str, Any] | None) -> tuple[int, int]:
+    """(the most messages of one conversation, the messages and content parts of all) that vLLM
+    validates, parses and renders one by one for this request (issue 49): `messages` on every route
+    (a list of conversations on the batch route), and `input` on the Responses routes, whose items
+    are messages too."""
+    if payload is None:
+        return 0, 0
+    conversations: list[list[Any]] = []
+    for name in ("messages", "input") if path.startswith("/v1/responses") else ("messages",):
+        value = payload.get(name)
+        if isinstance(value, list) and value and all(isinstance(item, list) for item in value):
+            conversations += value
+        elif isinstance(value, list):
+            conversations.append(value)
+    longest = max(map(len, conversations), default=0)
+    items = 0
+    for conversation in conversations:
+        items += len(conversation)
+        for message in conversation:
+            content = message.get("content") if isinstance(message, dict) else None
+            items += len(content) if isinstance(content, list) else 0
+    return longest, items
+
+
 def tenant_cache_salt(secret: bytes, tenant: str, requested: object) -> str:
     """The `cache_salt` vLLM gets for a tenant's request: HMAC-SHA256 of the tenant's name under the
     pod's secret (`pod_salt_secret`; issue 49: the former `tenant=<name>;` was predictable, so the
@@ -1083,26 +1171,42 @@ class UsageReader:
 class BodyPacer:
     """Keeps each tenant's request bodies to `share` of the event loop that also answers `/health`
     and every other tenant (issue 40: one tenant sending its worst bodies back to back kept that loop
-    busy and made the others wait). A body's cost is the CPU time of the middleware's check (scan and
-    parse, or the scan up to a refusal) times two, since vLLM parses the same bytes again about as
-    dearly (bench/tenant_stall/check_cost.py); each
-    body is handed to vLLM no earlier than its tenant's previous one plus that cost / `share`, so
-    a tenant's bodies take at most `share` of the loop however fast it sends them. Ordinary bodies
-    cost microseconds (no wait a client can notice); a full-context prompt waits tens of
-    milliseconds, against seconds of prefill. One loop: no lock needed."""
+    busy and made the others wait). Each tenant has one clock, `next_start`: every piece of the
+    loop's work on its bodies (each chunk's scan; the parse and checks with vLLM's work after them)
+    first waits for its `turn` (until that clock is not in the future), then is `charge`d: the clock
+    moves on by the piece's loop seconds / `share`. What a piece costs: the middleware's own CPU time
+    times CHECK_COST_FACTOR (vLLM parses the same bytes again), charged as it is spent, so a body
+    refused at any point after its scan began is charged too; and vLLM's own work beyond its parse
+    (per chat message and content part, VLLM_SECONDS_PER_CHAT_ITEM), charged before the body is
+    handed over (issue 49). The turn comes before the work, not after it: a tenant's parallel
+    connections share the one clock, so together they too get `share` of the loop (issue 49: 8
+    connections each had their scans and parses before any pacing). Ordinary bodies cost
+    microseconds (no wait a client can notice); a full-context prompt waits tens of milliseconds,
+    against seconds of prefill. One loop: no lock; a piece that finds the clock moved on by another
+    connection while it slept waits again."""
 
     share: float
     clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     next_start: dict[str, float] = field(default_factory=dict)
 
-    def delay(self, tenant: str, check_seconds: float) -> float:
-        """How long this tenant's body waits before vLLM parses it (0: at once)."""
+    def wait(self, tenant: str) -> float:
+        """Seconds until the tenant's turn (0: now)."""
         if self.share >= 1.0:
             return 0.0
+        return max(0.0, self.next_start.get(tenant, float("-inf")) - self.clock())
+
+    async def turn(self, tenant: str) -> None:
+        """Returns once the tenant's earlier pieces fit its share of the time since."""
+        while (seconds := self.wait(tenant)) > 0:
+            await self.sleep(seconds)
+
+    def charge(self, tenant: str, loop_seconds: float) -> None:
+        """The tenant's next piece waits `loop_seconds` / share longer."""
+        if self.share >= 1.0:
+            return
         now = self.clock()
-        start = max(now, self.next_start.get(tenant, now))
-        self.next_start[tenant] = start + 2 * check_seconds / self.share
-        return start - now
+        self.next_start[tenant] = max(now, self.next_start.get(tenant, now)) + loop_seconds / self.share
 
 
 def tenant_loop_share(environ: MutableMapping[str, str] | None = None) -> float:
@@ -1127,6 +1231,8 @@ class ApiKeyMiddleware:
         self.salt_seed = pod_salt_secret(shared) if self.tenant_keys is not None else b""
         """The pod's secret that tenants' cache salts are derived under (`tenant_cache_salt`)."""
         self.pacer = BodyPacer(tenant_loop_share())
+        self.max_model_len = max_model_len()
+        """No conversation of a request may hold more messages (None: no bound)."""
 
     def is_operator(self, presented: bytes | None) -> bool:
         return self.operator_key is not None and self.operator_key.matches(presented)
@@ -1188,7 +1294,7 @@ class ApiKeyMiddleware:
             return
         if method != "POST" or path not in INFERENCE_ROUTES:
             raise Refused(403, "This route needs the operator key.", "operator_route")
-        messages, body, _ = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
+        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
         if _is_json(scope, body):
             parse_json_body(body)
         await asyncio.sleep(0)
@@ -1199,7 +1305,7 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        messages, body, _ = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
+        messages, body = await _read_body(scope, receive, self.max_body_bytes, self.max_json_values)
         if body and _is_json(scope, body):
             parse_json_body(body)
         await asyncio.sleep(0)
@@ -1247,17 +1353,31 @@ class ApiKeyMiddleware:
     async def check_and_serve(
         self, tenants: TenantSet, tenant: str, scope: Scope, receive: Receive, send: Send, share: TakenShare
     ) -> None:
-        """A tenant's inference request within its share: the body's checks, then vLLM."""
-        allowed = tenants.allowed.get(tenant, frozenset())
-        path = request_path(scope)
+        """A tenant's inference request within its share: the body's checks, then vLLM, each piece of
+        the loop's work in the tenant's turn and charged to it (BodyPacer), refused or not."""
+        messages, body = await _read_body(
+            scope, receive, self.max_body_bytes, self.max_json_values, self.pacer, tenant
+        )
+        await self.pacer.turn(tenant)
+        started, vllm_seconds = time.thread_time(), 0.0
         try:
-            messages, body, check_seconds = await _read_body(
-                scope, receive, self.max_body_bytes, self.max_json_values
-            )
-        except Refused as refused:
-            # A refused body is paced too: a tenant sending bodies past the limits waits its turn.
-            await asyncio.sleep(self.pacer.delay(tenant, refused.check_seconds))
-            raise
+            request = self.checked(tenants, share, scope, messages, body)
+            vllm_seconds = request.vllm_seconds
+        finally:
+            # What the checks cost, refused or not; and vLLM's own work on the body before it begins
+            # (the tenant's next piece waits for both).
+            self.pacer.charge(tenant, CHECK_COST_FACTOR * (time.thread_time() - started) + vllm_seconds)
+        # The loop answers what waits (probes, other tenants) before vLLM parses the body.
+        await asyncio.sleep(0)
+        await self.count(tenant, request.label, request.scope, _replay(request.messages, receive), send)
+
+    def checked(
+        self, tenants: TenantSet, share: TakenShare, scope: Scope, messages: list[Message], body: bytes
+    ) -> CheckedRequest:
+        """The parse and every check of a tenant's body that was read (no `await`: one turn of the
+        tenant's): the request as vLLM gets it, or Refused."""
+        allowed = tenants.allowed.get(share.tenant, frozenset())
+        path = request_path(scope)
         payload: dict[str, Any] | None = None
         if not _is_json(scope, body):
             # A multipart upload (audio) names its model in a form field this check does not read.
@@ -1270,9 +1390,7 @@ class ApiKeyMiddleware:
                 )
             names: set[str] = set(tenants.served_names)
         else:
-            started = time.thread_time()
             payload = parse_json_body(body)
-            check_seconds += time.thread_time() - started
             if not isinstance(payload, dict):
                 raise Refused(400, "The request body must be a JSON object.", "invalid_request")
             names = resolved_names(INFERENCE_ROUTES[path], payload, scope, tenants.served_names)
@@ -1282,15 +1400,20 @@ class ApiKeyMiddleware:
                 raise Refused(404, f"The model `{name}` does not exist.", "model_not_found")
             if name not in allowed:
                 raise Refused(403, f"This key may not use the model `{name}`.", "model_not_allowed")
+        longest, items = chat_items(path, payload)
+        if self.max_model_len is not None and longest > self.max_model_len:
+            raise Refused(
+                400,
+                f"A conversation of this request has {longest} messages, more than this model's context "
+                f"of {self.max_model_len} tokens can hold (every message is at least one token).",
+                "context_length_exceeded",
+            )
         share.take(request_sequences(path, payload), whole=True)
         if tenants.isolated_prefix_cache and payload is not None and path in CACHE_SALTED_ROUTES:
-            salt = tenant_cache_salt(self.salt_seed, tenant, payload.get(CACHE_SALT_FIELD))
+            salt = tenant_cache_salt(self.salt_seed, share.tenant, payload.get(CACHE_SALT_FIELD))
             scope, messages = salted(scope, messages, body, payload, salt)
         label = min(names) if len(names) == 1 else "several"
-        # vLLM parses the body again: let the loop answer what waits (probes, other tenants) first,
-        # and a tenant whose bodies cost the loop more than its share wait its turn (BodyPacer).
-        await asyncio.sleep(max(0.0, self.pacer.delay(tenant, check_seconds)))
-        await self.count(tenant, label, scope, _replay(messages, receive), send)
+        return CheckedRequest(scope, messages, label, VLLM_SECONDS_PER_CHAT_ITEM * items)
 
     async def count(self, tenant: str, model: str, scope: Scope, receive: Receive, send: Send) -> None:
         metrics = tenant_metrics()
@@ -1317,6 +1440,18 @@ class ApiKeyMiddleware:
             if usage is not None:
                 metrics.tokens.labels(tenant, model, "prompt").inc(usage[0])
                 metrics.tokens.labels(tenant, model, "completion").inc(usage[1])
+
+
+@dataclass(frozen=True)
+class CheckedRequest:
+    """A tenant's request that passed every check, as vLLM gets it (salted)."""
+
+    scope: Scope
+    messages: list[Message]
+    label: str
+    """The served name for the tenant's metrics ('several' when the request may reach more)."""
+    vllm_seconds: float
+    """vLLM's own loop work on it beyond its parse (VLLM_SECONDS_PER_CHAT_ITEM per chat item)."""
 
 
 @dataclass

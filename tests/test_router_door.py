@@ -7,15 +7,12 @@ and vLLM is tests/e2e/test_router_door.py.
 
 from __future__ import annotations
 
-import http.server
 import re
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,6 +21,7 @@ from components.router import ROUTER_NAMESPACE
 from infra.versions import NGINX_DEBIAN_VERSION
 from tests.conftest import rendered
 from tests.path_tricks import CANONICAL_UNKNOWN, METHODS, NON_CANONICAL, WITH_QUERY
+from tests.support.recording_server import RecordingServer, start_recording_server
 from tests.support.vllm_router import RunningDoor, raw_request, start_door, stop_door
 from tests.support.vllm_server import REPO_ROOT
 
@@ -62,52 +60,16 @@ def test_nginx_accepts_every_shipped_stacks_door_config(stack: str, tmp_path: Pa
     assert checked.returncode == 0, checked.stderr
 
 
-@dataclass
-class Recorder:
-    """A loopback server that answers 200 to everything and records (method, target) as received."""
-
-    server: http.server.ThreadingHTTPServer
-    seen: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}"
-
-
-def _recorder() -> Recorder:
-    recorder: Recorder
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            recorder.seen.append((self.command, self.requestline.split(" ")[1]))
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    recorder = Recorder(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler))
-    threading.Thread(target=recorder.server.serve_forever, daemon=True).start()
-    return recorder
-
-
 @dataclass(frozen=True)
 class Door:
     door: RunningDoor
-    front: Recorder
-    models: Recorder
+    front: RecordingServer
+    models: RecordingServer
 
 
 @pytest.fixture(scope="module")
 def prod_door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
-    front, models = _recorder(), _recorder()
+    front, models = start_recording_server(), start_recording_server()
     door = start_door(
         rendered_door_conf("prod"),
         front_url=front.url,
@@ -118,9 +80,8 @@ def prod_door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
         yield Door(door, front, models)
     finally:
         stop_door(door)
-        for recorder in (front, models):
-            recorder.server.shutdown()
-            recorder.server.server_close()
+        front.stop()
+        models.stop()
 
 
 def test_the_door_forwards_exactly_its_routes_as_written(prod_door: Door) -> None:

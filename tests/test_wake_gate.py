@@ -323,42 +323,21 @@ def test_the_gate_refuses_every_non_canonical_path_even_for_the_operator(tmp_pat
     gate passed on would reach its worker API. Every NON_CANONICAL target of the corpus gets 400 for
     any method, even with the operator key (which passes every route), and nothing reaches the model
     router; a canonical unknown route with the operator key is forwarded unchanged."""
-    import http.server
     import threading
 
     from router.wake_gate import GateConfig, GateServer
     from tests.path_tricks import CANONICAL_UNKNOWN, METHODS, NON_CANONICAL
+    from tests.support.recording_server import start_recording_server
     from tests.support.vllm_router import raw_request
 
-    reached: list[str] = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            reached.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    upstream = start_recording_server()
     (tmp_path / "platform-operator.key").write_text("operator-key\n")
-    model = GatedModel(
-        "qwen", 0, f"http://127.0.0.1:{upstream.server_port}", (BASE, ADAPTER), (OPERATOR,), 636
-    )
+    model = GatedModel("qwen", 0, upstream.url, (BASE, ADAPTER), (OPERATOR,), 636)
     config = GateConfig(
         tmp_path, (model,), max_body_bytes=1024, upstream_timeout_seconds=5, inference_routes=INFERENCE
     )
     gate = GateServer(("127.0.0.1", 0), model, config, KeyRing(tmp_path, model.callers))
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (upstream, gate)]
-    for thread in threads:
-        thread.start()
+    threading.Thread(target=gate.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{gate.server_port}"
     operator = {"Authorization": "Bearer operator-key"}
     try:
@@ -369,11 +348,11 @@ def test_the_gate_refuses_every_non_canonical_path_even_for_the_operator(tmp_pat
             if (status := raw_request(url, method, target, headers=operator, body=b"{}")[0]) != 400
         ]
         assert not wrong, wrong[:10]
-        assert reached == []
+        assert upstream.seen == []
         for target in CANONICAL_UNKNOWN:
             assert raw_request(url, "GET", target, headers=operator)[0] == 200
-        assert reached == list(CANONICAL_UNKNOWN)
+        assert upstream.seen == [("GET", target) for target in CANONICAL_UNKNOWN]
     finally:
-        for server in (gate, upstream):
-            server.shutdown()
-            server.server_close()
+        gate.shutdown()
+        gate.server_close()
+        upstream.stop()

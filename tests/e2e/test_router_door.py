@@ -53,6 +53,7 @@ from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningDoor,
     RunningRouter,
+    held_attempts,
     models_server,
     raw_request,
     require_router_python,
@@ -207,17 +208,6 @@ def _wait_until_routed(door: RunningDoor, front: RunningRouter, timeout_seconds:
 def worker_lists(pod: DoorPod) -> dict[str, Any]:
     """Every router's worker list, read on loopback as only the registrar may."""
     return {name: httpx.get(f"{r.base_url}/workers", timeout=10).json() for name, r in pod.routers.items()}
-
-
-def held_attempts(router: RunningRouter) -> float:
-    """The sleeping model's demand: its router's `no_available_workers` errors (what wakes it)."""
-    text = httpx.get(router.metrics_url, timeout=30).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm_router_request_errors_total{")
-        and 'error_type="no_available_workers"' in line
-    )
 
 
 def test_without_the_door_dot_segments_reach_a_model_routers_worker_api(door_pod: DoorPod) -> None:

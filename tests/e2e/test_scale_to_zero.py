@@ -75,6 +75,7 @@ from tests.support.vllm_router import (
     RouterVenvMissingError,
     RunningRouter,
     RunningWakeGate,
+    held_attempts,
     models_server,
     require_router_python,
     start_router,
@@ -334,16 +335,6 @@ class PastBound:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def _errors(router: RunningRouter) -> float:
-    text = httpx.get(router.metrics_url, timeout=30).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm_router_request_errors_total{")
-        and 'error_type="no_available_workers"' in line
-    )
-
-
 @pytest.fixture(scope="module")
 def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PastBound]:
     """Started first, in the background, since it waits out the rendered hold while the rest runs."""
@@ -405,11 +396,11 @@ def past_bound(router_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
     def send() -> None:
         try:
-            before = _errors(model_router)
+            before = held_attempts(model_router)
             result.started = time.monotonic()
             result.status, result.elapsed, result.body, (result.retry_after, _) = held()
             result.error = result.body if result.status is None else None
-            result.attempts_at_model_router = _errors(model_router) - before
+            result.attempts_at_model_router = held_attempts(model_router) - before
             with concurrent.futures.ThreadPoolExecutor(max_workers=CIRCUIT_BURST) as pool:
                 answers = [answer.result() for answer in [pool.submit(held) for _ in range(CIRCUIT_BURST)]]
             result.burst = [answer[:2] for answer in answers]
@@ -717,7 +708,7 @@ class Strangers:
 def strangers(chain: Chain) -> Strangers:
     assert chain.scaler.replicas == 0 and chain.replicas == [], "not at zero before the strangers"
     kinds = stranger_kinds(chain)
-    held, routed = _errors(chain.model_router), _routed(chain.model_router)
+    held, routed = held_attempts(chain.model_router), _routed(chain.model_router)
     started_at, started = time.time(), time.monotonic()
     sends = [kind for kind in kinds for _ in range(STRANGER_REQUESTS // len(kinds))]
     # One client, its connections kept alive, as an SDK sends them (a new client per request costs the
@@ -735,7 +726,7 @@ def strangers(chain: Chain) -> Strangers:
     return Strangers(
         statuses,
         seconds,
-        _errors(chain.model_router) - held,
+        held_attempts(chain.model_router) - held,
         _routed(chain.model_router) - routed,
         [poll for poll in chain.scaler.polls if poll["at"] >= started_at],
     )

@@ -165,6 +165,19 @@ def start_router(
     )
 
 
+def held_attempts(router: RunningRouter) -> float:
+    """A to-zero model router's `no_available_workers` errors: each is one attempt held while the
+    model wakes, the demand that wakes it (components/autoscaling.py `router_demand_query`)."""
+    with urllib.request.urlopen(router.metrics_url, timeout=30) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm_router_request_errors_total{")
+        and 'error_type="no_available_workers"' in line
+    )
+
+
 def stop_router(router: RunningRouter, timeout_seconds: float = 20) -> None:
     """SIGTERM to the router's own process group, SIGKILL after the timeout."""
     stop_process_group(router.process, timeout_seconds)

@@ -86,6 +86,13 @@ def test_a_131072_token_context_on_an_l4_is_rejected_with_a_max_model_len_that_f
         _on_group("l4", "g6.xlarge")(config)
         _model(config)["architecture"] = {"preset": "llama-3.1-8b"}
         _model(config)["vllm"]["max_model_len"] = 131072
+        # A g6.xlarge offers pods 3.9 cores and 13 GiB (4 vCPUs, 16 GiB less the kubelet's share).
+        _model(config)["resources"] = {
+            "cpu_request_cores": 3,
+            "memory_request_gib": 12,
+            "memory_limit_gib": 12,
+            "shm_size_gib": 2,
+        }
 
     error = _rejected(tmp_path, mutate)
     [problem] = error.problems

@@ -967,6 +967,23 @@ def test_the_pacer_is_charged_with_the_time_the_middleware_spent_on_the_body(pod
     assert charged[-1][0] == "team-b" and charged[-1][1] > 0
 
 
+def test_a_body_refused_before_its_end_also_pays_for_the_connection_it_closes(pod: Pod) -> None:
+    """Issue 49: 16 MiB bodies refused at their first chunk came back at 270 a second, each closing its
+    connection; the next one's accept and set-up, outside the middleware's clock, took another
+    tenant's completion to 2.3-2.7x idle. Such a refusal is charged CLOSED_CONNECTION_SECONDS more."""
+    _, charged = _paced(pod)
+    digits = b'{"model": "tiny-beta", "prompt": [' + b"9" * 5000 + b"]}"
+    refused = _call(pod, "POST", "/v1/completions", KEY_A, digits + b" " * 200_000, chunks=4)
+    assert refused.status == 400 and not refused.reached
+    closed = pod.module.CLOSED_CONNECTION_SECONDS
+    assert [seconds for _, seconds, _ in charged].count(closed) == 1
+    assert pod.middleware.pacer.wait("team-a") >= closed / pod.middleware.pacer.share
+    # A refusal that read the whole body closes nothing: no such charge.
+    charged.clear()
+    whole = _call(pod, "POST", "/v1/completions", KEY_B, _completion("no-such-model"))
+    assert whole.status == 404 and closed not in [seconds for _, seconds, _ in charged]
+
+
 @pytest.mark.parametrize(
     ("model", "status"), [(BETA, 403), ("no-such-model", 404)], ids=["not-its-model", "not-served"]
 )
@@ -1146,7 +1163,9 @@ def test_a_number_with_more_digits_than_any_client_writes_is_refused_by_the_scan
     answer = _call(pod, "POST", "/v1/completions", KEY_A, huge, chunks=8)
     assert answer.status == 400 and not answer.reached
     assert f"more than {limit} digits".encode() in answer.body
-    assert len(charged) == 1 and charged[0][1] > 0  # the first chunk's scan, and no parse
+    # The first chunk's scan, and no parse; and the connection it closes (CLOSED_CONNECTION_SECONDS).
+    scans = [seconds for _, seconds, _ in charged if seconds != pod.module.CLOSED_CONNECTION_SECONDS]
+    assert len(charged) == 2 and len(scans) == 1 and scans[0] > 0
 
 
 # --- issue 49: shares over the pod's processes, counted in sequences; a salt no caller computes ------

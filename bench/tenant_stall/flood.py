@@ -2,10 +2,11 @@
 bench/tenant_stall/measure.py and tests/e2e/test_tenants.py (its own process, so that its sending can
 run at a lower priority; httpx only, so that it starts at once):
 
-    python -m bench.tenant_stall.flood BASE_URL KEY BODY_FILE [--path ROUTE] [--connections N]
+    python -m bench.tenant_stall.flood BASE_URL KEY BODY_FILE [--path ROUTE] [--connections N] [--out FILE]
 
 Prints a line once the first answer is in (the flood is on), then, on SIGTERM or after MAX_REQUESTS
-in all, each answer's status and seconds as one JSON line.
+in all, each answer's status and seconds as one JSON line (to FILE with --out: 10,000 answers are
+about 250 KB, more than a pipe holds while the reader is still waiting out its phase).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ TIMEOUT_SECONDS = 120
 
 
 def flood(
-    base_url: str, key: str, body_file: Path, path: str = "/v1/completions", connections: int = 1
+    base_url: str,
+    key: str,
+    body_file: Path,
+    path: str = "/v1/completions",
+    connections: int = 1,
+    out: Path | None = None,
 ) -> None:
     body = body_file.read_bytes()
     stopped = threading.Event()
@@ -57,7 +63,11 @@ def flood(
     while any(thread.is_alive() for thread in threads):  # the main thread takes the SIGTERM
         for thread in threads:
             thread.join(timeout=0.2)
-    print(json.dumps({"statuses": statuses, "seconds": seconds}), flush=True)
+    result = json.dumps({"statuses": statuses, "seconds": seconds})
+    if out is None:
+        print(result, flush=True)
+    else:
+        out.write_text(result + "\n")
 
 
 def main() -> None:
@@ -67,8 +77,9 @@ def main() -> None:
     parser.add_argument("body_file", type=Path)
     parser.add_argument("--path", default="/v1/completions")
     parser.add_argument("--connections", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    flood(args.base_url, args.key, args.body_file, args.path, args.connections)
+    flood(args.base_url, args.key, args.body_file, args.path, args.connections, args.out)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,8 @@ def _phase(
                 body.path,
                 "--connections",
                 str(connections or body.connections),
+                "--out",
+                str(body_file.with_suffix(".answers.json")),
             ],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
@@ -188,11 +190,13 @@ def _phase(
         thread.join(timeout=180)
     if flooder is not None:
         flooder.send_signal(signal.SIGTERM)
-        out, _ = flooder.communicate(timeout=180)
-        out = out.strip().splitlines()[-1]
+        flooder.communicate(timeout=180)
+        answers_file = body_file.with_suffix(".answers.json")
+        answers = json.loads(answers_file.read_text())
         body_file.unlink()
-        flood_seconds = json.loads(out)["seconds"]
-        for status in json.loads(out)["statuses"]:
+        answers_file.unlink()
+        flood_seconds = answers["seconds"]
+        for status in answers["statuses"]:
             flood[status] = flood.get(status, 0) + 1
     return {
         "health_seconds": _latencies(health),

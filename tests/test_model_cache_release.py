@@ -80,9 +80,12 @@ def test_release_workflow_pushes_the_project_version_to_ghcr_only_from_its_relea
 
 
 ROUTER_WORKFLOW = WORKFLOWS / "release-vllm-router.yaml"
+EFA_IMAGE_WORKFLOW = WORKFLOWS / "release-vllm-efa.yaml"  # serving-image/ (tests/test_serving_image.py)
 
 
-@pytest.mark.parametrize("workflow", [RELEASE_WORKFLOW, ROUTER_WORKFLOW], ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "workflow", [RELEASE_WORKFLOW, ROUTER_WORKFLOW, EFA_IMAGE_WORKFLOW], ids=lambda path: path.name
+)
 def test_every_action_in_the_release_workflows_is_pinned_by_commit_sha_with_its_release(
     workflow: Path,
 ) -> None:

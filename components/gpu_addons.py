@@ -13,7 +13,7 @@ Their controllers (NFD master and garbage collector) tolerate nothing and stay o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,13 +141,36 @@ _RESTRICTED = {
 }
 
 
-def image_prepull_daemonset_spec(gpu_groups: GpuGroups, settings: ImagePrepullConfig) -> dict[str, Any]:
-    """An init container that only pulls the pinned vLLM image and exits; a pause container holds the pod.
+def image_prepull_daemonset_spec(
+    gpu_groups: GpuGroups,
+    settings: ImagePrepullConfig,
+    serving_images: Sequence[str] = (VLLM_IMAGE.reference,),
+) -> dict[str, Any]:
+    """Init containers that only pull the serving images and exit; a pause container holds the pod.
 
-    No GPU request, and NVIDIA_VISIBLE_DEVICES=void: the vLLM image sets it to `all`, which on a
-    node whose default runtime is NVIDIA's would hand this pod every GPU.
+    `serving_images`: every model's (platform.serving_images), each pulled on every GPU node. The EFA
+    image of multi-node models is built FROM the pinned vLLM image (serving-image/), so where a stack
+    uses both a node pulls the installer's layer more, not a second image. No GPU request, and
+    NVIDIA_VISIBLE_DEVICES=void: the vLLM image sets it to `all`, which on a node whose default runtime
+    is NVIDIA's would hand this pod every GPU.
     """
     selector = {"app.kubernetes.io/name": IMAGE_PREPULL_NAME}
+    pulls = [
+        {
+            # The first keeps the name it always had, so a stack of one image renders as before.
+            "name": "pull-vllm" if index == 0 else f"pull-vllm-{index}",
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["/bin/sh", "-c", "exit 0"],
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "16Mi"},
+                "limits": {"cpu": "100m", "memory": "64Mi"},
+            },
+            "securityContext": _RESTRICTED,
+        }
+        for index, image in enumerate(serving_images)
+    ]
     return {
         "selector": {"matchLabels": selector},
         # When the vLLM pin changes every node pulls the new image at once: nothing here serves traffic.
@@ -161,20 +184,7 @@ def image_prepull_daemonset_spec(gpu_groups: GpuGroups, settings: ImagePrepullCo
                 "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": 5,
                 "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                "initContainers": [
-                    {
-                        "name": "pull-vllm",
-                        "image": VLLM_IMAGE.reference,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["/bin/sh", "-c", "exit 0"],
-                        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
-                        "resources": {
-                            "requests": {"cpu": "10m", "memory": "16Mi"},
-                            "limits": {"cpu": "100m", "memory": "64Mi"},
-                        },
-                        "securityContext": _RESTRICTED,
-                    }
-                ],
+                "initContainers": pulls,
                 "containers": [
                     {
                         "name": "pause",
@@ -201,6 +211,8 @@ class GpuAddonsArgs:
     scrape: ScrapeSettings
     monitoring_crds: pulumi.Resource | None = None
     """The release that installs the ServiceMonitor CRD (kube-prometheus-stack), if this stack has one."""
+    serving_images: tuple[str, ...] = (VLLM_IMAGE.reference,)
+    """The vLLM images the stack's models run (infra/config/platform.py serving_images): pre-pulled."""
 
 
 class GpuAddons(pulumi.ComponentResource):
@@ -244,7 +256,7 @@ class GpuAddons(pulumi.ComponentResource):
                     "namespace": GPU_ADDONS_NAMESPACE,
                     "labels": image_prepull_labels(),
                 },
-                spec=image_prepull_daemonset_spec(groups, args.image_prepull),
+                spec=image_prepull_daemonset_spec(groups, args.image_prepull, args.serving_images),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.register_outputs({})

@@ -51,7 +51,7 @@ from infra.capacity import ModelPlan
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig, ModelSourceConfig
 from infra.config.platform import PlatformConfig
-from infra.versions import VLLM_IMAGE, VLLM_VERSION
+from infra.versions import VLLM_VERSION
 
 SERVER_NAME = "vllm"
 """Name of the Deployment, Service, PodDisruptionBudget and Ingress in every model namespace."""
@@ -387,7 +387,7 @@ def server_container(
         )
     container: dict[str, Any] = {
         "name": SERVER_CONTAINER,
-        "image": VLLM_IMAGE.reference,
+        "image": model.serving_image,
         "imagePullPolicy": "IfNotPresent",
         "command": list(SERVE_COMMAND),
         "args": build_server_arguments(

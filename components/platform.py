@@ -90,6 +90,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 image_prepull=config.addons.image_prepull,
                 scrape=scrape_settings(config.monitoring),
                 monitoring_crds=monitoring.prometheus_release,
+                serving_images=config.serving_images(),
             ),
             opts=child,
         )

@@ -43,11 +43,24 @@ def _pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def _pod_specs(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod specs of an object: its one template, or a LeaderWorkerSet's leader and worker
+    templates (multi-node models, whose members run the EFA serving image)."""
+    if obj.get("kind") == "LeaderWorkerSet":
+        template = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
+        return [
+            template[key]["spec"]
+            for key in ("leaderTemplate", "workerTemplate")
+            if (template.get(key) or {}).get("spec")
+        ]
+    pod = _pod_spec(obj)
+    return [pod] if pod is not None else []
+
+
 def images_of(obj: Mapping[str, Any]) -> list[str]:
     """The image references one object makes the cluster pull."""
     found: list[str] = []
-    pod = _pod_spec(obj)
-    if pod is not None:
+    for pod in _pod_specs(obj):
         for key in ("initContainers", "containers", "ephemeralContainers"):
             for container in pod.get(key) or []:
                 if container.get("image"):

@@ -16,6 +16,7 @@ from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interface
 from infra.config.errors import Problem
 from infra.config.models import ModelConfig
 from infra.config.platform import PlatformConfig
+from infra.versions import VLLM_EFA_IMAGE, known_efa_image
 
 
 def multi_node_models(config: PlatformConfig, gpu_group: str) -> list[ModelConfig]:
@@ -158,6 +159,7 @@ def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> l
                 f"fraction of the bandwidth; use EFA instance types{hint}, or one node per replica",
             )
         )
+    problems += _image_problems(index, model)
     if group.max_size < nodes:
         problems.append(
             Problem(
@@ -246,6 +248,30 @@ def _model_problems(config: PlatformConfig, index: int, model: ModelConfig) -> l
             )
     problems += _group_canary_problems(config, index, model)
     return problems
+
+
+def image_carries_efa(model: ModelConfig) -> bool:
+    """Whether the model's serving image is known to carry libfabric's EFA provider and the aws-ofi-nccl
+    plugin: a pinned image that does (infra/versions.py `efa`), or one the stack says does."""
+    return model.image_carries_efa or known_efa_image(model.serving_image) is not None
+
+
+def _image_problems(index: int, model: ModelConfig) -> list[Problem]:
+    """A multi-node model's members run NCCL with NCCL_NET="AWS Libfabric" (components/leader_worker_set.py):
+    on an image without the plugin and libfabric's EFA provider the group stops at NCCL's start (issue 50)."""
+    if image_carries_efa(model):
+        return []
+    return [
+        Problem(
+            ("models", index, "image"),
+            model.image,
+            f"model '{model.name}' spans {model.nodes_per_replica} nodes, whose NCCL needs libfabric's EFA "
+            "provider and the aws-ofi-nccl plugin in the image, and this image is not known to carry them "
+            "(the stock vllm/vllm-openai does not): every group would stop at NCCL's start. Remove image to "
+            f"use {VLLM_EFA_IMAGE.reference} (serving-image/README.md), or, for a mirror or build of your "
+            "own that carries them, set image_carries_efa: true",
+        )
+    ]
 
 
 def model_versions(config: PlatformConfig) -> list[tuple[tuple[str | int, ...], ModelConfig]]:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from components import server_auth
+from components.gpu_addons import GPU_ADDONS_NAMESPACE, IMAGE_PREPULL_NAME
 from components.helm.lock import load_lock
 from components.leader_worker_set import (
     EFA_RESOURCE,
@@ -35,9 +36,10 @@ from infra.capacity.plan import plan_platform
 from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
 from infra.config import ConfigError
 from infra.config.loader import STACKS_DIR
+from infra.images import inventory
 from infra.render import RenderResult, render_stack
 from infra.stack_checks import load_stack
-from infra.versions import LWS_CONTROLLER_IMAGE
+from infra.versions import LWS_CONTROLLER_IMAGE, VLLM_EFA_IMAGE, VLLM_IMAGE
 from infra.vllm_flags import check_server_arguments
 from tests.conftest import rendered
 from tests.support.charts import data_values, require_chart_data
@@ -838,3 +840,65 @@ def test_a_groups_members_share_a_zone_and_groups_do_not_have_to() -> None:
         assert term["topologyKey"] == "topology.kubernetes.io/zone"
         assert term["matchLabelKeys"] == ["leaderworkerset.sigs.k8s.io/group-key"]
         assert "leaderworkerset.sigs.k8s.io/group-key" not in term["labelSelector"]["matchLabels"]
+
+
+# --- the serving image: EFA userspace (issue 50) -------------------------------------------------
+
+
+def test_a_multi_node_model_runs_the_pinned_efa_image_by_default_and_a_one_node_model_the_stock_one() -> None:
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        assert _server(template[role])["image"] == VLLM_EFA_IMAGE.reference
+    efa = VLLM_EFA_IMAGE.efa
+    assert efa is not None and VLLM_IMAGE.efa is None
+    # What NCCL loads between nodes, recorded with the pin (serving-image/README.md).
+    assert (efa.libfabric_version, efa.aws_ofi_nccl_version, efa.nccl_version) == (
+        "2.6.0amzn1.0",
+        "1.21.1",
+        "2.29.7",
+    )
+    for model in load_stack("prod").models:
+        assert model.serving_image == VLLM_IMAGE.reference
+
+
+def test_the_image_prepull_pulls_the_efa_image_where_a_multi_node_model_runs() -> None:
+    (daemonset,) = multinode_render().find("DaemonSet", IMAGE_PREPULL_NAME, GPU_ADDONS_NAMESPACE)
+    pulls = daemonset["spec"]["template"]["spec"]["initContainers"]
+    assert [c["image"] for c in pulls] == [VLLM_EFA_IMAGE.reference]
+    # The inventory a mirror copies lists the image the members themselves pull.
+    (use,) = [u for u in inventory(multinode_render()) if u.reference == VLLM_EFA_IMAGE.reference]
+    assert f"LeaderWorkerSet {NAMESPACE}/{SERVER_NAME}" in use.users
+
+
+def test_a_multi_node_model_on_an_image_not_known_to_carry_efa_is_refused(tmp_path: Path) -> None:
+    message = problems_of(tmp_path, lambda c: model_of(c).update(image=VLLM_IMAGE.reference))
+    assert "models[0].image" in message
+    assert "not known to carry them" in message and VLLM_EFA_IMAGE.reference in message
+    assert "image_carries_efa: true" in message
+
+
+@pytest.mark.parametrize(
+    ("image", "acknowledged"),
+    [
+        pytest.param(VLLM_EFA_IMAGE.reference, False, id="the-pinned-efa-image-by-tag"),
+        pytest.param(f"{VLLM_EFA_IMAGE.reference}@sha256:{'a' * 64}", False, id="the-same-tag-by-digest"),
+        pytest.param(
+            "registry.example.com/mirror/vllm-openai-efa:0.32.0-1", True, id="a-mirror-said-to-carry-efa"
+        ),
+    ],
+)
+def test_a_multi_node_model_accepts_an_image_known_or_said_to_carry_efa(
+    tmp_path: Path, image: str, acknowledged: bool
+) -> None:
+    data = stack_data()
+    model_of(data["config"]).update(image=image, image_carries_efa=acknowledged)
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    (model,) = load_stack("multinode", stack_file=path).models
+    assert model.serving_image == image
+
+
+def test_a_mirror_of_the_efa_image_without_the_acknowledgement_is_refused(tmp_path: Path) -> None:
+    mirror = "registry.example.com/mirror/vllm-openai-efa:0.32.0-1"
+    message = problems_of(tmp_path, lambda c: model_of(c).update(image=mirror))
+    assert "models[0].image" in message and "image_carries_efa" in message

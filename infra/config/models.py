@@ -8,10 +8,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from infra.catalogue.tuning_profiles import UnknownTuningProfileError, apply_tuning_profile
-from infra.config.base import INT32_MAX, Hostname, StrictModel, dns_label
+from infra.config.base import INT32_MAX, Hostname, PinnedImage, StrictModel, dns_label
 from infra.config.errors import ConfigProblem
 from infra.config.rollout import RolloutConfig
 from infra.config.source import ModelSourceConfig
+from infra.versions import VLLM_EFA_IMAGE, VLLM_IMAGE
 
 RoutingPolicy = Literal["cache_aware", "round_robin", "consistent_hash", "power_of_two", "random"]
 """vllm-router 0.1.17's policies the stack offers (docs/routing.md, "Policies")."""
@@ -695,6 +696,18 @@ class ModelConfig(StrictModel):
     rollout: RolloutConfig = RolloutConfig()
     """How a new revision, image or argument set replaces the pods: `rolling` or a `canary` checked
     against vLLM's metrics (docs/rollouts.md)."""
+    image: PinnedImage | None = None
+    """The vLLM serving image; null: the pinned one (infra/versions.py): `vllm/vllm-openai` for a
+    one-node model, and for a multi-node model the same vLLM with AWS's EFA userspace
+    (`ghcr.io/vllm-platform/vllm-openai-efa`, serving-image/README.md), whose libfabric EFA provider
+    and aws-ofi-nccl plugin its NCCL needs between nodes. Set it to a mirror in a private registry,
+    pinned to a version tag or a sha256 digest. A multi-node model's image must be known to carry EFA:
+    the pinned EFA image (by tag, with or without a digest), or one marked `image_carries_efa`."""
+    image_carries_efa: bool = False
+    """Says that `image` carries libfabric's EFA provider and the aws-ofi-nccl plugin, with
+    `LD_LIBRARY_PATH` and `NCCL_NET_PLUGIN` set as the pinned EFA image sets them: for a mirror of that
+    image or a build of your own. `validate` cannot look inside an image; it takes this as said. Without
+    it a multi-node model on any other image is refused: its group would stop at NCCL's start."""
     read_only_root_filesystem: bool = True
     """vLLM container with a read-only root filesystem; everything it writes goes to HOME, /tmp,
     /dev/shm and the model volume. Set false only if a vLLM feature writes elsewhere."""
@@ -788,6 +801,14 @@ class ModelConfig(StrictModel):
     def is_multi_node(self) -> bool:
         """A replica is a LeaderWorkerSet group of nodes_per_replica pods (issue 42)."""
         return self.parallelism.nodes_per_replica > 1
+
+    @property
+    def serving_image(self) -> str:
+        """The image of the vLLM container: `image`, else the pinned EFA image for a multi-node model
+        (its members need libfabric and the NCCL plugin, issue 50) and the pinned vLLM image otherwise."""
+        if self.image is not None:
+            return self.image
+        return VLLM_EFA_IMAGE.reference if self.is_multi_node else VLLM_IMAGE.reference
 
     @property
     def gpus_per_group(self) -> int:

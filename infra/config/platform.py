@@ -12,7 +12,7 @@ from infra.config.cluster import ClusterConfig, NodeGroupsConfig
 from infra.config.errors import ConfigProblem
 from infra.config.models import ModelConfig, RoutingPolicy, SecretRefConfig
 from infra.config.tenants import TenantConfig
-from infra.versions import MODEL_CACHE_IMAGE
+from infra.versions import MODEL_CACHE_IMAGE, VLLM_IMAGE
 
 
 class StorageConfig(StrictModel):
@@ -541,6 +541,12 @@ class PlatformConfig(StrictModel):
         if mode not in ("eks", "existing"):
             return data  # ClusterConfig reports the bad mode
         return {**data, "addons": _fill_addon_defaults(data.get("addons", {}), mode)}
+
+    def serving_images(self) -> tuple[str, ...]:
+        """Every model's vLLM image (ModelConfig.serving_image), each once, in model order; the pinned
+        vLLM image alone for a stack without models (the image pre-pull has one to pull)."""
+        images = dict.fromkeys(model.serving_image for model in self.models)
+        return tuple(images) or (VLLM_IMAGE.reference,)
 
     def served_names(self, model: ModelConfig) -> list[str]:
         """Every `model` a client may name in a request to reach `model`'s replicas: its

@@ -56,6 +56,51 @@ def command_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_preflight(args: argparse.Namespace) -> int:
+    import yaml
+
+    from components.preflight import (
+        DEFAULT_RENDEZVOUS_SECONDS,
+        PreflightError,
+        preflight_namespace,
+        preflight_objects,
+    )
+    from infra.stack_checks import load_stack
+
+    config = load_stack(args.stack, stack_file=_stack_file(args))
+    models = {model.name: model for model in config.models}
+    if args.model not in models:
+        print(
+            f"error: stack {args.stack} has no model '{args.model}' (its models: {', '.join(models)})",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_CONFIG
+    model = models[args.model]
+    try:
+        objects = preflight_objects(
+            config,
+            model,
+            min_bus_bandwidth_gbps=args.min_bus_bandwidth_gbps,
+            rendezvous_seconds=args.rendezvous_seconds or DEFAULT_RENDEZVOUS_SECONDS,
+        )
+    except PreflightError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID_CONFIG
+    text = yaml.safe_dump_all(objects, sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    namespace = preflight_namespace(model)
+    print(
+        f"# then: kubectl apply -f <this>; kubectl -n {namespace} wait --for=condition=Complete "
+        f"job/preflight --timeout=60m; kubectl -n {namespace} logs -l batch.kubernetes.io/job-name=preflight "
+        f"--prefix --tail=-1; kubectl delete namespace {namespace}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def command_charts(args: argparse.Namespace) -> int:
     from infra.charts import command_digest, command_pull, command_verify
 
@@ -259,6 +304,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plan.set_defaults(handler=command_plan)
+
+    preflight = commands.add_parser(
+        "preflight",
+        help="the Job that checks a multi-node model's nodes before it runs there (locked memory, "
+        "libfabric's EFA provider, NCCL's network, an all-reduce's bus bandwidth): YAML for kubectl apply",
+    )
+    _add_stack_arguments(preflight)
+    preflight.add_argument("--model", required=True, help="the multi-node model (its `name` in the stack)")
+    preflight.add_argument(
+        "--min-bus-bandwidth-gbps",
+        type=float,
+        help="fail below this all-reduce bus bandwidth, Gbit/s (default: half the instance type's EFA "
+        "bandwidth from infra/catalogue/efa_interfaces.yaml)",
+    )
+    preflight.add_argument(
+        "--rendezvous-seconds", type=int, help="how long the pods wait for each other (default 1800)"
+    )
+    preflight.add_argument("--out", metavar="FILE", help="write the YAML here instead of stdout")
+    preflight.set_defaults(handler=command_preflight)
 
     smoke = commands.add_parser("smoke", help="stream one chat completion from a deployed endpoint")
     smoke.add_argument("--url", required=True, help="base URL, e.g. https://llama-3-1-8b.llm.example.com")

@@ -1,5 +1,6 @@
-"""How many EFA interfaces each GPU instance type takes, and whether its EFA devices support RDMA read
-(efa_interfaces.yaml beside this file, with its sources); 0 and no for an instance type without EFA."""
+"""How many EFA interfaces each GPU instance type takes, whether its EFA devices support RDMA read, and
+their bandwidth (efa_interfaces.yaml beside this file, with its sources); 0 and no for an instance type
+without EFA."""
 
 from __future__ import annotations
 
@@ -34,6 +35,23 @@ def _device_rdma() -> frozenset[str]:
             f"efa_interfaces.yaml: efa_device_rdma lists types without EFA: {', '.join(without_efa)}"
         )
     return rdma
+
+
+@cache
+def _bandwidth() -> dict[str, int]:
+    raw = yaml.safe_load(Path(__file__).with_name("efa_interfaces.yaml").read_text())
+    bandwidth = {str(name): int(gbps) for name, gbps in raw["efa_bandwidth_gbps"].items()}
+    without_efa = sorted(set(bandwidth) - set(name for name, count in _table().items() if count > 0))
+    if without_efa:
+        raise ValueError(
+            f"efa_interfaces.yaml: efa_bandwidth_gbps lists types without EFA: {', '.join(without_efa)}"
+        )
+    return bandwidth
+
+
+def efa_bandwidth_gbps(instance_type: str) -> int | None:
+    """The EFA bandwidth AWS publishes for `instance_type`, Gbit/s per node; None where not recorded."""
+    return _bandwidth().get(instance_type)
 
 
 def supports_device_rdma(instance_type: str) -> bool:

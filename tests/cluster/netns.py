@@ -19,11 +19,12 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -181,6 +182,26 @@ def join_by_veth(
     ]
     for step in steps:
         subprocess.run(step, check=True, capture_output=True, timeout=30)
+
+
+TWO_NODE_ADDRESSES = ("192.0.2.1", "192.0.2.2")
+"""The two "pods" of `two_nodes` (TEST-NET-1, RFC 5737: documentation only, never routed): only the
+two test namespaces hold them, on the two ends of their veth pair."""
+
+
+@contextlib.contextmanager
+def two_nodes(
+    prefixes: tuple[str, str] = ("vp-leader", "vp-worker"),
+) -> Iterator[tuple[NetworkNamespace, NetworkNamespace]]:
+    """Two namespaces joined by a veth pair at TWO_NODE_ADDRESSES, each resolving this machine's host
+    name to its own address, as the kubelet writes a pod's /etc/hosts (torch.distributed's gloo binds to
+    the address its host name resolves to)."""
+    leader_address, worker_address = TWO_NODE_ADDRESSES
+    with NetworkNamespace(prefixes[0]) as leader, NetworkNamespace(prefixes[1]) as worker:
+        join_by_veth(leader, worker, leader_address, worker_address)
+        leader.resolve({socket.gethostname(): leader_address})
+        worker.resolve({socket.gethostname(): worker_address})
+        yield leader, worker
 
 
 def _enter_network_namespace(path: Path) -> None:

@@ -37,7 +37,6 @@ import concurrent.futures
 import contextlib
 import json
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,7 +54,7 @@ from components.leader_worker_set import HOST_ADDRESS_ENV, LWS_KIND, WORKER_INDE
 from components.server_auth import CONFIG_MAP_NAME
 from infra.config.loader import STACKS_DIR, load_stack_config
 from infra.render import render_stack
-from tests.cluster.netns import NetworkNamespace, join_by_veth
+from tests.cluster.netns import TWO_NODE_ADDRESSES, NetworkNamespace, two_nodes
 from tests.e2e.conftest import API_KEY, cpu_arguments
 from tests.e2e.test_router import loopback_arguments
 from tests.support.vllm_router import require_router_python, start_router, stop_router
@@ -78,9 +77,7 @@ GROUP_TIMEOUT_SECONDS = 420
 CLIENT_TIMEOUT_SECONDS = 300
 """A test's requests from inside a namespace (each completion is bounded at 120 s on its own)."""
 
-LEADER_ADDRESS, WORKER_ADDRESS = "192.0.2.1", "192.0.2.2"
-"""The two "pods" (TEST-NET-1, RFC 5737: documentation only, never routed): only the two test
-namespaces hold them, on the two ends of their veth pair."""
+LEADER_ADDRESS, WORKER_ADDRESS = TWO_NODE_ADDRESSES
 
 
 def _two_node_stack(tmp_path: Path, parallelism: dict[str, Any], tenants: Sequence[dict[str, Any]]) -> Path:
@@ -208,16 +205,6 @@ class Group:
 
 
 @contextlib.contextmanager
-def _two_nodes() -> Iterator[tuple[NetworkNamespace, NetworkNamespace]]:
-    with NetworkNamespace("vp-leader") as leader, NetworkNamespace("vp-worker") as worker:
-        join_by_veth(leader, worker, LEADER_ADDRESS, WORKER_ADDRESS)
-        # What the kubelet writes into a pod's /etc/hosts: its host name at its own address.
-        leader.resolve({socket.gethostname(): LEADER_ADDRESS})
-        worker.resolve({socket.gethostname(): WORKER_ADDRESS})
-        yield leader, worker
-
-
-@contextlib.contextmanager
 def _running_group(
     parallelism: dict[str, Any],
     tiny_model_dir: Path,
@@ -244,7 +231,7 @@ def _running_group(
     leader_args = cpu_arguments(_expanded(leader_container["args"], "0", master_port), tiny_model_dir)
     worker_args = cpu_arguments(_expanded(worker_container["args"], "1", master_port), tiny_model_dir)
 
-    with _two_nodes() as (leader_node, worker_node):
+    with two_nodes() as (leader_node, worker_node):
         worker_log = tmp_path / "worker.log"
         with worker_log.open("wb") as log:
             worker_process = subprocess.Popen(

@@ -113,13 +113,14 @@ def node_pool(group_name: str, group: GpuNodeGroupConfig) -> dict[str, Any]:
     }
 
 
-def node_user_data(group: GpuNodeGroupConfig) -> str:
+def node_user_data(group: GpuNodeGroupConfig, *, efa: bool = False) -> str:
     """The managed groups' user data, as plain text: on AL2023 Karpenter merges its own NodeConfig
-    into this MIME document (concepts/nodeclasses.md, "AL2023 userData"), on Bottlerocket its TOML."""
+    into this MIME document (concepts/nodeclasses.md, "AL2023 userData"), on Bottlerocket its TOML.
+    `efa`: the pool holds multi-node models, whose members need unlimited locked memory (issue 50)."""
     if group.ami_type.startswith("BOTTLEROCKET"):
         return bottlerocket_user_data(group.image_pull)
     mount_path = group.local_nvme.mount_path if group.local_nvme.enabled else None
-    return al2023_user_data(mount_path, group.image_pull)
+    return al2023_user_data(mount_path, group.image_pull, efa=efa)
 
 
 def ec2_node_class(
@@ -163,7 +164,7 @@ def ec2_node_class(
             "httpPutResponseHopLimit": 1,
             "httpTokens": "required",
         },
-        "userData": node_user_data(group),
+        "userData": node_user_data(group, efa=multi_node is not None),
         "tags": {"Name": f"{cluster_name}-{group_name}", "vllm-platform/gpu-group": group_name},
     }
     if pool.capacity_reservation_ids:

@@ -7,6 +7,8 @@ The stack is stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge),
 
 from __future__ import annotations
 
+import base64
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from components.vllm_arguments import (
     build_server_arguments,
     validation_node_roles,
 )
+from infra.aws.node_user_data import EFA_MEMLOCK_DROP_IN, efa_memlock_script
 from infra.capacity.plan import plan_platform
 from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
 from infra.config import ConfigError
@@ -902,3 +905,79 @@ def test_a_mirror_of_the_efa_image_without_the_acknowledgement_is_refused(tmp_pa
     mirror = "registry.example.com/mirror/vllm-openai-efa:0.32.0-1"
     message = problems_of(tmp_path, lambda c: model_of(c).update(image=mirror))
     assert "models[0].image" in message and "image_carries_efa" in message
+
+
+# --- locked memory on EFA nodes (issue 50) -------------------------------------------------------
+
+
+def _memlock_scripts(user_data: str) -> list[str]:
+    """The user-data scripts that write the containerd drop-in raising locked memory."""
+    from tests.test_aws_layer import _parts
+
+    # A launch template's is base64; an EC2NodeClass's is the MIME text itself.
+    plain = user_data.startswith("Content-Type:")
+    encoded = base64.b64encode(user_data.encode()).decode() if plain else user_data
+    return [
+        text
+        for content_type, text in _parts(encoded)
+        if content_type == "text/x-shellscript" and EFA_MEMLOCK_DROP_IN in text
+    ]
+
+
+def test_a_managed_efa_group_gives_containerd_and_so_its_members_unlimited_locked_memory() -> None:
+    """libfabric's EFA provider needs unlimited locked memory and the members run as non-root with every
+    capability dropped: the node's containerd carries LimitMEMLOCK=infinity, which runc hands to every
+    container whose spec names no RLIMIT_MEMLOCK (Pulumi mocks: the rendered launch template)."""
+    from tests.test_aws_layer import _node_config
+
+    render = multinode_render()
+    user_data = _aws(render, "aws:ec2/launchTemplate:LaunchTemplate", "aws-nodes-h100")["userData"]
+    (script,) = _memlock_scripts(user_data)
+    assert "[Service]\nLimitMEMLOCK=infinity\n" in script
+    assert "systemctl daemon-reload" in script
+    # Our NodeConfig leaves nodeadm's base runtime spec alone: no rlimit of ours replaces its list.
+    assert "baseRuntimeSpec" not in _node_config(user_data)["spec"].get("containerd", {})
+    (member,) = [_server(_lws()["spec"]["leaderWorkerTemplate"]["workerTemplate"])]
+    assert member["securityContext"]["runAsNonRoot"] is True
+    assert member["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_a_gpu_group_without_multi_node_models_keeps_the_default_locked_memory() -> None:
+    render = rendered("prod")
+    for template in render.aws("aws:ec2/launchTemplate:LaunchTemplate"):
+        if template.inputs.get("userData"):
+            assert _memlock_scripts(template.inputs["userData"]) == []
+
+
+def test_a_karpenter_pool_of_a_multi_node_model_raises_locked_memory_in_its_node_class(
+    tmp_path: Path,
+) -> None:
+    (node_class,) = karpenter_pool_render(tmp_path).find("EC2NodeClass", "h100")
+    (script,) = _memlock_scripts(node_class["spec"]["userData"])
+    assert "LimitMEMLOCK=infinity" in script
+    (one_node,) = rendered("staging").find("EC2NodeClass", "l40s")
+    assert _memlock_scripts(one_node["spec"]["userData"]) == []
+
+
+def test_bottlerocket_efa_nodes_keep_their_own_unlimited_locked_memory(tmp_path: Path) -> None:
+    """Bottlerocket makes RLIMIT_MEMLOCK unlimited where an EFA device is attached unless the setting
+    max-locked-memory is given (schnauzer's oci_defaults helper): our settings never give it."""
+    data = stack_data()
+    group_of(data["config"]).update(ami_type="BOTTLEROCKET_x86_64_NVIDIA", local_nvme={"enabled": False})
+    path = tmp_path / "Pulumi.multinode.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    render = render_stack("multinode", stack_file=path, allow_missing_charts=True)
+    user_data = _aws(render, "aws:ec2/launchTemplate:LaunchTemplate", "aws-nodes-h100")["userData"]
+    settings = base64.b64decode(user_data).decode()
+    assert "[settings.container-runtime]" in settings
+    assert "oci-defaults" not in settings and "locked-memory" not in settings
+
+
+def test_the_memlock_script_passes_bash_and_shellcheck(tmp_path: Path) -> None:
+    from tests.test_model_cache_release import shellcheck
+
+    path = tmp_path / "efa-memlock.sh"
+    path.write_text(efa_memlock_script())
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    result = shellcheck(path)
+    assert result.returncode == 0, result.stdout

@@ -122,10 +122,11 @@ def root_device_name(ami_type: str) -> str:
     return "/dev/xvdb" if ami_type.startswith("BOTTLEROCKET") else "/dev/xvda"
 
 
-def gpu_user_data(group_name: str, group: GpuNodeGroupConfig) -> str:
-    """The launch-template user data (base64) of a GPU group: on AL2023 the NVMe script (when
-    local_nvme is on), the containerd volume script (with a snapshot) and our NodeConfig; on
-    Bottlerocket its TOML settings."""
+def gpu_user_data(group_name: str, group: GpuNodeGroupConfig, *, efa: bool = False) -> str:
+    """The launch-template user data (base64) of a GPU group: on AL2023 the EFA locked-memory script
+    (`efa`: the group holds multi-node models), the NVMe script (when local_nvme is on), the containerd
+    volume script (with a snapshot) and our NodeConfig; on Bottlerocket its TOML settings (which raises
+    locked memory on EFA nodes by itself, infra/aws/node_user_data.py)."""
     if group.ami_type.startswith("BOTTLEROCKET"):
         if group.local_nvme.enabled:
             raise ValueError(
@@ -135,7 +136,7 @@ def gpu_user_data(group_name: str, group: GpuNodeGroupConfig) -> str:
             )
         return encode_user_data(bottlerocket_user_data(group.image_pull))
     mount_path = group.local_nvme.mount_path if group.local_nvme.enabled else None
-    return encode_user_data(al2023_user_data(mount_path, group.image_pull))
+    return encode_user_data(al2023_user_data(mount_path, group.image_pull, efa=efa))
 
 
 def gpu_block_devices(group: GpuNodeGroupConfig) -> tuple[BlockDevice, ...]:
@@ -266,7 +267,7 @@ def node_group_specs(
                 disk_size_gib=group.disk_size_gib,
                 labels=labels,
                 taints=tuple(group.taints),
-                user_data=gpu_user_data(group_name, group),
+                user_data=gpu_user_data(group_name, group, efa=(efa_interfaces or {}).get(group_name, 0) > 0),
                 block_devices=gpu_block_devices(group),
                 # The smallest instance type of the group: the autoscaler must not promise GPUs a
                 # node might not have.

@@ -119,6 +119,37 @@ def containerd_volume_script() -> str:
     )
 
 
+EFA_MEMLOCK_DROP_IN = "/etc/systemd/system/containerd.service.d/20-vllm-platform-efa-memlock.conf"
+"""AL2023 EFA nodes: containerd's own locked-memory limit raised to unlimited (issue 50), which runc hands
+to every container whose runtime spec names no RLIMIT_MEMLOCK; nodeadm's base runtime spec names only
+RLIMIT_NOFILE (amazon-eks-ami nodeadm/internal/containerd/base-runtime-spec.json, 2026-07)."""
+
+_EFA_MEMLOCK_SCRIPT = """\
+#!/bin/bash
+# vllm-platform: unlimited locked memory for the containers of an EFA node (issue 50). libfabric's EFA
+# provider registers its buffers with the device and needs it; a group's members run as non-root with
+# every capability dropped, so they cannot raise the limit themselves (CAP_IPC_LOCK would not help a
+# non-root process). runc sets only the rlimits the runtime spec names, and nodeadm's base spec names
+# RLIMIT_NOFILE alone: a container inherits containerd's own RLIMIT_MEMLOCK, which this raises.
+set -euo pipefail
+mkdir -p "$(dirname {drop_in})"
+cat > {drop_in} <<'UNIT'
+[Service]
+LimitMEMLOCK=infinity
+UNIT
+systemctl daemon-reload
+# User data runs before nodeadm starts containerd; should containerd already run, restart it so the
+# kubelet's containers get the new limit.
+if systemctl is-active --quiet containerd; then systemctl restart containerd; fi
+echo "vllm-platform: containerd (and its containers) run with unlimited locked memory"
+"""
+
+
+def efa_memlock_script() -> str:
+    """The script that gives containerd, and so every container on the node, unlimited locked memory."""
+    return _EFA_MEMLOCK_SCRIPT.format(drop_in=shlex.quote(EFA_MEMLOCK_DROP_IN))
+
+
 class _BlockDumper(yaml.SafeDumper):
     """Multi-line strings (the containerd TOML) as YAML literal blocks, as a person writes them."""
 
@@ -150,12 +181,20 @@ def nodeadm_config(image_pull: ImagePullConfig) -> dict[str, Any]:
     return {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
 
 
-def al2023_user_data(mount_path: str | None, image_pull: ImagePullConfig | None = None) -> str:
-    """MIME multi-part user data (text) for an AL2023 managed node: the NVMe script (when
-    `mount_path`), the containerd volume script (with a snapshot), then our NodeConfig."""
+def al2023_user_data(
+    mount_path: str | None, image_pull: ImagePullConfig | None = None, *, efa: bool = False
+) -> str:
+    """MIME multi-part user data (text) for an AL2023 managed node: the NVMe script (when `mount_path`),
+    the EFA locked-memory script (`efa`: the group holds multi-node models), the containerd volume script
+    (with a snapshot), then our NodeConfig. The NodeConfig never sets `containerd.baseRuntimeSpec`:
+    nodeadm replaces the default spec's rlimits list with ours and round-trips numbers through float64,
+    where RLIM_INFINITY (2^64-1) cannot survive (nodeadm internal/util/merge.go), so memlock is raised on
+    containerd itself instead."""
     document = MIMEMultipart("mixed", boundary=MIME_BOUNDARY)
     if mount_path is not None:
         document.attach(MIMEText(local_nvme_script(mount_path), "x-shellscript"))
+    if efa:
+        document.attach(MIMEText(efa_memlock_script(), "x-shellscript"))
     if image_pull is not None:
         if image_pull.image_snapshot_id:
             document.attach(MIMEText(containerd_volume_script(), "x-shellscript"))
@@ -168,7 +207,12 @@ def al2023_user_data(mount_path: str | None, image_pull: ImagePullConfig | None 
 def bottlerocket_user_data(image_pull: ImagePullConfig) -> str:
     """TOML settings for a Bottlerocket node (EKS merges its own): containerd's download concurrency
     and, with `fast_image_pull`, the soci snapshotter in parallel-pull-unpack mode (bottlerocket.dev,
-    settings.container-runtime and settings.container-runtime-plugins, 1.44 and later)."""
+    settings.container-runtime and settings.container-runtime-plugins, 1.44 and later).
+
+    Nothing for EFA's locked memory, on purpose: where an EFA device is attached Bottlerocket makes the
+    containers' RLIMIT_MEMLOCK unlimited itself, unless `settings.oci-defaults.resource-limits.
+    max-locked-memory` is set (bottlerocket-core-kit, schnauzer's oci_defaults helper,
+    `generate_oci_resource_limits`, since PR #141 of 2024-09), so these settings never set that key."""
     lines = [
         "[settings.container-runtime]",
         f"max-concurrent-downloads = {image_pull.max_concurrent_downloads}",

@@ -26,6 +26,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import secrets
 from components.cluster_context import ClusterContext
 from components.helm.release import ChartRelease, install_chart, release_namespace
 from components.labels import PART_OF
@@ -471,3 +472,54 @@ def addon_mode_problems(config: PlatformConfig) -> list[Problem]:
                 )
             )
     return problems
+
+
+def addon_provider_problems(config: PlatformConfig) -> list[Problem]:
+    """Mode `eks` (a cluster this stack creates): every add-on the stack's own objects need is on, since
+    nothing else will install it there (issue 50: `validate` let such a stack through, and it deployed
+    a platform that never serves). Mode `existing` leaves these to the cluster (ADDON_DEFAULTS)."""
+    if config.cluster.mode != "eks":
+        return []
+    needs: list[tuple[str, str]] = []
+    groups = [model.name for model in config.models if model.is_multi_node]
+    if groups:
+        needs.append(
+            (
+                "leader_worker_set",
+                f"model(s) {', '.join(groups)} run as LeaderWorkerSets, an API only the LWS controller "
+                "serves: `up` would fail to create them",
+            )
+        )
+    needs.append(
+        (
+            "efs_csi_driver",
+            f"every model's shared volume is a PersistentVolumeClaim of storage class '{EFS_STORAGE_CLASS}' "
+            "(EFS): no claim would bind and no vLLM pod would start",
+        )
+    )
+    if secrets.uses_csi(config.security.secret_store):
+        needs.append(
+            (
+                "secrets_store_csi_driver",
+                f"the API keys reach the pods through the Secrets Store CSI driver (security.secret_store."
+                f"provider '{config.security.secret_store.provider}'): no pod that mounts them would start",
+            )
+        )
+    if config.ingress.enabled and config.ingress.class_name == "alb":
+        needs.append(
+            (
+                "aws_load_balancer_controller",
+                "the Ingresses are of class 'alb' (ingress.class_name): no load balancer would ever "
+                "serve them",
+            )
+        )
+    return [
+        Problem(
+            ("addons", name, "enabled"),
+            False,
+            f"{reason}; in mode 'eks' nothing else installs it: set addons.{name}.enabled: true (or "
+            "leave it out for the mode's default)",
+        )
+        for name, reason in needs
+        if not getattr(config.addons, name).enabled
+    ]

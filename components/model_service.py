@@ -18,6 +18,7 @@ network_policy); `ModelService` only turns them into resources. docs/serving.md 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -396,7 +397,11 @@ def server_container(
             render_endpoints=serves_render_endpoints(config, model),
             adapter_root=LOCAL_ROOT if local_nvme else SHARED_ROOT,
             tenants=bool(config.tenants),
-            node_role=node_role,
+            node_role=(
+                dataclasses.replace(node_role, join_timeout_seconds=plan.group_join_timeout_seconds)
+                if node_role is not None
+                else None
+            ),
         ),
         "ports": [{"name": probes.PORT_NAME, "containerPort": model.vllm.port, "protocol": "TCP"}],
         "env": env,

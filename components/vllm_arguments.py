@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components import server_auth
+from infra.capacity.time_to_serve import CPU_GROUP_DEFAULT_TIMEOUT_SECONDS
 from infra.config.errors import Problem
 from infra.config.models import LoraAdapterConfig, ModelConfig
 from infra.config.platform import PlatformConfig
@@ -115,6 +116,9 @@ class NodeRole:
     rank: str
     leader_address: str
     leader: bool
+    join_timeout_seconds: int | None = None
+    """`--distributed-timeout-seconds` (ModelPlan.group_join_timeout_seconds): how long members wait for
+    each other; None leaves vLLM's (PyTorch's) default."""
 
     @classmethod
     def in_pod(cls, *, leader: bool) -> NodeRole:
@@ -143,6 +147,15 @@ def multi_node_arguments(model: ModelConfig, role: NodeRole) -> list[str]:
         "--master-port",
         str(MASTER_PORT),
     ]
+    if role.join_timeout_seconds is not None:
+        # Both the NCCL groups' and the gloo (CPU) groups' timeouts: PyTorch's defaults (600 s and
+        # 1800 s) tore a group down while a member on a new node was still starting (issue 50).
+        arguments += [
+            "--distributed-timeout-seconds",
+            str(role.join_timeout_seconds),
+            "--cpu-distributed-timeout-seconds",
+            str(max(role.join_timeout_seconds, CPU_GROUP_DEFAULT_TIMEOUT_SECONDS)),
+        ]
     if model.parallelism.expert_parallel:
         arguments.append("--enable-expert-parallel")
     if not role.leader:

@@ -37,7 +37,7 @@ def platform_checks() -> list[PlatformCheck]:
     # step after loading (infra/stack_checks.py), never imported by the config layer.
     from components.adapter_rules import autoscaling_metric_problems
     from components.autoscaling import autoscaling_pipeline_problems
-    from components.cluster_addons import addon_mode_problems
+    from components.cluster_addons import addon_mode_problems, addon_provider_problems
     from components.gpu_addons import gpu_registration_problems, gpu_toleration_problems
     from components.model_service import preload_source_problems
     from components.rollouts import rolling_surge_problems, rollout_problems
@@ -56,6 +56,7 @@ def platform_checks() -> list[PlatformCheck]:
         gpu_toleration_problems,
         gpu_registration_problems,
         addon_mode_problems,
+        addon_provider_problems,
         server_argument_problems,
         listener_flag_problems,
         secret_reference_problems,

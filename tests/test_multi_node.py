@@ -8,7 +8,9 @@ The stack is stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge),
 from __future__ import annotations
 
 import base64
+import math
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from components.vllm_arguments import (
 )
 from infra.aws.node_user_data import EFA_MEMLOCK_DROP_IN, efa_memlock_script
 from infra.capacity.plan import plan_platform
+from infra.capacity.time_to_serve import group_join_timeout_seconds
 from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
 from infra.config import ConfigError
 from infra.config.loader import STACKS_DIR
@@ -355,6 +358,34 @@ def test_leader_and_worker_run_the_rendered_arguments_with_the_lws_variables() -
         assert check_server_arguments(expanded) == []
 
 
+def test_members_wait_for_each_other_through_the_plans_start_up_skew_not_torchs_600_s() -> None:
+    """Issue 50: with PyTorch's default (600 s) a warm member gave up at vLLM's rendezvous while a
+    member on a new node was still launching, pulling and copying. Both roles carry the plan's
+    `--distributed-timeout-seconds` (new-node minus warm-node time, times the safety factor, plus the
+    rendezvous allowance) and the gloo groups' timeout no shorter."""
+    config = load_stack("multinode", stack_file=MULTINODE_STACK)
+    (model,) = config.models
+    plan = plan_platform(config).models[model.name]
+    skew = plan.serving.new_node.seconds() - plan.serving.warm_node.seconds()
+    assert skew > 600  # a new p5 node's launch, image pull and 810 GB copy: the case it is for
+    expected = math.ceil(skew * model.startup.safety_factor) + model.startup.group_rendezvous_seconds
+    assert plan.group_join_timeout_seconds == expected
+    template = _lws()["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        args = _server(template[role])["args"]
+        assert args[args.index("--distributed-timeout-seconds") + 1] == str(expected)
+        assert int(args[args.index("--cpu-distributed-timeout-seconds") + 1]) == max(expected, 1800)
+    # Never below PyTorch's own default, and nothing on a one-node model.
+    assert (
+        group_join_timeout_seconds(
+            model, plan.startup, replace(plan.serving, new_node=plan.serving.warm_node)
+        )
+        == 600
+    )
+    dev = load_stack("dev")
+    assert plan_platform(dev).models[dev.models[0].name].group_join_timeout_seconds is None
+
+
 def test_every_member_asks_for_all_the_nodes_efa_devices_and_carries_the_efa_environment() -> None:
     template = _lws()["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
@@ -443,7 +474,20 @@ def test_a_cluster_that_runs_its_own_lws_controller_gets_no_lws_release_but_stil
     tmp_path: Path,
 ) -> None:
     data = stack_data()
-    data["config"]["vllm-platform:addons"] = {"leader_worker_set": False}
+    config = data["config"]
+    config["vllm-platform:addons"] = {"leader_worker_set": False}
+    # A cluster of its own (mode existing): in mode eks nothing else would install LWS, and validate
+    # refuses it (tests/bad-stacks/eks-multi-node-without-the-lws-controller.yaml).
+    config.pop("aws:region", None)
+    config["vllm-platform:cluster"] = {
+        "mode": "existing",
+        "name": "own-lws",
+        "region": "us-west-2",
+        "availability_zone_count": 2,
+        "kubeconfig_context": "own-lws",
+    }
+    config["vllm-platform:storage"] = {"existing_efs_file_system_id": "fs-0abc1234def567890"}
+    config["vllm-platform:security"] = {"load_balancer_source_cidrs": ["10.0.200.0/24", "10.0.201.0/24"]}
     path = tmp_path / "Pulumi.multinode.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     render = render_stack("multinode", stack_file=path, allow_missing_charts=True)

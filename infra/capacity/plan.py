@@ -39,7 +39,7 @@ from infra.capacity.memory import (
     size_kv_cache,
 )
 from infra.capacity.startup import StartupPlan, plan_startup
-from infra.capacity.time_to_serve import ServingTimes, serving_times
+from infra.capacity.time_to_serve import ServingTimes, group_join_timeout_seconds, serving_times
 from infra.capacity.wake import WakePlan, wake_plan, wake_problems
 from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
 from infra.config.base import INT32_MAX
@@ -155,6 +155,9 @@ class ModelPlan:
     concurrency above are one rank's."""
     expert_parallel: bool = False
     """A MoE model's routed experts spread over tensor × data ranks (weights above are one GPU's share)."""
+    group_join_timeout_seconds: int | None = None
+    """A multi-node replica's `--distributed-timeout-seconds` (group_join_timeout_seconds); None for
+    one-node models (PyTorch's default applies)."""
 
     @property
     def gpus_per_replica_total(self) -> int:
@@ -542,6 +545,9 @@ def plan_model(model: ModelConfig, config: PlatformConfig, gpu_group: str) -> Mo
         gpus_per_node=model.gpus_per_replica,
         data_parallel_size=model.data_parallel_size,
         expert_parallel=model.parallelism.expert_parallel,
+        group_join_timeout_seconds=(
+            group_join_timeout_seconds(model, startup, serving) if model.is_multi_node else None
+        ),
     )
 
 

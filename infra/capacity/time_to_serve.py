@@ -15,6 +15,7 @@ not, `blockers` names the steps that stand in the way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -158,6 +159,30 @@ def _vllm_start(timings: StartupTimings, key: str, shared_volume: bool) -> Step:
         )
     parts = tuple((f"vLLM {name.replace('_', ' ')}", phase.seconds) for name, phase in phases.items())
     return Step(name, round(sum(seconds for _, seconds in parts), 1), source, "pod", parts)
+
+
+TORCH_DEFAULT_TIMEOUT_SECONDS = 600
+"""PyTorch's default timeout of an NCCL process group's set-up and collectives, which vLLM keeps when
+`--distributed-timeout-seconds` is unset."""
+CPU_GROUP_DEFAULT_TIMEOUT_SECONDS = 1800
+"""PyTorch's default for gloo (CPU) groups, which vLLM keeps when `--cpu-distributed-timeout-seconds`
+is unset."""
+
+
+def group_join_timeout_seconds(model: ModelConfig, startup: StartupPlan, serving: ServingTimes) -> int:
+    """How long a multi-node replica's members wait for each other at vLLM's rendezvous and its first
+    collectives (`--distributed-timeout-seconds`; issue 50): the plan's start-up skew between a member
+    that restarts on a warm node and one that comes up on a new node (the new node's launch, the image
+    pull, the preloader's copy and the cold compile: new-node time minus warm-node time) times
+    `startup.safety_factor`, plus `startup.group_rendezvous_seconds`; never below PyTorch's 600 s.
+
+    With PyTorch's default a warm member gave up after 600 s while a member on a new node was still
+    pulling and copying, and the group was torn down as it formed. The price of a longer timeout is a
+    slower NCCL error on a hung collective; the leader's liveness probe on /health catches a hung
+    engine first (components/leader_worker_set.py)."""
+    skew = max(0.0, serving.new_node.seconds() - serving.warm_node.seconds())
+    seconds = math.ceil(skew * startup.safety_factor) + model.startup.group_rendezvous_seconds
+    return max(TORCH_DEFAULT_TIMEOUT_SECONDS, seconds)
 
 
 def serving_times(

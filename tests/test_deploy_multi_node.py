@@ -66,9 +66,12 @@ from components.leader_worker_set import (
     WORKER_INDEX_LABEL,
 )
 from components.model_service import SERVER_NAME
+from components.preflight import NAME as PREFLIGHT_NAME
+from components.preflight import preflight_namespace, preflight_objects
 from components.rollouts import ANALYSIS_RUN_KIND, CANARY_SERVICE, STABLE_SERVICE, workload_reference
 from infra.config.loader import STACKS_DIR
 from infra.config.models import AutoscalingConfig, ModelConfig
+from infra.config.platform import PlatformConfig
 from infra.render import render_stack
 from infra.stack_checks import load_stack
 from tests.cluster import tools
@@ -198,6 +201,7 @@ def multi_node_run(tmp_path_factory):
         try:
             _run(cluster, deployer, observed)
             if "recovery" in observed:
+                _preflight_beside_the_group(cluster, config, observed)
                 _canary_beside_the_stable_group(cluster, workdir, observed)
                 _keda_drives_whole_groups(cluster, config.models[0], observed)
         finally:
@@ -253,6 +257,8 @@ def _run(cluster: Cluster, deployer: Deployer, observed: dict[str, Any]) -> None
             observed[f"{step}_error"] = f"{error}; pods: {_group_pods(cluster)}"
             return
         times[f"{step}_to_{groups}_seconds"] = round(time.monotonic() - start, 1)
+        if step == "scale_out":
+            observed["evictions"] = _evictions_across_two_groups(cluster, pods)
         observed[step] = {
             **_snapshot(cluster, pods),
             "scale": json.loads(
@@ -283,6 +289,105 @@ def _run(cluster: Cluster, deployer: Deployer, observed: dict[str, Any]) -> None
         return
     times["group_recreated_after_worker_deleted_seconds"] = round(time.monotonic() - start, 1)
     observed["recovery"] = {"deleted": worker, "before": before, **_snapshot(cluster, pods)}
+
+
+def _preflight_beside_the_group(cluster: Cluster, config: PlatformConfig, observed: dict[str, Any]) -> None:
+    """`vllm-platform preflight`'s objects for the model, applied as a user would (`kubectl apply`),
+    on the two GPU nodes the group leaves free; then its namespace deleted, as the docs say, before the
+    canary needs those nodes."""
+    model = config.models[0]
+    objects = preflight_objects(config, model)
+    namespace = preflight_namespace(model)
+    start = time.monotonic()
+    applied = cluster.apply_objects(objects)
+    observed["preflight"] = {"apply": {"returncode": applied.returncode, "stderr": applied.stderr}}
+    if applied.returncode != 0:
+        return
+
+    def placed() -> list[dict[str, Any]] | None:
+        # KWOK runs a pod whose restartPolicy is Never to completion at once (Succeeded): placed and
+        # started is what this control plane can show; what the script reports is for real nodes.
+        pods = cluster.get("pods", namespace=namespace)
+        started = [p for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") != "Pending"]
+        return pods if len(started) == GROUP_SIZE == len(pods) else None
+
+    try:
+        pods = cluster.wait_for("the pre-flight's pods placed and started", placed, timeout=WAIT_SECONDS)
+    except ClusterError as error:
+        observed["preflight"]["error"] = f"{error}; pods: {cluster.get('pods', namespace=namespace)}"
+        return
+    observed["times"]["preflight_placed_seconds"] = round(time.monotonic() - start, 1)
+    observed["preflight"]["pods"] = pods
+    observed["preflight"]["job"] = cluster.get("job", namespace=namespace, name=PREFLIGHT_NAME)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    with contextlib.suppress(ClusterError):
+        cluster.wait_for(
+            "the pre-flight's pods gone",
+            lambda: not cluster.get("pods", namespace=namespace),
+            timeout=WAIT_SECONDS,
+        )
+    observed["preflight"]["left"] = [p["metadata"]["name"] for p in cluster.get("pods", namespace=namespace)]
+
+
+def _evict(cluster: Cluster, pod: str) -> dict[str, Any]:
+    """The Eviction API, as `kubectl drain` and node-group upgrades call it."""
+    body = json.dumps(
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NAMESPACE}}
+    )
+    result = cluster.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction",
+        "-f",
+        "-",
+        input=body,
+        check=False,
+    )
+    return {"pod": pod, "returncode": result.returncode, "stderr": result.stderr.strip()}
+
+
+def _evictions_across_two_groups(cluster: Cluster, pods: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two groups Running: a worker of group 0 evicted (its whole group recreated by LWS), then at once
+    the leader of group 1, as a drain of two nodes holding members of both would ask; then, with group 0
+    back, group 1's worker. The model's PDB (components/model_service.py, counted in groups) must let
+    only one group be down at a time."""
+    by_group: dict[str, dict[str, str]] = {}
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        by_group.setdefault(labels[GROUP_INDEX_LABEL], {})[labels[WORKER_INDEX_LABEL]] = pod["metadata"][
+            "name"
+        ]
+
+    def budget_allows_one() -> bool:
+        status = cluster.get("poddisruptionbudget", namespace=NAMESPACE, name=LWS).get("status", {})
+        return status.get("disruptionsAllowed") == 1
+
+    try:
+        cluster.wait_for("the budget to allow one eviction", budget_allows_one, timeout=WAIT_SECONDS)
+    except ClusterError as error:
+        return {"error": str(error)}
+    before = {pod["metadata"]["uid"] for pod in pods}
+
+    def group_0_recreated() -> list[dict[str, Any]] | None:
+        running = _groups_running(cluster, 2)
+        if not running:
+            return None
+        group_0 = [p for p in running if p["metadata"]["labels"][GROUP_INDEX_LABEL] == "0"]
+        return running if not {p["metadata"]["uid"] for p in group_0} & before else None
+
+    first = _evict(cluster, by_group["0"]["1"])
+    second = _evict(cluster, by_group["1"]["0"])
+    pdb = cluster.get("poddisruptionbudget", namespace=NAMESPACE, name=LWS)
+    try:
+        cluster.wait_for("group 0 recreated, both groups Running", group_0_recreated, timeout=WAIT_SECONDS)
+        cluster.wait_for("the budget to allow one eviction again", budget_allows_one, timeout=WAIT_SECONDS)
+        third = _evict(cluster, by_group["1"]["1"])
+        cluster.wait_for(
+            "two whole groups Running again", lambda: _groups_running(cluster, 2), timeout=WAIT_SECONDS
+        )
+    except ClusterError as error:
+        return {"first": first, "second": second, "pdb": pdb, "error": str(error)}
+    return {"first": first, "second": second, "third": third, "pdb": pdb}
 
 
 DEMAND_LABEL = "vllm-platform-test/demand"
@@ -681,6 +786,22 @@ def test_scale_subresource_adds_and_removes_whole_groups(multi_node_run):
     assert observed["scale_in"]["endpoints"] == [f"{LWS}-0"]
 
 
+def test_the_eviction_api_takes_one_group_at_a_time(multi_node_run):
+    """Issue 50: the budget counts groups. With two groups Running, a worker of one is evicted (201,
+    and LWS takes its whole group down); the other group's leader, asked for at once, is refused
+    (429: the budget is spent while a group is down); once the first group serves again, the second's
+    worker may go. A drain of nodes holding members of both groups therefore never has both down."""
+    _, observed = multi_node_run
+    assert "scale_out_error" not in observed, observed.get("scale_out_error")
+    evictions = observed["evictions"]
+    assert "error" not in evictions, evictions
+    assert evictions["pdb"]["spec"]["maxUnavailable"] == 1
+    assert evictions["first"]["returncode"] == 0, evictions["first"]
+    assert evictions["second"]["returncode"] != 0
+    assert "disruption budget" in evictions["second"]["stderr"], evictions["second"]
+    assert evictions["third"]["returncode"] == 0, evictions["third"]
+
+
 def test_a_deleted_worker_recreates_its_whole_group(multi_node_run):
     _, observed = multi_node_run
     assert "recovery_error" not in observed, observed.get("recovery_error")
@@ -714,6 +835,36 @@ def _canary(observed: dict[str, Any]) -> dict[str, Any]:
     assert "canary_error" not in observed, observed.get("canary_error")
     assert "canary" in observed, "the canary step did not run (an earlier step failed)"
     return observed["canary"]
+
+
+def test_the_preflight_job_is_admitted_and_places_one_pod_per_free_gpu_node_in_one_zone(multi_node_run):
+    """The pre-flight's objects pass the API server's admission (PodSecurity `restricted` on its
+    namespace, the Job, the headless Service, the NetworkPolicy) and the real scheduler puts its two
+    pods on the two GPU nodes the group left free, one each, in one zone, with the group's requests."""
+    _, observed = multi_node_run
+    assert "recovery" in observed, "the group did not come back; the pre-flight step did not run"
+    preflight = observed["preflight"]
+    assert preflight["apply"]["returncode"] == 0, preflight["apply"]["stderr"]
+    assert "error" not in preflight, preflight.get("error")
+    pods = preflight["pods"]
+    group_nodes = {p["spec"]["nodeName"] for p in observed["recovery"]["pods"]}
+    nodes = [p["spec"]["nodeName"] for p in pods]
+    assert len(set(nodes)) == GROUP_SIZE and not set(nodes) & group_nodes
+    for name in nodes:
+        node = observed["nodes"][name]
+        assert node["metadata"]["labels"][NODE_GROUP_LABEL] == GPU_GROUP
+    zones = {observed["nodes"][n]["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes}
+    assert len(zones) == 1
+    assert sorted(p["spec"]["hostname"] for p in pods) == [f"{PREFLIGHT_NAME}-0", f"{PREFLIGHT_NAME}-1"]
+    assert {p["spec"]["subdomain"] for p in pods} == {PREFLIGHT_NAME}
+    for pod in pods:
+        (container,) = pod["spec"]["containers"]
+        assert container["resources"]["requests"][EFA_RESOURCE] == "32"
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == "8"
+        env = {e["name"] for e in container["env"]}
+        assert "JOB_COMPLETION_INDEX" in env  # the Job controller's, the script's node rank
+    assert preflight["job"]["spec"]["completionMode"] == "Indexed"
+    assert preflight["left"] == []
 
 
 def test_a_canary_candidate_runs_as_a_whole_group_beside_the_stable_one(multi_node_run):

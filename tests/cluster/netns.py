@@ -191,16 +191,18 @@ two test namespaces hold them, on the two ends of their veth pair."""
 
 @contextlib.contextmanager
 def two_nodes(
-    prefixes: tuple[str, str] = ("vp-leader", "vp-worker"),
+    prefixes: tuple[str, str] = ("vp-leader", "vp-worker"), *, leader_name: str | None = None
 ) -> Iterator[tuple[NetworkNamespace, NetworkNamespace]]:
     """Two namespaces joined by a veth pair at TWO_NODE_ADDRESSES, each resolving this machine's host
     name to its own address, as the kubelet writes a pod's /etc/hosts (torch.distributed's gloo binds to
-    the address its host name resolves to)."""
+    the address its host name resolves to); and, in both, `leader_name` to the leader's address, as the
+    cluster's DNS answers for the name LWS gives a group's leader."""
     leader_address, worker_address = TWO_NODE_ADDRESSES
+    shared = {leader_name: leader_address} if leader_name else {}
     with NetworkNamespace(prefixes[0]) as leader, NetworkNamespace(prefixes[1]) as worker:
         join_by_veth(leader, worker, leader_address, worker_address)
-        leader.resolve({socket.gethostname(): leader_address})
-        worker.resolve({socket.gethostname(): worker_address})
+        leader.resolve({socket.gethostname(): leader_address, **shared})
+        worker.resolve({socket.gethostname(): worker_address, **shared})
         yield leader, worker
 
 

@@ -11,8 +11,9 @@ So every byte between leader and worker crosses the veth, as it crosses the netw
 The stack is stacks/Pulumi.multinode.yaml varied to one GPU per node and tensor parallelism
 across the two nodes, so the CPU build can run it. What changes between the rendered pods and this
 test: the LWS variables and the downward API are expanded as the kubelet would (rank 0 and 1, the
-leader's address, `VLLM_HOST_IP` = each pod's address), the master port is a free one, and
-`cpu_arguments` swaps in the tiny model with dummy weights and its context length
+leader's DNS name as LWS injects it, which both "nodes" resolve to the leader's address (LEADER_NAME),
+`VLLM_HOST_IP` = each pod's address), the master port is a free one, and `cpu_arguments` swaps
+in the tiny model with dummy weights and its context length
 (tests/e2e/conftest.py). The stack's rendered model router (the pinned vllm-router) then serves a
 completion in front of the leader from the worker's namespace, as the router pod reaches a leader on
 another node: its rendered discovery selects group leaders only
@@ -78,6 +79,11 @@ CLIENT_TIMEOUT_SECONDS = 300
 """A test's requests from inside a namespace (each completion is bounded at 120 s on its own)."""
 
 LEADER_ADDRESS, WORKER_ADDRESS = TWO_NODE_ADDRESSES
+LEADER_NAME = "vllm-0.vllm-0.vllm-llama-3-1-8b"
+"""What LWS puts in `LWS_LEADER_ADDRESS` for the first group's leader (`<leader>.<group's headless
+Service>.<namespace>`; tests/test_deploy_multi_node.py reads it on the live pods): the rendered
+`--master-addr`, which with data parallelism vLLM also binds its ZeroMQ sockets to (issue 50). Both
+namespaces resolve it to the leader's address through their hosts files, as the cluster's DNS would."""
 
 
 def _two_node_stack(tmp_path: Path, parallelism: dict[str, Any], tenants: Sequence[dict[str, Any]]) -> Path:
@@ -180,7 +186,7 @@ def tenant_key(tenant: str) -> str:
 
 def _expanded(args: list[str], rank: str, master_port: int) -> list[str]:
     expanded = [
-        t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", LEADER_ADDRESS) for t in args
+        t.replace("$(LWS_WORKER_INDEX)", rank).replace("$(LWS_LEADER_ADDRESS)", LEADER_NAME) for t in args
     ]
     expanded[expanded.index("--master-port") + 1] = str(master_port)
     return expanded
@@ -231,7 +237,7 @@ def _running_group(
     leader_args = cpu_arguments(_expanded(leader_container["args"], "0", master_port), tiny_model_dir)
     worker_args = cpu_arguments(_expanded(worker_container["args"], "1", master_port), tiny_model_dir)
 
-    with two_nodes() as (leader_node, worker_node):
+    with two_nodes(leader_name=LEADER_NAME) as (leader_node, worker_node):
         worker_log = tmp_path / "worker.log"
         with worker_log.open("wb") as log:
             worker_process = subprocess.Popen(
@@ -308,6 +314,8 @@ def test_rendered_data_parallel_ranks_serve_as_one_replica_across_two_processes(
     with _running_group(DATA_PARALLEL_OVER_TWO_NODES, tiny_model_dir, tmp_path, TENANTS) as group:
         leader, worker = group.leader, group.worker
         assert _argument(leader.process.args, "--data-parallel-size") == "2"
+        # The leader's DNS name, as LWS injects it, is also vLLM's data-parallel (ZeroMQ) address.
+        assert _argument(leader.process.args, "--master-addr") == LEADER_NAME
         assert "--data-parallel-start-rank" not in leader.process.args
         prompts = [f"request {index}" for index in range(8)]
 

@@ -5,6 +5,7 @@ tests/test_deploy_multi_node.py."""
 
 from __future__ import annotations
 
+import os
 import resource
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from infra.catalogue.efa_interfaces import efa_bandwidth_gbps, efa_instance_type
 from infra.cli import EXIT_INVALID_CONFIG, main
 from infra.config.loader import STACKS_DIR
 from infra.stack_checks import load_stack
+from tests.conftest import REPO_ROOT
 
 MODEL = "llama-3-1-405b"
 
@@ -206,3 +208,14 @@ def test_the_node_facts_are_this_containers_own() -> None:
     shown = "unlimited" if soft == resource.RLIM_INFINITY else soft // 1024
     assert facts["locked_memory"]["soft_kib"] == shown
     assert facts["index"] == 0 and isinstance(facts["kernel_rdma_devices"], list)
+
+
+def test_the_network_is_read_from_a_real_nccl_log(tmp_path: Path) -> None:
+    """tests/data/nccl-2.28.9-h100-socket.log is NCCL's own log from the script's NCCL path on one lab
+    H100 (no EFA); the script reads the network it chose, and the plugin lines, from it."""
+    log = (REPO_ROOT / "tests" / "data" / "nccl-2.28.9-h100-socket.log").read_text()
+    (tmp_path / f"nccl-preflight.vm.{os.getpid()}.log").write_text(log)
+    found = script.nccl_network(tmp_path)
+    assert found["networks"] == ["Socket"]
+    assert any("NET/Plugin: Could not find: libnccl-net.so" in line for line in found["lines"])
+    assert any("NCCL version 2.28.9" in line for line in found["lines"])

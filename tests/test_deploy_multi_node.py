@@ -32,8 +32,10 @@ Steps (one module-scoped run; each test checks one):
     up → the group Running (leader and worker, one per node, on the GPU group) →
     preview --expect-no-changes →
     /scale of the LeaderWorkerSet 1 -> 2 (a second whole group) -> 1, as KEDA's operator or the HPA
-    controller would write it →
+    controller would write it, with the Eviction API at two groups between (one group down at a time) →
     a worker pod deleted: its whole group recreated (RecreateGroupAfterStart: new leader too) →
+    the pre-flight's objects (`vllm-platform preflight`) applied on the two free GPU nodes, then deleted →
+    a second group whose worker stays Pending while its leader reports a restart: left alone, then formed →
     KEDA's real operator (tests/cluster/control_plane.py) given the model's ScaledObject as
     components/autoscaling.py renders it for a to-zero group (its target the LeaderWorkerSet), the
     triggers swapped for KEDA's `kubernetes-workload` scaler since this cluster runs no Prometheus
@@ -202,6 +204,7 @@ def multi_node_run(tmp_path_factory):
             _run(cluster, deployer, observed)
             if "recovery" in observed:
                 _preflight_beside_the_group(cluster, config, observed)
+                _a_member_restarts_while_another_is_pending(cluster, observed)
                 _canary_beside_the_stable_group(cluster, workdir, observed)
                 _keda_drives_whole_groups(cluster, config.models[0], observed)
         finally:
@@ -327,6 +330,102 @@ def _preflight_beside_the_group(cluster: Cluster, config: PlatformConfig, observ
             timeout=WAIT_SECONDS,
         )
     observed["preflight"]["left"] = [p["metadata"]["name"] for p in cluster.get("pods", namespace=namespace)]
+
+
+HELD_OBSERVATION_SECONDS = 10
+"""How long the test watches a group that LWS must leave alone (bounded; LWS reacts to a pod's status
+change within a second on this control plane: tests/test_deploy_multi_node.py's recreation step)."""
+
+
+def _group_uids(cluster: Cluster, group: str) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in _group_pods(cluster)
+        if p["metadata"]["labels"][GROUP_INDEX_LABEL] == group
+    }
+
+
+def _a_member_restarts_while_another_is_pending(cluster: Cluster, observed: dict[str, Any]) -> None:
+    """Issue 50: a second group whose worker stays Pending (its only free node cordoned, as a node still
+    launching or an image still pulling), while its leader's container restarts (restartCount 1, what
+    the kubelet reports when vLLM exits at its rendezvous timeout). RESTART_POLICY
+    (RecreateGroupAfterStart) must leave the group alone while a member is Pending, then let it form
+    once the node comes, and not recreate it in a loop. The restart is written into the pod's status as
+    the kubelet would (KWOK runs no containers); the decisions are LWS v0.10.0's own."""
+    in_use = {p["spec"]["nodeName"] for p in _group_pods(cluster)}
+    free = sorted(
+        name
+        for name, node in observed["nodes"].items()
+        if node["metadata"]["labels"].get(NODE_GROUP_LABEL) == GPU_GROUP and name not in in_use
+    )
+    record: dict[str, Any] = {"free_nodes": free}
+    observed["restart_while_pending"] = record
+    if len(free) < GROUP_SIZE:
+        record["error"] = f"fewer than {GROUP_SIZE} free GPU nodes: {free}"
+        return
+    held_node = free[1]
+    cluster.kubectl("cordon", held_node)
+    try:
+        cluster.kubectl("scale", f"leaderworkerset/{LWS}", "-n", NAMESPACE, "--replicas=2")
+
+        def leader_running_worker_pending() -> dict[str, Any] | None:
+            pods = {p["metadata"]["name"]: p for p in _group_pods(cluster)}
+            leader, worker = pods.get(f"{LWS}-1"), pods.get(f"{LWS}-1-1")
+            if not leader or not worker or leader["status"].get("phase") != "Running":
+                return None
+            return leader if worker["status"].get("phase") == "Pending" else None
+
+        leader = cluster.wait_for(
+            "group 1's leader Running and its worker Pending",
+            leader_running_worker_pending,
+            timeout=WAIT_SECONDS,
+        )
+        before = _group_uids(cluster, "1")
+        index = next(
+            i for i, c in enumerate(leader["status"]["containerStatuses"]) if c["name"] == SERVER_NAME
+        )
+        patch = [{"op": "replace", "path": f"/status/containerStatuses/{index}/restartCount", "value": 1}]
+        cluster.kubectl(
+            "patch",
+            "pod",
+            f"{LWS}-1",
+            "-n",
+            NAMESPACE,
+            "--subresource=status",
+            "--type=json",
+            "-p",
+            json.dumps(patch),
+        )
+        status = cluster.get("pod", namespace=NAMESPACE, name=f"{LWS}-1")["status"]
+        record["restart_count_written"] = status["containerStatuses"][index].get("restartCount")
+        record["leader_status"] = status
+        seen = []
+        for _ in range(HELD_OBSERVATION_SECONDS):  # bounded watch: the group must stay as it is
+            time.sleep(1)
+            seen.append(_group_uids(cluster, "1"))
+        record["held"] = all(uids == before for uids in seen)
+        record["before"] = before
+    except ClusterError as error:
+        record["error"] = f"{error}; pods: {_group_pods(cluster)}"
+        cluster.kubectl("uncordon", held_node)
+        return
+    cluster.kubectl("uncordon", held_node)
+    try:
+        cluster.wait_for(
+            "two whole groups Running", lambda: _groups_running(cluster, 2), timeout=WAIT_SECONDS
+        )
+        formed = _group_uids(cluster, "1")
+        settled = []
+        for _ in range(HELD_OBSERVATION_SECONDS):
+            time.sleep(1)
+            settled.append(_group_uids(cluster, "1"))
+        record["formed"] = formed
+        record["stable_after_forming"] = all(uids == formed for uids in settled)
+        record["recreated_once"] = set(formed.values()) != set(before.values())
+        cluster.kubectl("scale", f"leaderworkerset/{LWS}", "-n", NAMESPACE, "--replicas=1")
+        cluster.wait_for("one whole group Running", lambda: _groups_running(cluster, 1), timeout=WAIT_SECONDS)
+    except ClusterError as error:
+        record["error"] = f"{error}; pods: {_group_pods(cluster)}"
 
 
 def _evict(cluster: Cluster, pod: str) -> dict[str, Any]:
@@ -800,6 +899,18 @@ def test_the_eviction_api_takes_one_group_at_a_time(multi_node_run):
     assert evictions["second"]["returncode"] != 0
     assert "disruption budget" in evictions["second"]["stderr"], evictions["second"]
     assert evictions["third"]["returncode"] == 0, evictions["third"]
+
+
+def test_a_member_restarting_while_another_is_pending_does_not_recreate_the_group_in_a_loop(multi_node_run):
+    """Issue 50: the leader's container restarted (restartCount 1) while its worker was Pending: LWS
+    left the group as it was for the whole watch; once the worker's node came the group formed (LWS
+    may recreate it once, now that nothing is Pending and the count never resets) and then stayed."""
+    _, observed = multi_node_run
+    record = observed["restart_while_pending"]
+    assert "error" not in record, record.get("error")
+    assert record["restart_count_written"] == 1, record.get("leader_status")
+    assert record["held"] is True, record
+    assert record["stable_after_forming"] is True, record
 
 
 def test_a_deleted_worker_recreates_its_whole_group(multi_node_run):

@@ -4,7 +4,8 @@ The stack is stacks/Pulumi.multinode.yaml (Llama-3.1-405B over two p5.48xlarge n
 replica, one LeaderWorkerSet group each) moved onto the fixture's cluster: mode `existing`, the
 fixture's context, the GPU group at four nodes (room for a second group), system nodes big enough
 for the router. The KWOK nodes declare what the pods ask for: 8 GPUs and 32 `vpc.amazonaws.com/efa`
-each (tests/cluster/nodes.py), all in one zone as the group's placement group puts them.
+each (tests/cluster/nodes.py), over two zones (mode `existing` has no placement group of ours), so
+that a group split across zones would show (issue 50).
 
 What runs: the API server (with webhook admission on), etcd, the scheduler, the controllers and KWOK
 as in every deploy test; LWS's controller v0.10.0 as a process (tests/cluster/lws.py, from
@@ -795,13 +796,32 @@ def _check_whole_groups(observed: dict[str, Any], pods: list[dict[str, Any]], gr
     placed = [pod["spec"]["nodeName"] for pod in pods]
     assert len(set(placed)) == len(placed), f"two members on one node: {placed}"
     assert {nodes[name]["metadata"]["labels"][NODE_GROUP_LABEL] for name in placed} == {GPU_GROUP}
-    zones = {nodes[name]["metadata"]["labels"]["topology.kubernetes.io/zone"] for name in placed}
-    assert len(zones) == 1, zones
+    # The GPU nodes span two zones (mode existing: no placement group); each group stays in one
+    # (issue 50: the zone affinity within a group, LWS's group-key through matchLabelKeys).
+    for group in {p["metadata"]["labels"][GROUP_INDEX_LABEL] for p in pods}:
+        members = [p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][GROUP_INDEX_LABEL] == group]
+        zones = {nodes[name]["metadata"]["labels"]["topology.kubernetes.io/zone"] for name in members}
+        assert len(zones) == 1, (group, members, zones)
     for pod in pods:
         resources = _container(pod)["resources"]
         node = nodes[pod["spec"]["nodeName"]]["status"]["allocatable"]
         assert resources["requests"]["nvidia.com/gpu"] == node["nvidia.com/gpu"] == "8"
         assert resources["requests"][EFA_RESOURCE] == node[EFA_RESOURCE] == "32"
+
+
+def test_the_gpu_nodes_span_two_zones_and_every_group_stays_in_one(multi_node_run):
+    """Issue 50: in mode `existing` all three groups of a stack were split across zones. Here the GPU
+    nodes span two zones; every whole-group check (_check_whole_groups) also holds each group to one,
+    and two groups Running at once are in different zones only because neither fits beside the other."""
+    _, observed = multi_node_run
+    gpu_zones = {
+        node["metadata"]["labels"]["topology.kubernetes.io/zone"]
+        for node in observed["nodes"].values()
+        if node["metadata"]["labels"].get(NODE_GROUP_LABEL) == GPU_GROUP
+    }
+    assert len(gpu_zones) == 2, gpu_zones
+    assert "scale_out_error" not in observed, observed.get("scale_out_error")
+    _check_whole_groups(observed, observed["scale_out"]["pods"], groups=2)
 
 
 def test_up_creates_the_leader_worker_set(multi_node_run):

@@ -14,7 +14,8 @@ balances its own nodes over them. Groups balance independently, so nothing lines
 up in the first zone: each group here starts in the zone after the previous group's last node. A
 small group then lands where zone bugs show, e.g. three zones, two system nodes and a GPU node
 alone in the third zone (issue 40). A group that needs EFA (a multi-node model's) has one placement
-group and so one zone, the first, as the AWS layer gives it.
+group and so one zone, the first, as the AWS layer gives it in mode `eks`; in mode `existing` (no
+placement group of ours) it is balanced like any other, where a group split across zones shows.
 """
 
 from __future__ import annotations
@@ -63,9 +64,11 @@ def node_zones(config: PlatformConfig, *, size: str = "max_size") -> dict[str, l
     next_zone = 0
     for spec in node_group_specs(config.cluster.name, config.node_groups):
         count = getattr(spec, size)
-        if spec.name in config.node_groups.gpu and group_needs_efa(config, spec.name):
+        efa = spec.name in config.node_groups.gpu and group_needs_efa(config, spec.name)
+        if efa and config.cluster.mode == "eks":
             # One cluster placement group, so one zone: the first private subnet's
-            # (infra/aws/node_groups.py, docs/multi-node.md "EFA on the nodes").
+            # (infra/aws/node_groups.py, docs/multi-node.md "EFA on the nodes"). In mode `existing`
+            # the stack makes no placement group, and the cluster's nodes may span zones (issue 50).
             placed[spec.name] = [zones[0]] * count
             continue
         placed[spec.name] = [zones[(next_zone + index) % len(zones)] for index in range(count)]

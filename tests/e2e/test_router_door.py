@@ -89,6 +89,9 @@ class DoorPod:
     routers: dict[str, RunningRouter]
     workers: dict[str, Worker]
     """The front's workers as the registrar's config gives them (keyed by the URL it routes to)."""
+    front_arguments: list[str]
+    """The rendered front's arguments on loopback (the control starts fresh fronts from them)."""
+    logs: Path
 
 
 def _rendered(stack: str) -> tuple[dict[str, str], dict[str, Any]]:
@@ -179,6 +182,8 @@ def door_pod(vllm_server: RunningVllmServer, tmp_path_factory: pytest.TempPathFa
                 sleeper_entry["model_id"],
                 {"front": front, "awake": awake, "sleeper": sleeper},
                 workers,
+                loopback_arguments(containers["router"]),
+                logs,
             )
     except RouterError as error:
         pytest.fail(str(error), pytrace=False)
@@ -210,19 +215,44 @@ def worker_lists(pod: DoorPod) -> dict[str, Any]:
     return {name: httpx.get(f"{r.base_url}/workers", timeout=10).json() for name, r in pod.routers.items()}
 
 
+CONTROL_FRONTS = 12
+"""Fresh front processes the control may start. vllm-router 0.1.17 in multi-model mode holds a regular
+and a prefill/decode router and sends a path it has no route for to one of them, chosen once per
+process: through the prefill/decode one (no workers here) the answer is 503 "No available workers:
+0 prefill, 0 decode" and nothing is forwarded, so the hole shows in about every other front process
+(CI, 2026-12-07). The control asks fresh fronts until one forwards; 12 misses in a row would be
+1 in 4,096 at even odds."""
+PD_ROUTER_ANSWER = b"0 prefill, 0 decode"
+
+
+def _dot_segment_answers(base_url: str) -> dict[str, tuple[int, bytes]]:
+    body = json.dumps({"model": AWAKE}).encode()
+    return {
+        target: raw_request(base_url, "POST", target, headers={"Content-Type": "application/json"}, body=body)
+        for target in ("/v1/%2e%2e/workers", "/v1/../workers", "/v1/chat/%2E%2E/%2E%2E/workers")
+    }
+
+
 def test_without_the_door_dot_segments_reach_a_model_routers_worker_api(door_pod: DoorPod) -> None:
     """The control: the corpus has teeth. Sent to the front itself (what the load balancer reached
     before the door), a dot-segment under /v1 comes out at the awake model's router as `/workers`:
     its add-worker handler answers (here refusing a body without `url`: nothing is added)."""
-    body = json.dumps({"model": AWAKE}).encode()
-    answers = [
-        raw_request(
-            door_pod.front.base_url, "POST", target, headers={"Content-Type": "application/json"}, body=body
+    answers = _dot_segment_answers(door_pod.front.base_url)
+    seen = [answers]
+    for attempt in range(CONTROL_FRONTS):
+        if not all(PD_ROUTER_ANSWER in body for _, body in answers.values()):
+            break
+        front = start_router(
+            door_pod.front_arguments, log_path=door_pod.logs / f"control-front-{attempt}.log"
         )
-        for target in ("/v1/%2e%2e/workers", "/v1/../workers", "/v1/chat/%2E%2E/%2E%2E/workers")
-    ]
-    reached = [answer for answer in answers if b"missing field `url`" in answer[1]]
-    assert len(reached) == 3, f"the front no longer forwards dot-segments to a worker API: {answers}"
+        try:
+            reconcile(RouterClient(front.base_url), door_pod.workers)
+            answers = _dot_segment_answers(front.base_url)
+            seen.append(answers)
+        finally:
+            stop_router(front)
+    reached = [answer for answer in answers.values() if b"missing field `url`" in answer[1]]
+    assert len(reached) == 3, f"the front no longer forwards dot-segments to a worker API: {seen}"
 
 
 def test_no_trick_through_the_door_reaches_a_worker_api_or_changes_a_worker_list(door_pod: DoorPod) -> None:

@@ -89,6 +89,7 @@ from tests.cluster.fixtures import REPO, cluster_for, require_chart_cache, requi
 from tests.cluster.lws import CONFIGURATION_NAME, install_lws_api, missing_reason, start_lws_controller
 from tests.cluster.pulumi_project import write_project
 from tests.support.charts import data_crds
+from tests.support.stack_files import on_an_existing_cluster
 from tests.test_deploy_pulumi import Deployer
 
 pytestmark = pytest.mark.cluster
@@ -112,21 +113,17 @@ def _cluster_stack(path: Path) -> Path:
     """The multinode example on the fixture's cluster (the module's docstring says what changes)."""
     document = yaml.safe_load(MULTINODE_STACK_FILE.read_text())
     config = document["config"]
-    config.pop("aws:region", None)
-    config["vllm-platform:cluster"] = {
-        "mode": "existing",
-        "name": "kwok-multinode",
-        "region": "us-west-2",
-        "availability_zone_count": 2,
-        "kubeconfig_context": "kwok-admin",
-    }
+    on_an_existing_cluster(
+        config,
+        name="kwok-multinode",
+        context="kwok-admin",
+        ingress_cidrs=["10.20.200.0/24", "10.20.201.0/24"],
+    )
     groups = config["vllm-platform:node_groups"]
     groups["system"] = {"instance_types": ["m7i.2xlarge"], "min_size": 3, "desired_size": 3, "max_size": 3}
     groups["gpu"][GPU_GROUP]["max_size"] = GPU_NODES
     config["vllm-platform:addons"] = {"leader_worker_set": False, "secrets_store_csi_driver": True}
     config["vllm-platform:monitoring"] = {"enabled": False}
-    config["vllm-platform:storage"] = {"existing_efs_file_system_id": "fs-0abc1234def567890"}
-    config["vllm-platform:security"] = {"load_balancer_source_cidrs": ["10.20.200.0/24", "10.20.201.0/24"]}
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
@@ -408,9 +405,9 @@ def _a_member_restarts_while_another_is_pending(cluster: Cluster, observed: dict
         record["before"] = before
     except ClusterError as error:
         record["error"] = f"{error}; pods: {_group_pods(cluster)}"
-        cluster.kubectl("uncordon", held_node)
         return
-    cluster.kubectl("uncordon", held_node)
+    finally:
+        cluster.kubectl("uncordon", held_node)
     try:
         cluster.wait_for(
             "two whole groups Running", lambda: _groups_running(cluster, 2), timeout=WAIT_SECONDS

@@ -49,6 +49,7 @@ from infra.versions import LWS_CONTROLLER_IMAGE, VLLM_EFA_IMAGE, VLLM_IMAGE
 from infra.vllm_flags import check_server_arguments
 from tests.conftest import rendered
 from tests.support.charts import data_values, require_chart_data
+from tests.support.stack_files import on_an_existing_cluster
 
 MULTINODE_STACK = STACKS_DIR / "Pulumi.multinode.yaml"
 NAMESPACE = "vllm-llama-3-1-405b"
@@ -478,16 +479,9 @@ def test_a_cluster_that_runs_its_own_lws_controller_gets_no_lws_release_but_stil
     config["vllm-platform:addons"] = {"leader_worker_set": False}
     # A cluster of its own (mode existing): in mode eks nothing else would install LWS, and validate
     # refuses it (tests/bad-stacks/eks-multi-node-without-the-lws-controller.yaml).
-    config.pop("aws:region", None)
-    config["vllm-platform:cluster"] = {
-        "mode": "existing",
-        "name": "own-lws",
-        "region": "us-west-2",
-        "availability_zone_count": 2,
-        "kubeconfig_context": "own-lws",
-    }
-    config["vllm-platform:storage"] = {"existing_efs_file_system_id": "fs-0abc1234def567890"}
-    config["vllm-platform:security"] = {"load_balancer_source_cidrs": ["10.0.200.0/24", "10.0.201.0/24"]}
+    on_an_existing_cluster(
+        config, name="own-lws", context="own-lws", ingress_cidrs=["10.0.200.0/24", "10.0.201.0/24"]
+    )
     path = tmp_path / "Pulumi.multinode.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     render = render_stack("multinode", stack_file=path, allow_missing_charts=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -16,9 +17,25 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 
 
 @cache
+def _raw() -> dict[str, Any]:
+    """efa_interfaces.yaml, read once."""
+    return yaml.safe_load(Path(__file__).with_name("efa_interfaces.yaml").read_text())
+
+
+def _types_with_efa() -> set[str]:
+    return {name for name, count in _table().items() if count > 0}
+
+
+def _only_types_with_efa(section: str, names: set[str]) -> None:
+    """A row of `section` for a type without EFA is a mistake in the catalogue."""
+    without_efa = sorted(names - _types_with_efa())
+    if without_efa:
+        raise ValueError(f"efa_interfaces.yaml: {section} lists types without EFA: {', '.join(without_efa)}")
+
+
+@cache
 def _table() -> dict[str, int]:
-    raw = yaml.safe_load(Path(__file__).with_name("efa_interfaces.yaml").read_text())
-    table = {str(name): int(count) for name, count in raw["efa_interfaces"].items()}
+    table = {str(name): int(count) for name, count in _raw()["efa_interfaces"].items()}
     unknown = sorted(set(table) - set(gpu_instance_types()))
     if unknown:  # a row for an instance type the GPU catalogue does not know is a typo
         raise ValueError(f"efa_interfaces.yaml: not in gpu_instances.yaml: {', '.join(unknown)}")
@@ -27,25 +44,15 @@ def _table() -> dict[str, int]:
 
 @cache
 def _device_rdma() -> frozenset[str]:
-    raw = yaml.safe_load(Path(__file__).with_name("efa_interfaces.yaml").read_text())
-    rdma = frozenset(str(name) for name in raw["efa_device_rdma"])
-    without_efa = sorted(rdma - set(name for name, count in _table().items() if count > 0))
-    if without_efa:
-        raise ValueError(
-            f"efa_interfaces.yaml: efa_device_rdma lists types without EFA: {', '.join(without_efa)}"
-        )
+    rdma = frozenset(str(name) for name in _raw()["efa_device_rdma"])
+    _only_types_with_efa("efa_device_rdma", set(rdma))
     return rdma
 
 
 @cache
 def _bandwidth() -> dict[str, int]:
-    raw = yaml.safe_load(Path(__file__).with_name("efa_interfaces.yaml").read_text())
-    bandwidth = {str(name): int(gbps) for name, gbps in raw["efa_bandwidth_gbps"].items()}
-    without_efa = sorted(set(bandwidth) - set(name for name, count in _table().items() if count > 0))
-    if without_efa:
-        raise ValueError(
-            f"efa_interfaces.yaml: efa_bandwidth_gbps lists types without EFA: {', '.join(without_efa)}"
-        )
+    bandwidth = {str(name): int(gbps) for name, gbps in _raw()["efa_bandwidth_gbps"].items()}
+    _only_types_with_efa("efa_bandwidth_gbps", set(bandwidth))
     return bandwidth
 
 
@@ -66,4 +73,4 @@ def max_efa_interfaces(instance_type: str) -> int:
 
 def efa_instance_types() -> list[str]:
     """Every GPU instance type with EFA, sorted."""
-    return sorted(name for name, count in _table().items() if count > 0)
+    return sorted(_types_with_efa())

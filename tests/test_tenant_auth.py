@@ -950,6 +950,8 @@ def test_the_pacer_keeps_one_tenants_work_to_its_share_of_the_loop(pod: Pod) -> 
 
 def test_the_pacer_is_charged_with_the_time_the_middleware_spent_on_the_body(pod: Pod) -> None:
     _, charged = _paced(pod)
+    _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA))  # the first call's one-time costs
+    charged.clear()
     small = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA))
     small_charges = len(charged)
     large = _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA, prompt=[7] * 30_000), chunks=9)
@@ -958,9 +960,10 @@ def test_the_pacer_is_charged_with_the_time_the_middleware_spent_on_the_body(pod
     # completion), each charged to the tenant.
     assert small_charges == 2 and len(charged) == 2 + 9 + 1
     assert {tenant for tenant, _, _ in charged} == {"team-a"}
-    # 30,000 token IDs cost the scan and parse far more than a one-line body (CPU time of the loop).
+    # 30,000 token IDs cost the scan and parse far more than a one-line body (CPU time of the loop:
+    # 27-33x on a quiet machine; 5x leaves room for a busy one's cold caches).
     small_cost = sum(seconds for _, seconds, _ in charged[:2])
-    assert sum(seconds for _, seconds, _ in charged[2:]) > 10 * small_cost > 0
+    assert sum(seconds for _, seconds, _ in charged[2:]) > 5 * small_cost > 0
     # A body the scan refuses is charged with what the scan cost, and paced like any other.
     too_deep = b'{"model": "tiny-alpha", "prompt": ' + b"[" * 70 + b"]" * 70 + b"}"
     assert _call(pod, "POST", "/v1/completions", KEY_B, too_deep).status == 400
@@ -997,15 +1000,18 @@ def test_a_body_refused_after_its_parse_is_charged_and_delays_the_tenants_next_b
     assert refused.status == status and not refused.reached
     parse = charged[-1]  # after the 9 chunks' scans: the parse and checks that ended in the refusal
     assert len(charged) == 10 and parse[0] == "team-a" and parse[1] > max(c[1] for c in charged[:9])
-    owed = pod.middleware.pacer.wait("team-a")
-    assert owed == pytest.approx(parse[1] / pod.middleware.pacer.share) and owed > 0
+    pacer = pod.middleware.pacer
+    assert pacer.wait("team-a") == pytest.approx(parse[1] / pacer.share) and parse[1] > 0
     # The tenant's next body waits until all of it fits its share; another tenant's waits only for
-    # its own pieces (its parse for its scan: microseconds).
+    # its own pieces. Team-a owes a second more here, so that this does not compare two measured CPU
+    # times (a one-line body's checks against 30,000 IDs' parse: 9-18x apart, even on a quiet machine).
+    pacer.charge("team-a", 1.0)
+    owed = pacer.wait("team-a")
     clock.slept.clear()
     assert _call(pod, "POST", "/v1/completions", KEY_B, _completion(BETA)).status == 200
     waited = sum(clock.slept)
-    own = sum(seconds for tenant, seconds, _ in charged if tenant == "team-b") / pod.middleware.pacer.share
-    assert waited <= own + 1e-9 < owed / 10
+    own = sum(seconds for tenant, seconds, _ in charged if tenant == "team-b") / pacer.share
+    assert waited <= own + 1e-9 and own < 1.0 < owed
     clock.slept.clear()
     assert _call(pod, "POST", "/v1/completions", KEY_A, _completion(ALPHA)).status == 200
     assert clock.slept[0] == pytest.approx(owed - waited)  # before its first chunk is scanned

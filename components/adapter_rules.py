@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from components.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
 from components.leader_worker_set import leader_pods_pattern
 from components.scrape import series_gaps
-from infra import dcgm_metrics, router_metrics, vllm_metrics
-from infra.config.errors import Problem
-from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
+from domain import dcgm_metrics, router_metrics, vllm_metrics
+from domain.config.errors import Problem
+from domain.config.models import ModelConfig
+from domain.config.platform import PlatformConfig
+from domain.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
 
 DCGM_TENSOR_ACTIVE = dcgm_metrics.TENSOR_PIPE_ACTIVE
 """Fraction 0–1 of cycles the tensor (HMMA) pipe is active, per GPU (DCGM's profiling counter, in the
@@ -310,7 +310,7 @@ def _metric_name_problem(name: str) -> str | None:
         signal = SIGNALS[name]
         if signal.exporter == "vllm" and vllm_metrics.EXPORTED_METRICS.get(name) != "gauge":
             # The catalogue drifted from the pinned vLLM (a bump of VLLM_VERSION): fail loudly here.
-            return f"vLLM's {name} is not a gauge in infra/vllm_metrics.py; the adapter rule sums it as one"
+            return f"vLLM's {name} is not a gauge in domain/vllm_metrics.py; the adapter rule sums it as one"
         return None
     close = difflib.get_close_matches(name, list(SIGNALS), n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""

@@ -4,13 +4,13 @@
                                     errors, queue, KV cache, preemptions, no ready replica,
                                     autoscaler at its maximum, preloader failing
     group vllm-platform.tenants     per tenant with limits: near its rate limit, over its concurrency
-                                    limit (the middleware's usage series, infra/tenant_metrics.py)
+                                    limit (the middleware's usage series, domain/tenant_metrics.py)
     group vllm-platform.gpus        GPU health from DCGM (XID errors, temperature, row remapping);
                                     only with addons.dcgm_exporter
 
 Every metric name comes from a catalogue that is checked against the real exporter:
-infra/vllm_metrics.py (a real vLLM 0.32.0 server), infra/dcgm_metrics.py (the pinned exporter's
-default counters), infra/kube_state_metrics.py (kube-state-metrics' docs at its pinned version).
+domain/vllm_metrics.py (a real vLLM 0.32.0 server), domain/dcgm_metrics.py (the pinned exporter's
+default counters), domain/kube_state_metrics.py (kube-state-metrics' docs at its pinned version).
 tests/test_alert_rules.py runs `promtool test rules` for every alert on series labelled
 like the real exporters' (tests/data/vllm-metrics/), and docs/operations.md has a runbook line per
 alert (ALERT_RUNBOOKS below is that list; a test keeps the two in step).
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from components.model_service import PRELOAD_CONTAINER, SERVER_NAME
-from infra import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
-from infra.config.models import ModelConfig
-from infra.config.platform import AlertsConfig
-from infra.config.tenants import TenantConfig
+from domain import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
+from domain.config.models import ModelConfig
+from domain.config.platform import AlertsConfig
+from domain.config.tenants import TenantConfig
 
 PROMETHEUS_RULE_NAME = "vllm-platform"
 RATE_WINDOW = "5m"

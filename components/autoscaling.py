@@ -29,12 +29,12 @@ from components.adapter_rules import (
     router_demand_query,
     to_quantity,
 )
-from components.labels import model_labels
 from components.monitoring import prometheus_url
 from components.rollouts import workload_reference
-from infra.config.errors import Problem
-from infra.config.models import AutoscalingConfig, ModelConfig
-from infra.config.platform import MonitoringConfig, PlatformConfig
+from domain.config.errors import Problem
+from domain.config.models import AutoscalingConfig, ModelConfig
+from domain.config.platform import MonitoringConfig, PlatformConfig
+from domain.labels import model_labels
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 
@@ -74,7 +74,7 @@ def create_model_autoscaler(
         `<name>-scaledobject`.
     model: the model's config; `model.autoscaling` picks the backend, bounds, metrics and behaviour.
     deployment_name / namespace: the Deployment to scale. Its pods carry
-        `components.labels.model_selector_labels` and serve /metrics on the container port named
+        `domain.labels.model_selector_labels` and serve /metrics on the container port named
         `http`, which the cluster-wide vLLM PodMonitor (components/monitoring.py) scrapes.
     monitoring: `config.monitoring`; KEDA triggers query the Prometheus it names.
     opts: the caller's child options, e.g. `ResourceOptions(parent=self, depends_on=[deployment,

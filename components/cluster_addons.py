@@ -1,4 +1,4 @@
-"""Cluster add-ons the serving unit needs, from pinned upstream charts (versions in infra/versions.py).
+"""Cluster add-ons the serving unit needs, from pinned upstream charts (versions in domain/versions.py).
 
     EFS CSI driver (IRSA) + StorageClass efs-sc     the shared model volume (RWX, one access point per PVC)
     Secrets Store CSI driver + AWS provider         API keys / HF tokens mounted and synced to Secrets
@@ -8,7 +8,7 @@
     KEDA                                            models with `autoscaling.backend: keda`
     Argo Rollouts                                   models with `rollout.strategy: canary`
 
-Which add-on is on by default depends on `cluster.mode` (infra/config/platform.py ADDON_DEFAULTS;
+Which add-on is on by default depends on `cluster.mode` (domain/config/platform.py ADDON_DEFAULTS;
 docs/autoscaling.md explains each choice). Values are built by the pure `*_values` functions so
 tests read exactly what Helm receives.
 
@@ -27,20 +27,13 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components import secrets
-from components.cluster_context import ClusterContext
 from components.helm.release import ChartRelease, install_chart, release_namespace
-from components.labels import PART_OF
 from components.load_balancer import ALB_SSL_POLICY, ingress_group_name
 from components.scheduling import all_gpu_tolerations
-from components.service_accounts import (
-    AWS_LOAD_BALANCER_CONTROLLER,
-    CLUSTER_AUTOSCALER,
-    EFS_CSI_CONTROLLER,
-    ServiceAccountRef,
-)
-from infra.config.cluster import GpuNodeGroupConfig
-from infra.config.errors import Problem
-from infra.config.platform import (
+from domain.cluster_context import ClusterContext
+from domain.config.cluster import GpuNodeGroupConfig
+from domain.config.errors import Problem
+from domain.config.platform import (
     AddonsConfig,
     AwsLoadBalancerControllerConfig,
     ClusterAutoscalerConfig,
@@ -49,7 +42,14 @@ from infra.config.platform import (
     SecretsStoreCsiDriverConfig,
     SecretStoreConfig,
 )
-from infra.versions import (
+from domain.labels import PART_OF
+from domain.service_accounts import (
+    AWS_LOAD_BALANCER_CONTROLLER,
+    CLUSTER_AUTOSCALER,
+    EFS_CSI_CONTROLLER,
+    ServiceAccountRef,
+)
+from domain.versions import (
     ARGO_ROLLOUTS_CHART,
     AWS_EFS_CSI_DRIVER_CHART,
     AWS_LOAD_BALANCER_CONTROLLER_CHART,

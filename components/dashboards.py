@@ -26,7 +26,7 @@ from typing import Any
 
 from components.adapter_rules import SIGNALS, router_series_matchers
 from components.model_service import SERVER_NAME
-from infra import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
+from domain import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
 
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 """kube-prometheus-stack's provisioned Prometheus datasource (`grafana.sidecar.datasources.uid`)."""

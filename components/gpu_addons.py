@@ -21,7 +21,6 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.helm.release import ChartRelease, install_chart
-from components.labels import PART_OF
 from components.scheduling import (
     all_gpu_tolerations,
     gpu_nodes_affinity,
@@ -29,16 +28,17 @@ from components.scheduling import (
     untolerated_taints,
 )
 from components.scrape import ScrapeSettings
-from infra.config.cluster import GpuNodeGroupConfig
-from infra.config.errors import Problem
-from infra.config.platform import (
+from domain.config.cluster import GpuNodeGroupConfig
+from domain.config.errors import Problem
+from domain.config.platform import (
     DcgmExporterConfig,
     GpuAddonConfig,
     ImagePrepullConfig,
     NvidiaDevicePluginConfig,
     PlatformConfig,
 )
-from infra.versions import DCGM_EXPORTER_CHART, NVIDIA_DEVICE_PLUGIN_CHART, PAUSE_IMAGE, VLLM_IMAGE
+from domain.labels import PART_OF
+from domain.versions import DCGM_EXPORTER_CHART, NVIDIA_DEVICE_PLUGIN_CHART, PAUSE_IMAGE, VLLM_IMAGE
 
 GPU_ADDONS_NAMESPACE = "kube-system"
 DEVICE_PLUGIN_RELEASE = "nvidia-device-plugin"
@@ -92,7 +92,7 @@ def device_plugin_values(gpu_groups: GpuGroups, settings: NvidiaDevicePluginConf
 
 
 DCGM_DEFAULT_COUNTERS = "/etc/dcgm-exporter/default-counters.csv"
-"""The counters file in the exporter image that the chart passes by default (infra/dcgm_metrics.py)."""
+"""The counters file in the exporter image that the chart passes by default (domain/dcgm_metrics.py)."""
 
 
 def dcgm_exporter_arguments(settings: DcgmExporterConfig) -> list[str]:
@@ -212,7 +212,7 @@ class GpuAddonsArgs:
     monitoring_crds: pulumi.Resource | None = None
     """The release that installs the ServiceMonitor CRD (kube-prometheus-stack), if this stack has one."""
     serving_images: tuple[str, ...] = (VLLM_IMAGE.reference,)
-    """The vLLM images the stack's models run (infra/config/platform.py serving_images): pre-pulled."""
+    """The vLLM images the stack's models run (domain/config/platform.py serving_images): pre-pulled."""
 
 
 class GpuAddons(pulumi.ComponentResource):

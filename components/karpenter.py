@@ -30,15 +30,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.cluster_context import ClusterContext, KarpenterMultiNodePlacement
 from components.helm.release import ChartRelease, install_chart
-from components.labels import PART_OF
-from components.service_accounts import KARPENTER
-from infra.aws.node_groups import gpu_block_devices, gpu_node_labels
-from infra.aws.node_user_data import al2023_user_data, bottlerocket_user_data
-from infra.config.cluster import GpuNodeGroupConfig
-from infra.config.platform import KarpenterConfig
-from infra.versions import KARPENTER_CHART
+from domain.cluster_context import ClusterContext, KarpenterMultiNodePlacement
+from domain.config.cluster import GpuNodeGroupConfig
+from domain.config.platform import KarpenterConfig
+from domain.gpu_nodes import gpu_block_devices, gpu_node_labels
+from domain.labels import PART_OF
+from domain.node_user_data import al2023_user_data, bottlerocket_user_data
+from domain.service_accounts import KARPENTER
+from domain.versions import KARPENTER_CHART
 
 NODE_POOL_API_VERSION = "karpenter.sh/v1"
 NODE_CLASS_API_VERSION = "karpenter.k8s.aws/v1"

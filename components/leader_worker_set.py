@@ -13,11 +13,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from components.labels import model_selector_labels
-from infra.catalogue.efa_interfaces import EFA_RESOURCE
-from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
-from infra.multi_node import efa_device_rdma, efa_interfaces_per_node
+from domain.catalogue.efa_interfaces import EFA_RESOURCE
+from domain.config.models import ModelConfig
+from domain.config.platform import PlatformConfig
+from domain.labels import model_selector_labels
+from domain.multi_node import efa_device_rdma, efa_interfaces_per_node
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
@@ -79,7 +79,7 @@ def efa_environment(device_rdma: bool) -> list[dict[str, str]]:
         "FI_PROVIDER": "efa",
         # GPUDirect RDMA from the GPU to the EFA device where the type's EFA has RDMA read (p4d and
         # later); on g5/g6/g6e the provider aborts when asked for it (fi_efa(7); issue 50), so it is
-        # told not to use it (infra/catalogue/efa_interfaces.yaml `efa_device_rdma`).
+        # told not to use it (domain/catalogue/efa_interfaces.yaml `efa_device_rdma`).
         "FI_EFA_USE_DEVICE_RDMA": "1" if device_rdma else "0",
         # Decided (issue 50): no huge pages. The provider maps its bounce buffers on huge pages by
         # default, but a pod that requests no `hugepages-2Mi` has a hugetlb limit of 0 in its cgroup,

@@ -33,12 +33,9 @@ from components.autoscaling import (
     create_model_autoscaler,
     replicas_at_creation,
 )
-from components.cluster_context import ClusterContext
-from components.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_labels, model_selector_labels
 from components.monitoring import prometheus_url
 from components.network_policy import model_network_policies, serving_peers
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
-from components.service_accounts import model_service_account
 from components.vllm_arguments import (
     SERVE_COMMAND,
     NodeRole,
@@ -48,11 +45,14 @@ from components.vllm_arguments import (
     serves_render_endpoints,
     tensor_parallel_environment,
 )
-from infra.capacity import ModelPlan
-from infra.config.errors import Problem
-from infra.config.models import ModelConfig, ModelSourceConfig
-from infra.config.platform import PlatformConfig
-from infra.versions import VLLM_VERSION
+from domain.capacity import ModelPlan
+from domain.cluster_context import ClusterContext
+from domain.config.errors import Problem
+from domain.config.models import ModelConfig, ModelSourceConfig
+from domain.config.platform import PlatformConfig
+from domain.labels import GPU_GROUP_LABEL, MODEL_LABEL, PART_OF, model_labels, model_selector_labels
+from domain.service_accounts import model_service_account
+from domain.versions import VLLM_VERSION
 
 SERVER_NAME = "vllm"
 """Name of the Deployment, Service, PodDisruptionBudget and Ingress in every model namespace."""

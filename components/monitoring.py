@@ -21,18 +21,18 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.adapter_rules import adapter_external_rules, adapter_rules
-from components.cluster_context import ClusterContext
 from components.helm.release import ChartRelease, install_chart, release_namespace
-from components.labels import MODEL_LABEL, VLLM_APP_NAME
 from components.rollouts import POD_TEMPLATE_HASH_LABEL, POD_TEMPLATE_HASH_SERIES_LABEL
 from components.scheduling import all_gpu_tolerations
 from components.scrape import ScrapeSettings, scrape_settings
 from components.secrets import csi_volume, uses_csi
-from components.service_accounts import ALERTMANAGER_SERVICE_ACCOUNT_NAME, GRAFANA_SERVICE_ACCOUNT_NAME
-from infra.config.cluster import GpuNodeGroupConfig
-from infra.config.models import ModelConfig
-from infra.config.platform import MonitoringConfig, PrometheusAdapterConfig, SecretStoreConfig
-from infra.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
+from domain.cluster_context import ClusterContext
+from domain.config.cluster import GpuNodeGroupConfig
+from domain.config.models import ModelConfig
+from domain.config.platform import MonitoringConfig, PrometheusAdapterConfig, SecretStoreConfig
+from domain.labels import MODEL_LABEL, VLLM_APP_NAME
+from domain.service_accounts import ALERTMANAGER_SERVICE_ACCOUNT_NAME, GRAFANA_SERVICE_ACCOUNT_NAME
+from domain.versions import KUBE_PROMETHEUS_STACK_CHART, PROMETHEUS_ADAPTER_CHART
 
 KUBE_PROMETHEUS_STACK_RELEASE = "kube-prometheus-stack"
 PROMETHEUS_ADAPTER_RELEASE = "prometheus-adapter"

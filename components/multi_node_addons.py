@@ -1,6 +1,6 @@
 """The add-ons multi-node replicas need (issue 42): the LeaderWorkerSet controller and the EFA device
 plugin, pinned upstream charts with values built from the config. Installed only when a model's replica
-spans nodes (infra/multi_node.py), so stacks without one render exactly as before; the controller's
+spans nodes (domain/multi_node.py), so stacks without one render exactly as before; the controller's
 chart also not where `addons.leader_worker_set` is off (a cluster that runs its own controller).
 """
 
@@ -12,11 +12,11 @@ from typing import Any
 import pulumi
 
 from components.helm.release import ChartRelease, install_chart, release_namespace
-from components.labels import GPU_GROUP_LABEL
 from components.scheduling import all_gpu_tolerations
-from infra.config.platform import PlatformConfig
-from infra.multi_node import efa_groups
-from infra.versions import AWS_EFA_DEVICE_PLUGIN_CHART, LWS_CHART, LWS_CONTROLLER_IMAGE
+from domain.config.platform import PlatformConfig
+from domain.labels import GPU_GROUP_LABEL
+from domain.multi_node import efa_groups
+from domain.versions import AWS_EFA_DEVICE_PLUGIN_CHART, LWS_CHART, LWS_CONTROLLER_IMAGE
 
 LWS_NAMESPACE = "lws-system"
 """Where the LeaderWorkerSet controller runs (upstream's install manifests use the same)."""

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
-from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
+from domain.config.models import ModelConfig
+from domain.config.platform import PlatformConfig
+from domain.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 HTTPS_PORT = 443

@@ -20,7 +20,6 @@ import pulumi_kubernetes as kubernetes
 
 from components.alert_rules import PROMETHEUS_RULE_NAME, alert_rule_groups
 from components.dashboards import dashboard_config_maps
-from components.labels import PART_OF
 from components.monitoring import (
     ALERTMANAGER_CONFIG_KEY,
     ALERTMANAGER_CONFIG_SECRET,
@@ -33,9 +32,10 @@ from components.monitoring import (
 )
 from components.scrape import scrape_settings
 from components.secrets import SPC_API_VERSION, keys_provider_class_spec, uses_csi
-from infra.config.models import ModelConfig
-from infra.config.platform import MonitoringConfig, SecretStoreConfig
-from infra.config.tenants import TenantConfig
+from domain.config.models import ModelConfig
+from domain.config.platform import MonitoringConfig, SecretStoreConfig
+from domain.config.tenants import TenantConfig
+from domain.labels import PART_OF
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import pulumi
 
 from components.cluster_addons import EBS_STORAGE_CLASS, ClusterAddons, ClusterAddonsArgs
-from components.cluster_context import ClusterContext
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.karpenter import KarpenterPools, KarpenterPoolsArgs
 from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
@@ -16,9 +15,10 @@ from components.multi_node_addons import MultiNodeAddons, MultiNodeAddonsArgs
 from components.operations import Operations, OperationsArgs
 from components.router import Router, RouterArgs
 from components.scrape import scrape_settings
-from components.service_accounts import ROUTER_SERVICE_ACCOUNT
-from infra.capacity import PlatformPlan
-from infra.config import PlatformConfig
+from domain.capacity import PlatformPlan
+from domain.cluster_context import ClusterContext
+from domain.config import PlatformConfig
+from domain.service_accounts import ROUTER_SERVICE_ACCOUNT
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from components import model_service
-from components.labels import PART_OF
 from components.leader_worker_set import ZONE_LABEL
-from infra.capacity.plan import plan_platform
-from infra.catalogue.efa_interfaces import EFA_RESOURCE, efa_bandwidth_gbps
-from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
+from domain.capacity.plan import plan_platform
+from domain.catalogue.efa_interfaces import EFA_RESOURCE, efa_bandwidth_gbps
+from domain.config.models import ModelConfig
+from domain.config.platform import PlatformConfig
+from domain.labels import PART_OF
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SCRIPT_FILE = Path(__file__).with_name("pod_files") / "vllm_platform_preflight.py"
@@ -51,7 +51,7 @@ KEPT_ENVIRONMENT_PREFIXES = ("FI_", "NCCL_", "LD_LIBRARY_PATH", "VLLM_HOST_IP")
 KEPT_ENVIRONMENT = ("HOME", "USER", "LOGNAME", "TMPDIR")
 DEFAULT_BANDWIDTH_FRACTION = 0.5
 """The floor, as a share of the per-node EFA bandwidth AWS publishes for the instance type
-(infra/catalogue/efa_interfaces.yaml `efa_bandwidth_gbps`): NCCL over a working EFA path reaches most
+(domain/catalogue/efa_interfaces.yaml `efa_bandwidth_gbps`): NCCL over a working EFA path reaches most
 of the line rate across nodes, while its socket fallback over the ENA interface reaches a few
 percent, so half tells the two apart with room on both sides. It is not a performance target."""
 DEFAULT_RENDEZVOUS_SECONDS = 1800
@@ -140,7 +140,7 @@ def preflight_objects(
         raise PreflightError(
             f"no published EFA bandwidth for every instance type of group '{model.gpu_group}' "
             f"({', '.join(types)}) "
-            "in infra/catalogue/efa_interfaces.yaml: pass --min-bus-bandwidth-gbps (e.g. half the "
+            "in domain/catalogue/efa_interfaces.yaml: pass --min-bus-bandwidth-gbps (e.g. half the "
             "type's EFA bandwidth in Gbit/s)"
         )
     namespace = preflight_namespace(model)

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from components.rollouts import peak_pods
-from infra.config.models import DrainConfig, ModelConfig
+from domain.config.models import DrainConfig, ModelConfig
+from domain.rollout_pods import peak_pods
 
 HEALTH_PATH = "/health"
 PORT_NAME = "http"
@@ -122,11 +122,11 @@ def gpu_quota(model: ModelConfig) -> int:
     """`requests.nvidia.com/gpu` for the model's namespace: the most pods at once, plus one GPU set.
 
     The most pods are the most replicas, or for a canary the stable plus canary pods at its peak
-    (`rollouts.peak_replicas`: one more). The extra set is for the surge pod of a single-replica
+    (`peak_replicas`: one more). The extra set is for the surge pod of a single-replica
     rollout, and is needed even with maxSurge 0: a pod counts against quota until it has finished
     terminating, and the Deployment (or Rollout) creates the replacement while the old pod drains
     (up to the grace period). Without it a rollout at max replicas would be refused by the quota
-    and back off instead of waiting. `rollouts.peak_pods` counts both, for the canary's room check too.
+    and back off instead of waiting. `peak_pods` counts both, for the canary's room check too.
     """
     # A multi-node replica (issue 42) is a group of nodes_per_replica pods, replaced as a whole.
     return peak_pods(model) * model.gpus_per_replica * model.nodes_per_replica

@@ -35,11 +35,12 @@ from functools import partial
 from typing import Any
 
 from components import leader_worker_set
-from infra import vllm_metrics
-from infra.config.errors import Problem
-from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
-from infra.config.rollout import CanaryAnalysisConfig, CanaryConfig
+from domain import vllm_metrics
+from domain.config.errors import Problem
+from domain.config.models import ModelConfig
+from domain.config.platform import PlatformConfig
+from domain.config.rollout import CanaryAnalysisConfig, CanaryConfig
+from domain.rollout_pods import peak_pods, peak_replicas, uses_canary
 
 ROLLOUTS_API_VERSION = "argoproj.io/v1alpha1"
 ROLLOUT_KIND = "Rollout"
@@ -75,10 +76,6 @@ SMALLEST_ALLOWANCE = 1e-9
 """Denominator floor of a check whose floor is 0: 0/0 must read as a pass, any error as a failure."""
 
 
-def uses_canary(model: ModelConfig) -> bool:
-    return model.rollout.strategy == "canary"
-
-
 def workload_reference(model: ModelConfig, name: str) -> dict[str, str]:
     """What an HPA or KEDA ScaledObject scales: the Deployment, the Rollout, or for a multi-node model
     the LeaderWorkerSet (each through its scale subresource; an LWS's counts whole groups, and its
@@ -100,33 +97,6 @@ def pod_template_hash_label(model: ModelConfig) -> str:
 
 
 # --- how many pods -------------------------------------------------------------------------------
-
-
-def pods_at_weight(weight: int, replicas: int) -> tuple[int, int]:
-    """(stable, canary) pods at `weight` % with dynamicStableScale, as Argo Rollouts sizes them:
-    canary ceil(weight × replicas), stable ceil((100 - weight) × replicas) (rollout/replicaset.go)."""
-    canary = math.ceil(weight * replicas / 100)
-    stable = math.ceil((100 - weight) * replicas / 100)
-    return stable, canary
-
-
-def peak_replicas(model: ModelConfig, replicas: int | None = None) -> int:
-    """The most pods the model runs during a rollout at its most replicas (or at `replicas`):
-    stable + canary."""
-    replicas = model.max_replicas if replicas is None else replicas
-    if not uses_canary(model):
-        return replicas
-    if model.is_multi_node:  # groups: the stable ones and the candidate's, side by side
-        candidate = model.rollout.canary.candidate
-        return replicas + (candidate.replicas if candidate is not None else 0)
-    return max(sum(pods_at_weight(weight, replicas)) for weight in model.rollout.canary.steps)
-
-
-def peak_pods(model: ModelConfig) -> int:
-    """The most pods holding GPUs at once: `peak_replicas` plus one pod started while an old one
-    drains (a pod keeps its GPUs until it has finished terminating). The namespace's GPU quota
-    and the canary's room check both count this many."""
-    return peak_replicas(model) + 1
 
 
 # --- the analysis ----------------------------------------------------------------------------------
@@ -426,7 +396,9 @@ def analysis_metric_problems(analysis: CanaryAnalysisConfig, at: tuple[str | int
         path = (*at, check, "metric")
         message = vllm_metrics.check_metric_name(metric)
         if message is not None:
-            problems.append(Problem(path, metric, f"{message} (infra/vllm_metrics.py lists what it exports)"))
+            problems.append(
+                Problem(path, metric, f"{message} (domain/vllm_metrics.py lists what it exports)")
+            )
             continue
         exported = vllm_metrics.EXPORTED_METRICS.get(metric)
         if exported != kind:
@@ -609,8 +581,7 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
     """A canary needs the controller, Prometheus, the ALB (or no ingress), analysable metrics, and
     room for its extra pod: in the GPU node group and, for the second revision, on node NVMe."""
     from components.probes import replica_floor
-    from infra.capacity.architecture import checkpoint_bytes
-    from infra.capacity.plan import model_shape
+    from domain.architecture import checkpoint_bytes, model_shape
 
     problems: list[Problem] = []
     for index, model in enumerate(config.models):
@@ -661,7 +632,7 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
                 )
             )
         if model.is_multi_node:
-            # Its room is counted in groups (infra/multi_node.py), and stable and candidate groups
+            # Its room is counted in groups (domain/multi_node.py), and stable and candidate groups
             # never share a node (each pod holds its node's GPUs), so neither NVMe holds both.
             continue
         pods = peak_pods(model)
@@ -725,8 +696,7 @@ def rollout_problems(config: PlatformConfig) -> list[Problem]:
 
 def _shared_volume_problems(config: PlatformConfig) -> list[Problem]:
     """The shared volume holds every model's revision, and a canary model's old one beside it."""
-    from infra.capacity.architecture import checkpoint_bytes
-    from infra.capacity.plan import model_shape
+    from domain.architecture import checkpoint_bytes, model_shape
 
     needed = sum(
         (2 if uses_canary(model) else 1) * checkpoint_bytes(model_shape(model)) for model in config.models

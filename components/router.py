@@ -23,7 +23,7 @@
     │   /v1 to the door, which sends /v1/models to the registrar and the inference routes to the front)
     └── PodMonitor vllm-router (in the monitoring namespace): the router's own metrics
 
-The router is vLLM's (PyPI/GitHub vllm-router, pinned in infra/versions.py); docs/routing.md says
+The router is vLLM's (PyPI/GitHub vllm-router, pinned in domain/versions.py); docs/routing.md says
 why it, how a request travels, and how the canary split and the router agree. Pure builders below;
 `Router` only turns them into resources.
 """
@@ -41,14 +41,6 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components import probes, router_door, secrets
-from components.labels import (
-    MODEL_SERIES_LABEL,
-    PART_OF,
-    ROUTER_APP_NAME,
-    ROUTER_NAMESPACE,
-    model_selector_labels,
-    router_selector_labels,
-)
 from components.leader_worker_set import serving_selector_labels
 from components.model_service import (
     IRSA_SKIP_CONTAINERS_ANNOTATION,
@@ -70,11 +62,20 @@ from components.network_policy import (
 )
 from components.scrape import ScrapeSettings
 from components.server_auth import inference_routes, max_body_bytes
-from infra.config.errors import Problem
-from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
-from infra.config.tenants import tenants_on
-from infra.versions import VLLM_ROUTER_IMAGE
+from domain.config.errors import Problem
+from domain.config.models import ModelConfig
+from domain.config.platform import PlatformConfig
+from domain.config.tenants import tenants_on
+from domain.key_files import gated_models, model_key_file, wake_gate_key_files
+from domain.labels import (
+    MODEL_SERIES_LABEL,
+    PART_OF,
+    ROUTER_APP_NAME,
+    ROUTER_NAMESPACE,
+    model_selector_labels,
+    router_selector_labels,
+)
+from domain.versions import VLLM_ROUTER_IMAGE
 
 ROUTER_NAME = ROUTER_APP_NAME
 """Name of the Deployment, Service, PDB, Ingress, ServiceAccount and PodMonitor."""
@@ -212,12 +213,12 @@ def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
     """A to-zero model's router holds a request while the model wakes: vllm-router 0.1.17 retries its
     own `No available workers` 503 with its backoff, so enough attempts on a short, jitter-free
     backoff hold the request for the model's wake hold, and the retry after the pod is Ready reaches it
-    within the longest backoff (infra/capacity/wake.py). Each held attempt counts
+    within the longest backoff (domain/capacity/wake.py). Each held attempt counts
     `vllm_router_request_errors_total{error_type="no_available_workers"}`: the signal that wakes the
     model (components/autoscaling.py `router_demand_query`). Only requests the model's wake gate let
     through get here (router/wake_gate.py: a key the model accepts, a served name of it)."""
-    from infra.capacity.plan import plan_model
-    from infra.capacity.wake import (
+    from domain.capacity.plan import plan_model
+    from domain.capacity.wake import (
         HOLD_BACKOFF_MULTIPLIER,
         HOLD_INITIAL_BACKOFF_MS,
         HOLD_MAX_BACKOFF_MS,
@@ -239,23 +240,12 @@ def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
     ]
 
 
-def gated_models(config: PlatformConfig) -> list[tuple[int, ModelConfig]]:
-    """(index, model) of every model that may be at zero replicas: each gets a wake gate."""
-    return [(index, model) for index, model in enumerate(config.models) if model.scales_to_zero]
-
-
 def wake_gate_port(index: int) -> int:
     return WAKE_GATE_BASE_PORT + index
 
 
-def _model_key_file(model: ModelConfig) -> secrets.SecretFile:
-    """Without tenants: the model's own key, as the gate's file `<model>.api-key`."""
-    assert model.api_key_secret is not None  # filled by the loader (resolve_stack_defaults)
-    return secrets.SecretFile(model.api_key_secret, f"{model.name}.api-key")
-
-
 def wake_gate_callers(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]:
-    """Who may wake `model`: exactly whom its pods accept (infra/config/tenants.py `model_key_secrets`),
+    """Who may wake `model`: exactly whom its pods accept (domain/config/tenants.py `model_key_secrets`),
     each with the key files the gate reads and the served names of `model` it may call."""
     served = config.served_names(model)
     callers: list[dict[str, Any]] = []
@@ -273,7 +263,7 @@ def wake_gate_callers(config: PlatformConfig, model: ModelConfig) -> list[dict[s
                 }
             )
     else:
-        callers.append({"name": "model key", "files": [_model_key_file(model).file], "models": served})
+        callers.append({"name": "model key", "files": [model_key_file(model).file], "models": served})
     if config.security.operator_key_secret is not None:
         callers.append(
             {"name": "operator", "files": [secrets.OPERATOR_KEY_FILE], "models": served, "every_route": True}
@@ -281,33 +271,10 @@ def wake_gate_callers(config: PlatformConfig, model: ModelConfig) -> list[dict[s
     return callers
 
 
-def wake_gate_key_files(config: PlatformConfig) -> list[secrets.SecretFile]:
-    """Every key the wake gates read, once each: what the SecretProviderClass mounts (and the IRSA role
-    of the router's service account may read). Nothing when no model scales to zero."""
-    files: dict[str, secrets.SecretFile] = {}
-    for _, model in gated_models(config):
-        if config.tenants:
-            for tenant in tenants_on(config, model):
-                for n, ref in enumerate(tenant.api_key_secrets):
-                    files.setdefault(
-                        secrets.tenant_key_file_name(tenant.name, n),
-                        secrets.SecretFile(ref, secrets.tenant_key_file_name(tenant.name, n)),
-                    )
-        else:
-            key = _model_key_file(model)
-            files.setdefault(key.file, key)
-        operator = config.security.operator_key_secret
-        if operator is not None:
-            files.setdefault(
-                secrets.OPERATOR_KEY_FILE, secrets.SecretFile(operator, secrets.OPERATOR_KEY_FILE)
-            )
-    return list(files.values())
-
-
 def wake_retry_after_seconds(config: PlatformConfig, model: ModelConfig) -> int:
     """`Retry-After` on the 503 past the hold: the model's predicted wake (`vllm-platform plan`), the
     time a replica asked for at the request's start should take to serve."""
-    from infra.capacity.plan import plan_model
+    from domain.capacity.plan import plan_model
 
     return math.ceil(plan_model(model, config, model.gpu_group).wake.expected_seconds)
 

@@ -21,7 +21,7 @@ answered here. The front, every model router and every wake gate listen on 127.0
 probes run inside the container), so the door is the only way in; the registrar, on the same
 loopback, is the only writer of their worker lists.
 
-Why nginx (Debian's `nginx-light`, pinned in infra/versions.py and installed into the router image
+Why nginx (Debian's `nginx-light`, pinned in domain/versions.py and installed into the router image
 by apt, which checks the archive's signatures): a well-kept proxy that streams SSE unbuffered,
 holds no request body in memory past a small buffer (the rest goes to a file on the pod's
 `door-tmp` volume, so the front never takes more than one limit-sized body from the door at a
@@ -37,8 +37,8 @@ from typing import Any
 
 from components.model_service import container_security_context
 from components.server_auth import inference_routes, max_body_bytes
-from infra.config.platform import PlatformConfig
-from infra.versions import VLLM_ROUTER_IMAGE
+from domain.config.platform import PlatformConfig
+from domain.versions import VLLM_ROUTER_IMAGE
 
 DOOR_CONTAINER = "door"
 DOOR_PORT = 8000

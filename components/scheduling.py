@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from components.labels import GPU_GROUP_LABEL
-from infra.config.cluster import GpuNodeGroupConfig, TaintConfig
-from infra.config.platform import TolerationConfig
+from domain.config.cluster import GpuNodeGroupConfig, TaintConfig
+from domain.config.platform import TolerationConfig
+from domain.labels import GPU_GROUP_LABEL
 
 
 def toleration_for(taint: TaintConfig) -> dict[str, str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from components.labels import PART_OF
-from infra.config.models import ModelConfig
-from infra.config.platform import MonitoringConfig, PlatformConfig
+from domain.config.models import ModelConfig
+from domain.config.platform import MonitoringConfig, PlatformConfig
+from domain.labels import PART_OF
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ the stack file or a ConfigMap:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from infra.config.errors import Problem
-from infra.config.models import ModelConfig, SecretRefConfig
-from infra.config.platform import PlatformConfig, SecretStoreConfig
+from domain.config.errors import Problem
+from domain.config.models import ModelConfig, SecretRefConfig
+from domain.config.platform import PlatformConfig, SecretStoreConfig
+from domain.key_files import OPERATOR_KEY_FILE, SecretFile, tenant_key_file_name
 
 CSI_DRIVER = "secrets-store.csi.k8s.io"
 SPC_API_VERSION = "secrets-store.csi.x-k8s.io/v1"
@@ -42,14 +42,6 @@ HF_TOKEN_VOLUME = "hf-token"
 _JMESPATH_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-
-
-@dataclass(frozen=True)
-class SecretFile:
-    """One secret of the store, exposed to the pod as `file` under the secrets mount."""
-
-    ref: SecretRefConfig
-    file: str
 
 
 def uses_csi(store: SecretStoreConfig) -> bool:
@@ -164,7 +156,7 @@ def secret_reference_problems(config: PlatformConfig) -> list[Problem]:
     valid Secret names and keys — the store-style default (`vllm-platform/<stack>/...`) is not."""
     if uses_csi(config.security.secret_store):
         return []
-    from infra.config.tenants import tenants_on
+    from domain.config.tenants import tenants_on
 
     problems = []
     refs: list[tuple[tuple[str | int, ...], SecretRefConfig | None, str]] = []
@@ -268,18 +260,10 @@ TENANT_KEYS_MOUNT_PATH = "/mnt/tenant-keys"
 """The middleware's key folder (`VLLM_PLATFORM_TENANT_MOUNT`): one file per key, `<tenant>.key<n>`."""
 
 
-def tenant_key_file_name(tenant: str, index: int) -> str:
-    return f"{tenant}.key{index}"
-
-
-OPERATOR_KEY_FILE = "platform-operator.key"
-"""The operator key's file in the same folder (issue 34); never `<tenant>.key<n>`, so never a tenant's."""
-
-
 def tenant_key_files(config: PlatformConfig, model: ModelConfig) -> list[SecretFile]:
     """The files of the pod's key folder: the keys of every tenant allowed on one of `model`'s served
     names, and the operator key (`security.operator_key_secret`) where the stack has one."""
-    from infra.config.tenants import tenants_on
+    from domain.config.tenants import tenants_on
 
     files = [
         SecretFile(ref, tenant_key_file_name(tenant.name, index))

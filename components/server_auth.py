@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from components import secrets
-from infra.config.models import ModelConfig
-from infra.config.platform import PlatformConfig
-from infra.config.tenants import in_flight_share, tenant_concurrency, tenants_on
+from domain.config.models import ModelConfig
+from domain.config.platform import PlatformConfig
+from domain.config.tenants import in_flight_share, tenant_concurrency, tenants_on
 
 __all__ = ["in_flight_share"]  # where tests and the bench find it beside tenants_document
 

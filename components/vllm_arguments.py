@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components import server_auth
-from infra.capacity.time_to_serve import CPU_GROUP_DEFAULT_TIMEOUT_SECONDS
-from infra.config.errors import Problem
-from infra.config.models import LoraAdapterConfig, ModelConfig
-from infra.config.platform import PlatformConfig
+from domain.capacity.time_to_serve import CPU_GROUP_DEFAULT_TIMEOUT_SECONDS
+from domain.config.errors import Problem
+from domain.config.models import LoraAdapterConfig, ModelConfig
+from domain.config.platform import PlatformConfig
 
 SERVE_COMMAND: tuple[str, ...] = ("vllm", "serve")
 """The container command; `build_server_arguments` returns what follows it."""
@@ -392,11 +392,11 @@ def server_argument_problems(config: PlatformConfig) -> list[Problem]:
     """Validate-time check: every model's arguments as the pinned vLLM's parser would see them.
 
     Reserved flags in `vllm.extra_args` are reported here; everything else (flags the pinned vLLM
-    does not know or dropped, bad choices, missing values) by `infra.vllm_flags`, whose findings are
+    does not know or dropped, bad choices, missing values) by `domain.vllm_flags`, whose findings are
     pinned on `extra_args` when the typed arguments alone pass and on `vllm` otherwise.
     """
-    from infra.multi_node import model_versions
-    from infra.vllm_flags import check_server_arguments
+    from domain.multi_node import model_versions
+    from domain.vllm_flags import check_server_arguments
 
     problems: list[Problem] = []
     for at, model in model_versions(config):
@@ -561,7 +561,7 @@ def _flag_values(arguments: Sequence[str]) -> dict[str, tuple[str, str | None]]:
     """The last flag given for each parser `dest`, as (flag as written, its value or None for a switch;
     `--no-x` gives "false"), read with the pinned vLLM's snapshot so aliases (`-asc`) and underscores
     count (an unknown flag is the parser check's to report)."""
-    from infra.vllm_flags import load_server_flags
+    from domain.vllm_flags import load_server_flags
 
     options = load_server_flags().options
     found: dict[str, tuple[str, str | None]] = {}

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from components.helm.cache import ChartCacheError
-from infra.config import ConfigError
+from domain.config import ConfigError
 from infra.loadtest import DEFAULT_SHARED_PREFIX_WORDS
 
 EXIT_INVALID_CONFIG = 2
@@ -29,7 +29,7 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_validate(args: argparse.Namespace) -> int:
-    from infra.config.loader import display_path, stack_file_for
+    from domain.config.loader import display_path, stack_file_for
     from infra.stack_checks import config_warnings, load_stack
 
     path = _stack_file(args) or stack_file_for(args.stack)
@@ -131,9 +131,9 @@ def command_images(args: argparse.Namespace) -> int:
 
 
 def command_plan(args: argparse.Namespace) -> int:
-    from infra.capacity import plan_platform
-    from infra.capacity.report import format_plan_table, plan_as_json
-    from infra.config.loader import display_path, stack_file_for
+    from domain.capacity import plan_platform
+    from domain.capacity.report import format_plan_table, plan_as_json
+    from domain.config.loader import display_path, stack_file_for
     from infra.stack_checks import config_warnings, load_stack
 
     path = _stack_file(args) or stack_file_for(args.stack)
@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-bus-bandwidth-gbps",
         type=float,
         help="fail below this all-reduce bus bandwidth, Gbit/s (default: half the instance type's EFA "
-        "bandwidth from infra/catalogue/efa_interfaces.yaml)",
+        "bandwidth from domain/catalogue/efa_interfaces.yaml)",
     )
     preflight.add_argument(
         "--rendezvous-seconds", type=int, help="how long the pods wait for each other (default 1800)"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.config.base import unpinned_image_problem
+from domain.config.base import unpinned_image_problem
 from infra.render import RenderResult
 
 POD_TEMPLATE_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "Rollout"})
@@ -95,7 +95,7 @@ def inventory(result: RenderResult) -> list[ImageUse]:
 
 def unpinned(reference: str) -> str | None:
     """Why a reference is not pinned (no tag, a moving tag, a malformed digest), or None: the same
-    rule `validate` applies to the images a stack file names (infra/config/base.py)."""
+    rule `validate` applies to the images a stack file names (domain/config/base.py)."""
     return unpinned_image_problem(reference)
 
 

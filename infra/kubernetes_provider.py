@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pulumi_kubernetes as kubernetes
 
-from infra.config import PlatformConfig
+from domain.config import PlatformConfig
 
 
 def existing_cluster_provider(config: PlatformConfig) -> kubernetes.Provider:

@@ -11,10 +11,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.cluster_context import ClusterContext
 from components.helm.cache import ChartCacheError, check_cache
 from components.platform import KubernetesPlatform, KubernetesPlatformArgs
-from infra.config import ConfigError, PlatformConfig
+from domain.cluster_context import ClusterContext
+from domain.config import ConfigError, PlatformConfig
 from infra.kubernetes_provider import existing_cluster_provider
 from infra.stack_checks import config_warnings, load_from_pulumi
 
@@ -46,7 +46,7 @@ def run_program(stack_file_display: str | None = None, *, check_charts: bool = T
 
 
 def build_platform(config: PlatformConfig) -> dict[str, Any]:
-    from infra.capacity import plan_platform
+    from domain.capacity import plan_platform
 
     plan = plan_platform(config)
     if config.cluster.mode == "eks":

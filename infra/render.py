@@ -27,8 +27,8 @@ from components.helm.cache import (
 )
 from components.helm.engine import ChartObject, asks_api_versions, crd_api_versions, render_chart
 from components.helm.lock import LockedChart
-from infra.config import PlatformConfig
-from infra.config.loader import display_path, read_stack_file, stack_file_for
+from domain.config import PlatformConfig
+from domain.config.loader import display_path, read_stack_file, stack_file_for
 
 PLACEHOLDER_ACCOUNT_ID = "123456789012"
 PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID = "sg-0cluster0000000000"

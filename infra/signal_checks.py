@@ -1,5 +1,5 @@
 """Every signal an autoscaler or alert reads is one the stack produces, at an interval its queries can
-resolve (issue 40). Run by `validate` with the other cross-component checks (infra/validation.py).
+resolve (issue 40). Run by `validate` with the other cross-component checks (domain/validation.py).
 
 - Produced: what makes each exporter's series exist under the stack's monitoring settings is
   `components.scrape.series_gaps`; the autoscaling metrics are checked against it where they are
@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from infra.config.errors import Problem
-from infra.config.platform import PlatformConfig
+from domain.config.errors import Problem
+from domain.config.platform import PlatformConfig
 
 SAMPLES_A_RANGE_NEEDS = 2
 """`rate()`/`increase()`/`deriv()` extrapolate between the first and last sample in their range."""

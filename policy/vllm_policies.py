@@ -499,7 +499,7 @@ def _images_pinned(spec: Mapping[str, Any], settings: PolicySettings) -> list[st
         if not image or tag is None or tag.lower() in _FLOATING_TAGS or not any(ch.isdigit() for ch in tag):
             problems.append(
                 f"container '{container.get('name')}' image '{image}' is not pinned to a version; use a "
-                "versioned tag or a digest (pins live in infra/versions.py)"
+                "versioned tag or a digest (pins live in domain/versions.py)"
             )
     return problems
 
@@ -534,7 +534,7 @@ def check_helm_charts_pinned(resource: Resource, settings: PolicySettings) -> li
     chart = resource.props.get("chart")
     if _VERSION_RANGE.search(version) or version.lower() == "latest":
         return [
-            f"Helm chart '{chart}' has version '{version}'; pin an exact chart version in infra/versions.py"
+            f"Helm chart '{chart}' has version '{version}'; pin an exact chart version in domain/versions.py"
         ]
     return []
 

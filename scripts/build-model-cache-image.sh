@@ -25,7 +25,7 @@ for tool in buildah debootstrap; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "run as root (debootstrap and buildah's chroot need it)" >&2; exit 2; }
 
-# The image's tag is the project's version (the release workflow and infra/versions.py use the same).
+# The image's tag is the project's version (the release workflow and domain/versions.py use the same).
 version="$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')"
 suite="bookworm"  # the Debian release python:3.12-slim-bookworm is built on
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"

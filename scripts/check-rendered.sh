@@ -25,7 +25,7 @@ done
 for stack in "${stacks[@]}"; do
     echo "== $stack: render"
     "$bin/vllm-platform" render "$stack" --out "$out/$stack"
-    version="$("$bin/python" -c "import sys; from infra.config import load_stack; print(load_stack(sys.argv[1]).cluster.kubernetes_version)" "$stack")"
+    version="$("$bin/python" -c "import sys; from domain.config import load_stack; print(load_stack(sys.argv[1]).cluster.kubernetes_version)" "$stack")"
     echo "== $stack: kubernetes-validate --strict -k $version"
     # Custom resources have no schema here: kubernetes-validate prints WARN for them. The reviewed
     # allow-list and the CRs' field checks are in tests/test_schema_validation.py.

@@ -12,7 +12,7 @@
 #                    localhost/model-cache:<version> for model-cache/tests/test_image.py (~5 minutes
 #                    the first time on 2 cores, seconds when model-cache/ is unchanged)
 #   .venv-router     the pinned vLLM router (PyPI vllm-router) for tests/e2e/test_router.py
-#   nginx            Debian's nginx-light at infra/versions.py NGINX_DEBIAN_VERSION: the router pod's
+#   nginx            Debian's nginx-light at domain/versions.py NGINX_DEBIAN_VERSION: the router pod's
 #                    front door, run with its rendered config by tests/e2e/test_router_door.py
 #   (the three venvs: links into ~/.cache/vllm-platform/venvs, $VLLM_PLATFORM_VENV_CACHE moves it)
 set -euo pipefail
@@ -33,7 +33,7 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 promtool --version | head -1
 
-nginx_version="$(sed -n 's/^NGINX_DEBIAN_VERSION = "\(.*\)"$/\1/p' infra/versions.py)"
+nginx_version="$(sed -n 's/^NGINX_DEBIAN_VERSION = "\(.*\)"$/\1/p' domain/versions.py)"
 if [ "$(dpkg-query -W -f '${Version}' nginx-light 2>/dev/null)" != "$nginx_version" ]; then
   apt_install "nginx-light=$nginx_version"
   # Debian's package starts a server on hosts with systemd; the tests start their own.

@@ -4,7 +4,7 @@
 #
 #   scripts/setup-vllm-router.sh [VENV_DIR]      (default: .venv-router, relative to the repo root)
 #
-# The version and the wheel's sha256 are the pin in infra/versions.py (VLLM_ROUTER_VERSION,
+# The version and the wheel's sha256 are the pin in domain/versions.py (VLLM_ROUTER_VERSION,
 # VLLM_ROUTER_WHEEL_SHA256): the image the stack deploys (router/Dockerfile) wraps the same wheel.
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"

@@ -18,7 +18,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from infra.versions import SUPPORTED_KUBERNETES_VERSIONS  # noqa: E402
+from domain.versions import SUPPORTED_KUBERNETES_VERSIONS  # noqa: E402
 
 SNAPSHOT = REPO_ROOT / "infra" / "data" / "kubernetes-api-versions.json"
 

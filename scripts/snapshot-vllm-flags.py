@@ -4,7 +4,7 @@ Runs inside the vLLM venv (scripts/setup-vllm-cpu.sh), from anywhere:
 
     VLLM_TARGET_DEVICE=cpu .venv-vllm/bin/python scripts/snapshot-vllm-flags.py [--output PATH]
 
-The snapshot lets `infra/vllm_flags.py` check server arguments at preview time without vLLM
+The snapshot lets `domain/vllm_flags.py` check server arguments at preview time without vLLM
 installed. tests/e2e regenerate it into a temporary file and compare, so it cannot drift from the
 parser it describes. The parser is built as `vllm serve` builds it (tests/support/vllm_server.py).
 """

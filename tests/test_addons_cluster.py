@@ -15,12 +15,12 @@ import yaml
 
 from components.cluster_addons import EFS_STORAGE_CLASS, IRSA_ANNOTATION
 from components.helm.cache import chart_cache_dir
-from components.service_accounts import AWS_LOAD_BALANCER_CONTROLLER, CLUSTER_AUTOSCALER, EFS_CSI_CONTROLLER
-from infra import versions
+from domain import versions
+from domain.config import ConfigError, PlatformConfig
+from domain.config.loader import read_stack_file, stack_file_for
+from domain.config.platform import AddonsConfig, KedaConfig
+from domain.service_accounts import AWS_LOAD_BALANCER_CONTROLLER, CLUSTER_AUTOSCALER, EFS_CSI_CONTROLLER
 from infra.aws.karpenter import runs_karpenter
-from infra.config import ConfigError, PlatformConfig
-from infra.config.loader import read_stack_file, stack_file_for
-from infra.config.platform import AddonsConfig, KedaConfig
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
@@ -102,7 +102,7 @@ def test_every_release_installs_the_cached_chart_of_its_pin(stack_render: Render
     for rendered_release in stack_render.helm_releases:
         chart_dir = Path(rendered_release["chart"])
         pin = pins.get(chart_dir.name)
-        assert pin is not None, f"{rendered_release['chart']} has no ChartPin in infra/versions.py"
+        assert pin is not None, f"{rendered_release['chart']} has no ChartPin in domain/versions.py"
         # The chart cache's verified directory, never a chart repository: what deploys is what the
         # render expanded.
         assert chart_dir == chart_cache_dir() / f"{pin.chart}-{pin.version}" / pin.chart
@@ -138,7 +138,7 @@ def test_a_stack_cannot_pick_a_chart_version_that_is_not_locked(
     message = config_error(tmp_path, override)
     assert f"vllm-platform:{section}" in message
     assert f"{key} is no longer a setting" in message
-    assert "charts.lock.yaml" in message and "infra/versions.py" in message
+    assert "charts.lock.yaml" in message and "domain/versions.py" in message
 
 
 def test_cluster_autoscaler_image_matches_every_supported_kubernetes_minor() -> None:

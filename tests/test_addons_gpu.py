@@ -18,11 +18,11 @@ from components.gpu_addons import (
     device_plugin_groups,
     device_plugin_values,
 )
-from components.labels import GPU_GROUP_LABEL
 from components.scheduling import tolerates, toleration_for
-from infra.config import PlatformConfig
+from domain.config import PlatformConfig
+from domain.labels import GPU_GROUP_LABEL
+from domain.versions import PAUSE_IMAGE, VLLM_IMAGE
 from infra.render import RenderResult
-from infra.versions import PAUSE_IMAGE, VLLM_IMAGE
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.test_addons_cluster import as_int, config_error, config_of, load_variant, release, render_variant
 
@@ -342,7 +342,7 @@ def test_toleration_with_exists_and_a_value_is_rejected(tmp_path: Path) -> None:
 def test_toleration_matching_follows_kubernetes(
     toleration: dict[str, str], taint: tuple[str, str, str], expected: bool
 ) -> None:
-    from infra.config.cluster import TaintConfig
+    from domain.config.cluster import TaintConfig
 
     key, value, effect = taint
     assert tolerates(toleration, TaintConfig(key=key, value=value, effect=effect)) is expected

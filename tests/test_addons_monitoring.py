@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from components.labels import MODEL_LABEL
 from components.monitoring import (
     VLLM_METRICS_PORT_NAME,
     adapter_prometheus_values,
@@ -15,6 +14,7 @@ from components.monitoring import (
     prometheus_url,
 )
 from components.scrape import creates_monitor_objects
+from domain.labels import MODEL_LABEL
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import model_workloads, rendered

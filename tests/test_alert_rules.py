@@ -1,8 +1,8 @@
 """The alert rules, checked by promtool (Debian's `prometheus` package) on series labelled like the
 real exporters': vLLM's names and labels from the recorded /metrics of a real vLLM 0.32.0 server
 (tests/data/vllm-metrics/exposition.txt; tests/e2e/test_recorded_metrics.py re-checks them against
-a live one), DCGM's from the pinned exporter's counters and label template (infra/dcgm_metrics.py),
-kube-state-metrics' from its docs at the pinned version (infra/kube_state_metrics.py).
+a live one), DCGM's from the pinned exporter's counters and label template (domain/dcgm_metrics.py),
+kube-state-metrics' from its docs at the pinned version (domain/kube_state_metrics.py).
 
 Every alert has a case where it fires (with the labels it pages with) and one where it stays quiet.
 """
@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from components.alert_rules import ALERT_RUNBOOKS, PROMETHEUS_RULE_NAME, alert_rule_groups
-from infra import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
-from infra.config import PlatformConfig
+from domain import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
+from domain.config import PlatformConfig
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT, STACKS, rendered
 from tests.support.promql_names import EXPOSITION
@@ -125,7 +125,7 @@ def dcgm_series(name: str, values: str) -> dict[str, str]:
 
 
 def tenant_series(name: str, values: str, **labels: str) -> dict[str, str]:
-    """A series of the API-key middleware (infra/tenant_metrics.py) as the vLLM PodMonitor stores it."""
+    """A series of the API-key middleware (domain/tenant_metrics.py) as the vLLM PodMonitor stores it."""
     assert tuple(labels) == tenant_metrics.SERIES_LABELS[name], (name, tuple(labels))
     target = {"namespace": NAMESPACE, "pod": POD, "container": "vllm", "job": f"{NAMESPACE}/vllm"}
     return {"series": _series(name, {**labels, **target, "instance": f"{POD}:8000"}), "values": values}

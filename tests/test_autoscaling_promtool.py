@@ -25,7 +25,7 @@ from components.adapter_rules import (
     hpa_signals,
     keda_query,
 )
-from infra.config.models import ModelConfig
+from domain.config.models import ModelConfig
 from infra.stack_checks import load_stack
 from tests.conftest import STACKS
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from components.adapter_rules import SIGNALS, adapter_query, adapter_rule
-from infra.config.models import ModelConfig
+from domain.config.models import ModelConfig
 from infra.stack_checks import load_stack
 from tests.support.hpa_formula import HPA_SYNC_SECONDS, desired_replicas
 from tests.support.recorded_prometheus import (

@@ -27,9 +27,9 @@ from components.adapter_rules import (
     keda_query,
 )
 from components.autoscaling import hpa_spec
-from components.labels import ROUTER_NAMESPACE
 from components.rollouts import workload_reference
-from infra import router_metrics
+from domain import router_metrics
+from domain.labels import ROUTER_NAMESPACE
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import STACKS

@@ -1,6 +1,6 @@
 """Adapter rules, HPA metric names and KEDA queries all come from one signal catalogue (pure tests).
 
-The vLLM series the rules read must be ones the pinned vLLM exports (infra/vllm_metrics.py, proven
+The vLLM series the rules read must be ones the pinned vLLM exports (domain/vllm_metrics.py, proven
 against the real server by tests/e2e); a wrong or renamed metric in config fails at validate time.
 """
 
@@ -27,7 +27,7 @@ from components.adapter_rules import (
 )
 from components.autoscaling import hpa_spec
 from components.rollouts import workload_reference
-from infra import vllm_metrics
+from domain import vllm_metrics
 from infra.stack_checks import load_stack
 from tests.conftest import STACKS
 from tests.test_addons_cluster import config_error, load_variant
@@ -113,7 +113,7 @@ def _models_using(series: str):
     "signal", [s for s in SIGNALS.values() if s.exporter == "vllm"], ids=lambda s: s.series
 )
 def test_vllm_series_the_adapter_reads_are_gauges_the_pinned_vllm_exports(signal: Any) -> None:
-    # infra/vllm_metrics.py is checked against a real vLLM server of the pinned version (tests/e2e).
+    # domain/vllm_metrics.py is checked against a real vLLM server of the pinned version (tests/e2e).
     assert vllm_metrics.is_exported(signal.series)
     assert vllm_metrics.EXPORTED_METRICS[signal.series] == "gauge"
 

@@ -15,7 +15,19 @@ from typing import Any
 import pytest
 import yaml
 
-from components.service_accounts import (
+from domain.config import PlatformConfig, stack_file_for
+from domain.config.cluster import GpuNodeGroupConfig, ImagePullConfig, TaintConfig
+from domain.config.tenants import model_key_secrets
+from domain.node_user_data import (
+    CONTAINERD_ROOT,
+    IMAGE_VOLUME_DEVICE,
+    MIME_BOUNDARY,
+    MODEL_CACHE_DIRECTORY,
+    al2023_user_data,
+    containerd_volume_script,
+    local_nvme_script,
+)
+from domain.service_accounts import (
     AWS_LOAD_BALANCER_CONTROLLER,
     CLUSTER_AUTOSCALER,
     EBS_CSI_CONTROLLER,
@@ -41,15 +53,6 @@ from infra.aws.node_groups import (
     node_group_specs,
     system_ami_type,
 )
-from infra.aws.node_user_data import (
-    CONTAINERD_ROOT,
-    IMAGE_VOLUME_DEVICE,
-    MIME_BOUNDARY,
-    MODEL_CACHE_DIRECTORY,
-    al2023_user_data,
-    containerd_volume_script,
-    local_nvme_script,
-)
 from infra.aws.policies import (
     AwsLocation,
     cluster_autoscaler_policy,
@@ -60,9 +63,6 @@ from infra.aws.policies import (
     to_json,
     with_model_bucket_decrypt,
 )
-from infra.config import PlatformConfig, stack_file_for
-from infra.config.cluster import GpuNodeGroupConfig, ImagePullConfig, TaintConfig
-from infra.config.tenants import model_key_secrets
 from infra.render import PLACEHOLDER_ACCOUNT_ID, PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID, RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import rendered

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import ConfigError
-from infra.config.loader import display_path
+from domain.config import ConfigError
+from domain.config.loader import display_path
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 

@@ -12,9 +12,9 @@ import pytest
 
 from bench.serving import report
 from components import server_auth
-from infra.config.loader import load_stack_config
-from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
-from infra.vllm_flags import check_server_arguments, read_server_flags
+from domain.config.loader import load_stack_config
+from domain.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
+from domain.vllm_flags import check_server_arguments, read_server_flags
 from tests.conftest import model_workloads, rendered
 from tests.support.auth_module import load_auth_module
 

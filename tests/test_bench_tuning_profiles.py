@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.catalogue.tuning_profiles import tuning_profiles
-from infra.config import ConfigError, VllmEngineConfig
+from domain.catalogue.tuning_profiles import tuning_profiles
+from domain.config import ConfigError, VllmEngineConfig
+from domain.validation import tuning_profile_problems
 from infra.stack_checks import load_stack
-from infra.validation import tuning_profile_problems
 from tests.conftest import REPO_ROOT
 
 PROFILE = "h200-throughput"
@@ -100,7 +100,7 @@ def test_profile_extra_args_leave_typed_flags_to_the_typed_settings(name: str) -
 
 @pytest.mark.parametrize("name", sorted(tuning_profiles()))
 def test_profile_gpus_are_catalogue_gpu_models(name: str) -> None:
-    from infra.catalogue.gpu_instances import gpu_instance_types
+    from domain.catalogue.gpu_instances import gpu_instance_types
 
     known = {instance.gpu.name for instance in gpu_instance_types().values()}
     assert set(tuning_profiles()[name].gpus) <= known
@@ -112,7 +112,7 @@ def test_profile_on_a_group_of_another_gpu_is_reported(tmp_path: Path) -> None:
         "prod",
         lambda c: _model(c, "qwen2-5-7b-tp2").setdefault("vllm", {}).update(tuning_profile=PROFILE),
     )
-    # `validate` runs the check (infra/validation.py) and reports it with the key path and the fix.
+    # `validate` runs the check (domain/validation.py) and reports it with the key path and the fix.
     with pytest.raises(ConfigError) as caught:
         load_stack("prod", stack_file=path)
     problems = [p for p in caught.value.problems if p.path[-1] == "tuning_profile"]
@@ -132,9 +132,9 @@ def test_h200_8b_model_uses_the_h200_profile_and_passes_its_gpu_check(stack: str
 
 @pytest.mark.parametrize("name", sorted(tuning_profiles()))
 def test_a_profile_with_fp8_weights_is_measured_only_on_gpus_with_fp8_tensor_cores(name: str) -> None:
-    # So the GPU check above also keeps FP8 weights off GPUs without FP8 (infra/validation.py).
-    from infra.catalogue.gpu_instances import gpu_instance_types
-    from infra.validation import fp8_weight_methods
+    # So the GPU check above also keeps FP8 weights off GPUs without FP8 (domain/validation.py).
+    from domain.catalogue.gpu_instances import gpu_instance_types
+    from domain.validation import fp8_weight_methods
 
     profile = tuning_profiles()[name]
     if profile.setting_values().get("quantization") in fp8_weight_methods():
@@ -145,7 +145,7 @@ def test_a_profile_with_fp8_weights_is_measured_only_on_gpus_with_fp8_tensor_cor
 @pytest.fixture
 def catalogue_with_an_fp8_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The real catalogue plus one FP8-weight profile measured on H200, loaded the real way."""
-    from infra.catalogue import tuning_profiles as catalogue
+    from domain.catalogue import tuning_profiles as catalogue
 
     document = yaml.safe_load(catalogue.CATALOGUE_FILE.read_text())
     document["profiles"]["test-h200-fp8"] = {

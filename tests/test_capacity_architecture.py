@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from infra.capacity.architecture import (
+from domain.architecture import (
     ModelShape,
     count_parameters,
     kv_cache_bytes_per_token,
@@ -14,7 +14,7 @@ from infra.capacity.architecture import (
     tensor_parallel_problems,
     weight_bytes_per_gpu,
 )
-from infra.catalogue.model_shapes import lookup_preset
+from domain.catalogue.model_shapes import lookup_preset
 
 
 def shape(preset: str, **overrides: Any) -> ModelShape:

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from infra.capacity.architecture import ModelShape
-from infra.catalogue.gpu_instances import gpu_instance_types
-from infra.catalogue.model_shapes import architecture_values, model_shape_presets
-from infra.config.models import ArchitectureConfig
+from domain.architecture import ModelShape
+from domain.catalogue.gpu_instances import gpu_instance_types
+from domain.catalogue.model_shapes import architecture_values, model_shape_presets
+from domain.config.models import ArchitectureConfig
 
 REQUIRED_PRESETS = (
     "llama-3.1-8b",

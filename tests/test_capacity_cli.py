@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.capacity import plan_platform
+from domain.capacity import plan_platform
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT, STACKS
 

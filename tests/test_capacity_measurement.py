@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from infra.catalogue.model_shapes import model_shape_presets
+from domain.catalogue.model_shapes import model_shape_presets
 from tests.conftest import REPO_ROOT
 from tests.test_capacity_observations import ObservationFile
 

@@ -7,18 +7,18 @@ import math
 
 import pytest
 
-from infra.capacity import memory
-from infra.capacity.architecture import ModelShape
-from infra.capacity.memory import (
+from domain.architecture import ModelShape
+from domain.capacity import memory
+from domain.capacity.memory import (
     EngineSettings,
     GpuMemory,
     blocks_per_request,
     cudagraph_capture_sizes,
     effective_max_num_batched_tokens,
 )
-from infra.capacity.plan import size_memory
-from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
-from infra.catalogue.model_shapes import lookup_preset
+from domain.capacity.plan import size_memory
+from domain.catalogue.gpu_instances import GpuModel, gpu_instance_types
+from domain.catalogue.model_shapes import lookup_preset
 
 GPUS: dict[str, GpuModel] = {instance.gpu.name: instance.gpu for instance in gpu_instance_types().values()}
 SERVING = EngineSettings(gpu_memory_utilization=0.9, max_model_len=8192, max_num_seqs=256)

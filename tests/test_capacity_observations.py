@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from infra.capacity.architecture import ModelShape
-from infra.capacity.memory import GIB, EngineSettings
-from infra.capacity.plan import MemorySizing, size_memory
-from infra.catalogue.gpu_instances import GpuModel, gpu_instance_types
-from infra.catalogue.model_shapes import lookup_preset
+from domain.architecture import ModelShape
+from domain.capacity.memory import GIB, EngineSettings
+from domain.capacity.plan import MemorySizing, size_memory
+from domain.catalogue.gpu_instances import GpuModel, gpu_instance_types
+from domain.catalogue.model_shapes import lookup_preset
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from infra.capacity import plan_platform
-from infra.capacity.startup import PHASES, plan_startup
-from infra.config.models import StartupConfig
+from domain.capacity import plan_platform
+from domain.capacity.startup import PHASES, plan_startup
+from domain.config.models import StartupConfig
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import model_workloads

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from infra.capacity import plan_platform
-from infra.capacity.report import format_plan_table, plan_as_json
-from infra.capacity.time_to_serve import WARM_POD_READY_TARGET_SECONDS, serving_times
-from infra.catalogue.startup_timings import TIMINGS_FILE, StartupTimings, startup_timings
+from domain.capacity import plan_platform
+from domain.capacity.report import format_plan_table, plan_as_json
+from domain.capacity.time_to_serve import WARM_POD_READY_TARGET_SECONDS, serving_times
+from domain.catalogue.startup_timings import TIMINGS_FILE, StartupTimings, startup_timings
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 

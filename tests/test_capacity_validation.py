@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.capacity import plan_platform
-from infra.config import ConfigError, PlatformConfig
+from domain.capacity import plan_platform
+from domain.config import ConfigError, PlatformConfig
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 

@@ -1,4 +1,4 @@
-"""The chart lock (components/helm/charts.lock.yaml) agrees with the chart pins in infra/versions.py,
+"""The chart lock (components/helm/charts.lock.yaml) agrees with the chart pins in domain/versions.py,
 the charts are not in the repository, and the cached charts agree with the lock and load and lint
 in Helm's own engine (helm-python-sdk).
 
@@ -21,7 +21,8 @@ import yaml
 
 from components.helm.cache import cached_chart_path
 from components.helm.lock import LOCK_PATH, LockedChart, load_lock
-from infra import cli, versions
+from domain import versions
+from infra import cli
 from tests.support.charts import chart_data, require_charts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -201,4 +202,4 @@ def test_validate_refuses_a_chart_pin_without_a_lock_entry(tmp_path, monkeypatch
     assert cli.main(["render", "dev", "--allow-missing-charts"]) == cli.EXIT_INVALID_CONFIG
     err = capsys.readouterr().err
     assert "charts[metrics-server] = (missing)" in err
-    assert f"infra/versions.py pins metrics-server {versions.METRICS_SERVER_CHART.version}" in err
+    assert f"domain/versions.py pins metrics-server {versions.METRICS_SERVER_CHART.version}" in err

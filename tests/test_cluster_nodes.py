@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from domain.config import load_stack_config
 from infra.aws.network import subnet_layout
-from infra.config import load_stack_config
 from infra.stack_checks import load_stack
 from tests.cluster.fixtures import CLUSTER_STACK_FILE
 from tests.cluster.nodes import availability_zones, node_zones, stack_nodes

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import ConfigError
+from domain.config import ConfigError
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT, STACKS
 
@@ -230,8 +230,8 @@ def test_missing_stack_file_is_a_config_error_not_a_traceback() -> None:
 
 
 def _undocumented_keys() -> list[str]:
-    from infra.config.platform import PlatformConfig
-    from infra.config.reference import _nested_model
+    from domain.config.platform import PlatformConfig
+    from domain.config.reference import _nested_model
 
     missing: list[str] = []
     seen: set[type] = set()
@@ -254,10 +254,10 @@ def test_every_config_key_has_a_description_for_the_reference() -> None:
 
 
 def test_readme_config_reference_is_generated_from_the_current_schema() -> None:
-    from infra.config.reference import README, refreshed_readme
+    from domain.config.reference import README, refreshed_readme
 
     text = README.read_text()
-    assert text == refreshed_readme(text), "run: .venv/bin/python -m infra.config.reference --write"
+    assert text == refreshed_readme(text), "run: .venv/bin/python -m domain.config.reference --write"
 
 
 @pytest.mark.parametrize(
@@ -281,7 +281,7 @@ def test_a_mirrored_preloader_image_pinned_by_version_or_digest_is_accepted(
 
 
 def test_the_preloader_image_defaults_to_the_published_release() -> None:
-    from infra.versions import MODEL_CACHE_IMAGE
+    from domain.versions import MODEL_CACHE_IMAGE
 
     assert load_stack("dev").storage.preloader_image == MODEL_CACHE_IMAGE.reference
 
@@ -305,7 +305,7 @@ def test_the_catalogue_imports_nothing_from_the_config_so_there_is_no_import_cir
     catalogue = sorted((REPO_ROOT / "infra" / "catalogue").glob("*.py"))
     assert catalogue
     for path in catalogue:
-        outside = {name for name in _infra_imports(path) if not name.startswith("infra.catalogue")}
+        outside = {name for name in _infra_imports(path) if not name.startswith("domain.catalogue")}
         assert not outside, f"{path.relative_to(REPO_ROOT)} imports {sorted(outside)}"
 
 
@@ -350,7 +350,7 @@ def test_an_fp8_kv_cache_or_another_quantisation_on_a100_is_not_an_fp8_weight_pr
 
 
 def test_fp8_tensor_cores_follow_the_compute_capability() -> None:
-    from infra.catalogue.gpu_instances import gpu_instance_types
+    from domain.catalogue.gpu_instances import gpu_instance_types
 
     gpus = {instance.gpu.name: instance.gpu for instance in gpu_instance_types().values()}
     assert {name for name, gpu in gpus.items() if gpu.fp8} == {"L4", "L40S", "H100", "H200", "B200"}
@@ -358,7 +358,7 @@ def test_fp8_tensor_cores_follow_the_compute_capability() -> None:
 
 
 def test_fp8_weight_methods_come_from_the_pinned_vllm_list() -> None:
-    from infra.validation import fp8_weight_methods, pinned_quantization_methods
+    from domain.validation import fp8_weight_methods, pinned_quantization_methods
 
     methods = fp8_weight_methods()
     assert {"fp8", "fp8_per_tensor", "fp8_per_channel", "fp8_per_block", "fbgemm_fp8", "modelopt"} <= methods

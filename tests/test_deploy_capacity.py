@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.labels import ROUTER_NAMESPACE
-from infra.config import load_stack_config
+from domain.config import load_stack_config
+from domain.labels import ROUTER_NAMESPACE
 from tests.cluster.control_plane import Cluster, ClusterError
 from tests.cluster.fixtures import (
     CLUSTER_STACK_FILE,
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.cluster
 
 MODEL = "llama-3-1-8b"
 MIN_REPLICAS = 9
-GPUS_PER_NODE = 8  # p5en.48xlarge (infra/catalogue/gpu_instances.yaml)
+GPUS_PER_NODE = 8  # p5en.48xlarge (domain/catalogue/gpu_instances.yaml)
 SURGE_MODEL = "qwen2-5-7b-tp2"
 """TP=2 on g6e.12xlarge (4 GPUs): one node holds its 2 replicas and nothing more."""
 SURGE_NAMESPACE = f"vllm-{SURGE_MODEL}"

@@ -72,9 +72,9 @@ from components.model_service import SERVER_NAME
 from components.preflight import NAME as PREFLIGHT_NAME
 from components.preflight import preflight_namespace, preflight_objects
 from components.rollouts import ANALYSIS_RUN_KIND, CANARY_SERVICE, STABLE_SERVICE, workload_reference
-from infra.config.loader import STACKS_DIR
-from infra.config.models import AutoscalingConfig, ModelConfig
-from infra.config.platform import PlatformConfig
+from domain.config.loader import STACKS_DIR
+from domain.config.models import AutoscalingConfig, ModelConfig
+from domain.config.platform import PlatformConfig
 from infra.render import render_stack
 from infra.stack_checks import load_stack
 from tests.cluster import tools

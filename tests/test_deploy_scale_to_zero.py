@@ -33,9 +33,9 @@ import pytest
 import yaml
 
 from components.autoscaling import ROUTER_DEMAND_TRIGGER
-from components.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
 from components.router import model_router_container_name
-from infra.config import load_stack_config
+from domain.config import load_stack_config
+from domain.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
 from tests.cluster.control_plane import Cluster, ClusterError, start_keda_operator, start_rollouts_controller
 from tests.cluster.fixtures import (
     CLUSTER_STACK_FILE,

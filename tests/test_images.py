@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from components.helm.lock import load_lock
+from domain.versions import PAUSE_IMAGE, VLLM_IMAGE, VLLM_VERSION
 from infra.images import images_of, inventory, unpinned
-from infra.versions import PAUSE_IMAGE, VLLM_IMAGE, VLLM_VERSION
 from tests.conftest import REPO_ROOT, STACKS, rendered
 from tests.support.charts import require_charts
 

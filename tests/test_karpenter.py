@@ -18,17 +18,18 @@ from pydantic import ValidationError
 
 from components.gpu_addons import device_plugin_values, image_prepull_daemonset_spec
 from components.karpenter import DO_NOT_DISRUPT_ANNOTATION, ec2_node_class, node_pool
-from components.labels import GPU_GROUP_LABEL
+from domain.config.cluster import GpuNodeGroupConfig, NodeGroupsConfig
+from domain.config.platform import ImagePrepullConfig, NvidiaDevicePluginConfig
+from domain.gpu_nodes import gpu_node_labels
+from domain.labels import GPU_GROUP_LABEL
 from infra.aws.karpenter import (
     INTERRUPTION_EVENTS,
     controller_policy,
     interruption_queue_policy,
     karpenter_node_role_name,
 )
-from infra.aws.node_groups import gpu_node_labels, node_group_specs
+from infra.aws.node_groups import node_group_specs
 from infra.aws.policies import AwsLocation
-from infra.config.cluster import GpuNodeGroupConfig, NodeGroupsConfig
-from infra.config.platform import ImagePrepullConfig, NvidiaDevicePluginConfig
 from infra.render import PLACEHOLDER_ACCOUNT_ID, RenderResult
 from tests.conftest import rendered
 
@@ -307,7 +308,7 @@ def test_kwok_instance_types_declare_the_pools_gpus_and_efa_in_each_zone_and_cap
 
 
 def test_plan_tells_where_a_replicas_node_comes_from_and_how_long_it_takes() -> None:
-    from infra.capacity.plan import plan_platform
+    from domain.capacity.plan import plan_platform
     from infra.stack_checks import load_stack
 
     plan = plan_platform(load_stack("staging"))

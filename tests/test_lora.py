@@ -14,16 +14,16 @@ import yaml
 
 from components.model_service import preload_arguments
 from components.vllm_arguments import build_server_arguments, lora_environment
+from domain.architecture import ModelShape
+from domain.capacity.lora import lora_gpu_bytes, lora_slot_bytes
+from domain.capacity.plan import plan_model
+from domain.config import ConfigError, ModelConfig
+from domain.validation import lora_architecture_problems, pinned_lora_architectures
+from domain.vllm_flags import check_server_arguments
 from infra.aws.irsa import service_account_role_specs
 from infra.aws.policies import AwsLocation, model_access_policy
-from infra.capacity.architecture import ModelShape
-from infra.capacity.lora import lora_gpu_bytes, lora_slot_bytes
-from infra.capacity.plan import plan_model
-from infra.config import ConfigError, ModelConfig
 from infra.render import PLACEHOLDER_ACCOUNT_ID
 from infra.stack_checks import load_stack
-from infra.validation import lora_architecture_problems, pinned_lora_architectures
-from infra.vllm_flags import check_server_arguments
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
 
 LORA_STACK = TEST_STACKS_DIR / "Pulumi.lora.yaml"
@@ -122,7 +122,7 @@ def test_lora_on_a_model_class_without_lora_in_the_pinned_vllm_is_refused(tmp_pa
 
 
 def test_every_preset_architecture_is_in_the_lora_snapshot() -> None:
-    from infra.catalogue.model_shapes import model_shape_presets
+    from domain.catalogue.model_shapes import model_shape_presets
 
     known = pinned_lora_architectures()
     for preset in model_shape_presets().values():
@@ -288,7 +288,7 @@ def test_plan_sets_lora_slots_aside_before_the_kv_cache() -> None:
 
 def test_serving_dashboard_shows_the_adapters_by_the_labels_vllm_exports() -> None:
     from components.dashboards import dashboard_expressions, vllm_serving_dashboard
-    from infra.vllm_metrics import LORA_REQUESTS_INFO, check_metric_name
+    from domain.vllm_metrics import LORA_REQUESTS_INFO, check_metric_name
 
     # Exported only with --enable-lora, with these labels (tests/e2e/test_lora.py reads them).
     assert check_metric_name(LORA_REQUESTS_INFO) is None

@@ -1,6 +1,6 @@
 """bench/lora/report.py (issue 25, item 7): each number of adapters in use is the median over the fresh
 LoRA servers against the same session's profile servers, and the memory the LoRA server loses to its
-slots (from vLLM 0.26.0's own log lines) is set beside infra/capacity/lora.py's prediction."""
+slots (from vLLM 0.26.0's own log lines) is set beside domain/capacity/lora.py's prediction."""
 
 from __future__ import annotations
 

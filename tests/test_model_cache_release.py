@@ -1,6 +1,6 @@
 """The preloader image every pod pulls is the one the release workflow publishes.
 
-- infra/versions.py's MODEL_CACHE_IMAGE (the default of `storage.preloader_image`) is
+- domain/versions.py's MODEL_CACHE_IMAGE (the default of `storage.preloader_image`) is
   ghcr.io/vllm-platform/model-cache at the project's version, the tag the workflow pushes;
 - .github/workflows/release-model-cache.yaml builds model-cache/Dockerfile, pushes only from a
   release tag, and pins every action by full commit SHA with the release it is;
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config.platform import StorageConfig
-from infra.versions import MODEL_CACHE_IMAGE
+from domain.config.platform import StorageConfig
+from domain.versions import MODEL_CACHE_IMAGE
 from tests.conftest import REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
@@ -49,7 +49,7 @@ def test_the_published_preloader_tag_is_the_project_version() -> None:
     assert _version(REPO_ROOT / "model-cache" / "pyproject.toml") == version
     assert MODEL_CACHE_IMAGE.repository == "ghcr.io/vllm-platform/model-cache"
     assert MODEL_CACHE_IMAGE.tag == version, (
-        f"infra/versions.py pins model-cache {MODEL_CACHE_IMAGE.tag} but the project is {version}: the "
+        f"domain/versions.py pins model-cache {MODEL_CACHE_IMAGE.tag} but the project is {version}: the "
         "release workflow publishes the project's version, so bump them together"
     )
     assert StorageConfig().preloader_image == f"ghcr.io/vllm-platform/model-cache:{version}"
@@ -176,7 +176,7 @@ def test_shellcheck_finds_an_unquoted_expansion(tmp_path: Path) -> None:
 
 
 def test_the_router_image_is_built_by_its_workflow_at_the_pinned_router_version() -> None:
-    from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_IMAGE_REVISION, VLLM_ROUTER_VERSION
+    from domain.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_IMAGE_REVISION, VLLM_ROUTER_VERSION
 
     workflow = yaml.safe_load(ROUTER_WORKFLOW.read_text())
     assert workflow[True]["push"]["tags"] == ["router-v*"]  # YAML 1.1 reads `on` as True

@@ -36,17 +36,17 @@ from components.vllm_arguments import (
     build_server_arguments,
     validation_node_roles,
 )
-from infra.aws.node_user_data import EFA_MEMLOCK_DROP_IN, efa_memlock_script
-from infra.capacity.plan import plan_platform
-from infra.capacity.time_to_serve import group_join_timeout_seconds
-from infra.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
-from infra.config import ConfigError
-from infra.config.loader import STACKS_DIR
+from domain.capacity.plan import plan_platform
+from domain.capacity.time_to_serve import group_join_timeout_seconds
+from domain.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
+from domain.config import ConfigError
+from domain.config.loader import STACKS_DIR
+from domain.node_user_data import EFA_MEMLOCK_DROP_IN, efa_memlock_script
+from domain.versions import LWS_CONTROLLER_IMAGE, VLLM_EFA_IMAGE, VLLM_IMAGE
+from domain.vllm_flags import check_server_arguments
 from infra.images import inventory
 from infra.render import RenderResult, render_stack
 from infra.stack_checks import load_stack
-from infra.versions import LWS_CONTROLLER_IMAGE, VLLM_EFA_IMAGE, VLLM_IMAGE
-from infra.vllm_flags import check_server_arguments
 from tests.conftest import rendered
 from tests.support.charts import data_values, require_chart_data
 from tests.support.stack_files import on_an_existing_cluster
@@ -752,7 +752,7 @@ def test_a_tenants_default_share_counts_every_data_parallel_engine_of_a_group(tm
     (issue 40). A data-parallel group runs `data_parallel_size` engines, each with `max_num_seqs`
     slots, behind its leader's one API: counting one engine per group would admit half of what the
     group serves at once."""
-    from infra.config.tenants import default_max_concurrent_requests
+    from domain.config.tenants import default_max_concurrent_requests
 
     def shared_by_two_tenants(config: dict[str, Any]) -> None:
         _moe_data_parallel(config, expert_parallel=True)
@@ -780,7 +780,7 @@ def test_libfabric_is_told_to_use_device_rdma_only_where_the_efa_device_has_it()
     """Issue 50: `FI_EFA_USE_DEVICE_RDMA=1` on an EFA device without RDMA read (g5/g6/g6e) aborts the
     provider (fi_efa(7)); the catalogue says which types have it, every EFA type is classified."""
     from components.leader_worker_set import efa_environment
-    from infra.catalogue.efa_interfaces import efa_instance_types, supports_device_rdma
+    from domain.catalogue.efa_interfaces import efa_instance_types, supports_device_rdma
 
     assert {t for t in efa_instance_types() if supports_device_rdma(t)} == {
         "p4d.24xlarge",

@@ -22,8 +22,8 @@ import yaml
 
 from components.leader_worker_set import CANARY_SET, LWS_KIND, SET_NAME_LABEL, STABLE_SET, WORKER_INDEX_LABEL
 from components.rollouts import ALB_ACTION_ANNOTATION, CANARY_SERVICE, ROOT_SERVICE, STABLE_SERVICE
-from infra.config import ConfigError
-from infra.config.loader import STACKS_DIR
+from domain.config import ConfigError
+from domain.config.loader import STACKS_DIR
 from infra.render import RenderResult, render_stack
 from infra.stack_checks import load_stack
 from tests.support.charts import require_chart_data

@@ -1,6 +1,6 @@
 """Every series an alert rule, an autoscaling signal or a dashboard reads is one the pinned exporters
-export: vLLM 0.32.0 (infra/vllm_metrics.py, proven against a real server by tests/e2e), the DCGM
-exporter's default counters (infra/dcgm_metrics.py) and kube-state-metrics (infra/kube_state_metrics.py).
+export: vLLM 0.32.0 (domain/vllm_metrics.py, proven against a real server by tests/e2e), the DCGM
+exporter's default counters (domain/dcgm_metrics.py) and kube-state-metrics (domain/kube_state_metrics.py).
 Names are read from each expression by a real PromQL parser (promql-parser), so a renamed metric
 anywhere fails here."""
 
@@ -13,7 +13,7 @@ import pytest
 from components.adapter_rules import SIGNALS, keda_query
 from components.alert_rules import alert_rule_groups
 from components.dashboards import DASHBOARDS, dashboard_expressions
-from infra.config import PlatformConfig
+from domain.config import PlatformConfig
 from infra.stack_checks import load_stack
 from tests.conftest import STACKS
 from tests.support.promql_names import exported_by, series_names, unknown_series

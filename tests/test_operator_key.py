@@ -13,8 +13,8 @@ import yaml
 
 from components import secrets, server_auth
 from components.model_service import _volumes
-from infra.config import stack_file_for
-from infra.config.tenants import model_key_secrets
+from domain.config import stack_file_for
+from domain.config.tenants import model_key_secrets
 from infra.stack_checks import load_stack
 from tests.support.auth_module import load_auth_module
 
@@ -112,8 +112,8 @@ def test_a_tenant_without_a_limit_on_a_shared_model_gets_an_even_split_of_its_en
 ) -> None:
     """Issue 40: without a share one tenant's flood slowed another 30x. On a model other tenants may
     call, a tenant that sets no limit gets max_num_seqs x fewest replicas / tenants; alone, none."""
-    from infra.capacity import plan_platform
-    from infra.capacity.report import format_plan_table, plan_as_json
+    from domain.capacity import plan_platform
+    from domain.capacity.report import format_plan_table, plan_as_json
 
     config = _prod_without_research_limit(tmp_path)
     shared = next(m for m in config.models if m.name == "llama-3-1-8b")  # search and research

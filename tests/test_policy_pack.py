@@ -21,7 +21,7 @@ import pytest
 from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-from components.labels import GPU_GROUP_LABEL
+from domain.labels import GPU_GROUP_LABEL
 from infra.render import RenderResult
 from policy import pulumi_adapter
 from policy import vllm_policies as rules
@@ -486,7 +486,7 @@ def test_unpinned_images_are_reported(image: str) -> None:
     found = messages(rules.check_images_pinned, with_container(image=image))
     assert found == [
         f"container 'vllm' image '{image}' is not pinned to a version; use a versioned tag or a "
-        "digest (pins live in infra/versions.py)"
+        "digest (pins live in domain/versions.py)"
     ]
 
 
@@ -504,7 +504,7 @@ def test_init_container_images_are_checked_too() -> None:
     )
     assert messages(rules.check_images_pinned, deployment) == [
         "container 'preload' image 'ghcr.io/x/model-cache:latest' is not pinned to a version; use a "
-        "versioned tag or a digest (pins live in infra/versions.py)"
+        "versioned tag or a digest (pins live in domain/versions.py)"
     ]
 
 

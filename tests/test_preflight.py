@@ -25,10 +25,10 @@ from components.preflight import (
     preflight_namespace,
     preflight_objects,
 )
-from infra.capacity.plan import plan_platform
-from infra.catalogue.efa_interfaces import efa_bandwidth_gbps, efa_instance_types
+from domain.capacity.plan import plan_platform
+from domain.catalogue.efa_interfaces import efa_bandwidth_gbps, efa_instance_types
+from domain.config.loader import STACKS_DIR
 from infra.cli import EXIT_INVALID_CONFIG, main
-from infra.config.loader import STACKS_DIR
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from components import probes, rollouts
-from infra.config import ConfigError
+from domain.config import ConfigError
 from infra.stack_checks import load_stack
 
 BAD_STACKS = Path(__file__).resolve().parent / "bad-stacks"

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from components import model_service, rollouts
-from components.labels import model_selector_labels
 from components.monitoring import prometheus_url
-from infra.config.rollout import CanaryConfig
+from domain import rollout_pods
+from domain.config.rollout import CanaryConfig
+from domain.labels import model_selector_labels
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import model_workloads, rendered
@@ -125,7 +126,7 @@ def test_the_rollout_carries_the_deployments_pod_template_and_deadlines(prod: Re
     """Consistency by construction: probes (with the planner's startup budget), drain, security,
     volumes and placement are those of the Deployment the model would have with `rolling`."""
     config = config_of(prod)
-    from infra.capacity import plan_platform
+    from domain.capacity import plan_platform
 
     plan = plan_platform(config)
     for model in canary_models(prod):
@@ -202,7 +203,7 @@ def test_gpu_quota_fits_stable_plus_canary_at_every_step(prod: RenderResult) -> 
             ]
         )
         for weight in model.rollout.canary.steps:
-            stable, canary = rollouts.pods_at_weight(weight, model.max_replicas)
+            stable, canary = rollout_pods.pods_at_weight(weight, model.max_replicas)
             # Plus one GPU set for a pod still terminating (components/probes.py gpu_quota).
             assert (stable + canary + 1) * model.gpus_per_replica <= quota, (model.name, weight)
 
@@ -214,7 +215,7 @@ def test_gpu_quota_fits_stable_plus_canary_at_every_step(prod: RenderResult) -> 
 def test_dynamic_stable_scale_adds_at_most_one_pod(
     weight: int, replicas: int, expected: tuple[int, int]
 ) -> None:
-    assert rollouts.pods_at_weight(weight, replicas) == expected
+    assert rollout_pods.pods_at_weight(weight, replicas) == expected
     assert sum(expected) <= replicas + 1
 
 

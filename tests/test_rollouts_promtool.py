@@ -33,8 +33,8 @@ from components.rollouts import (
     Tracks,
     analysis_checks,
 )
-from infra.config.models import ModelConfig
-from infra.config.rollout import CanaryAnalysisConfig
+from domain.config.models import ModelConfig
+from domain.config.rollout import CanaryAnalysisConfig
 from infra.stack_checks import load_stack
 
 METRICS_FIXTURE = Path(__file__).resolve().parent / "data" / "vllm_0.32.0_metrics.txt"

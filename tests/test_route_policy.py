@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from components import server_auth
-from infra.versions import VLLM_VERSION
+from domain.versions import VLLM_VERSION
 from tests.conftest import REPO_ROOT
 
 ROUTES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-routes.json"

@@ -18,7 +18,7 @@ import pytest
 
 from components import router_door
 from components.router import ROUTER_NAMESPACE
-from infra.versions import NGINX_DEBIAN_VERSION
+from domain.versions import NGINX_DEBIAN_VERSION
 from tests.conftest import rendered
 from tests.path_tricks import CANONICAL_UNKNOWN, METHODS, NON_CANONICAL, WITH_QUERY
 from tests.support.recording_server import RecordingServer, start_recording_server

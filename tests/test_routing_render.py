@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from components.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
+from domain.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
+from domain.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
 from infra.render import RenderResult
-from infra.versions import VLLM_ROUTER_IMAGE, VLLM_ROUTER_VERSION
 from tests.conftest import rendered
 from tests.test_serving_render import config_of, container, render_variant
 from tests.test_serving_render import pod_spec as model_pod_spec

@@ -18,15 +18,15 @@ from pydantic import ValidationError
 from components.adapter_rules import router_demand_query
 from components.autoscaling import ROUTER_DEMAND_TRIGGER
 from components.router import model_router_container_name
-from infra.capacity.plan import plan_model, scale_to_zero_warnings
-from infra.capacity.wake import (
+from domain.capacity.plan import plan_model, scale_to_zero_warnings
+from domain.capacity.wake import (
     HOLD_BACKOFF_MULTIPLIER,
     HOLD_INITIAL_BACKOFF_MS,
     HOLD_MAX_BACKOFF_MS,
     hold_attempts,
     wake_problems,
 )
-from infra.config.models import AutoscalingConfig
+from domain.config.models import AutoscalingConfig
 from infra.stack_checks import config_warnings, load_stack
 from tests.conftest import rendered
 from tests.test_autoscaling_promtool import promtool

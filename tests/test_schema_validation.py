@@ -22,9 +22,9 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, all_versions
 
+from domain.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 from infra.render import read_yaml_documents, write_render
 from infra.stack_checks import load_stack
-from infra.versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 from tests.conftest import EXAMPLE_STACKS, STACKS, TEST_STACKS_DIR, rendered
 from tests.support.argo_rollouts_crds import crd_schema_problems, strict
 from tests.support.charts import data_crds

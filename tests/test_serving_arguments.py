@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from components.vllm_arguments import build_server_arguments, flag_name
+from domain.config import ConfigError, ModelConfig
+from domain.config.loader import stack_file_for
+from domain.vllm_flags import check_server_arguments
 from infra.cli import EXIT_INVALID_CONFIG, main
-from infra.config import ConfigError, ModelConfig
-from infra.config.loader import stack_file_for
 from infra.stack_checks import load_stack
-from infra.vllm_flags import check_server_arguments
 from tests.conftest import STACKS
 
 MODEL_PATH = "/mnt/local-models/m/r1"

@@ -1,5 +1,5 @@
 """The EFA serving image (serving-image/, issue 50): the Dockerfile and its release workflow carry exactly
-what infra/versions.py says the image carries, and fetch AWS's installer only to verify it first.
+what domain/versions.py says the image carries, and fetch AWS's installer only to verify it first.
 
 The build itself runs in .github/workflows/release-vllm-efa.yaml (no registry access here); these tests
 keep the files it builds from honest.
@@ -12,7 +12,7 @@ import re
 import pytest
 import yaml
 
-from infra.versions import (
+from domain.versions import (
     EFA_INSTALLER_SHA256,
     EFA_INSTALLER_VERSION,
     VLLM_EFA_IMAGE,
@@ -97,9 +97,9 @@ def test_the_release_workflow_builds_from_the_base_digest_with_the_pins_and_chec
     workflow = yaml.safe_load(WORKFLOW.read_text())
     steps = workflow["jobs"]["image"]["steps"]
     by_name = {step.get("name"): step for step in steps}
-    # The pins come from infra/versions.py itself, not copies in the workflow.
+    # The pins come from domain/versions.py itself, not copies in the workflow.
     meta = by_name["Pins, image name, and whether to publish"]["run"]
-    assert 'spec_from_file_location("versions", "infra/versions.py")' in meta
+    assert 'spec_from_file_location("versions", "domain/versions.py")' in meta
     assert '"efa-image-v$tag"' in meta
     builds = [step for step in steps if str(step.get("uses", "")).startswith("docker/build-push-action@")]
     assert len(builds) == 2

@@ -6,8 +6,8 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
-from components.labels import model_selector_labels
 from components.network_policy import NON_PUBLIC_RANGES, public_https_excepts
+from domain.labels import model_selector_labels
 from infra.render import RenderResult
 from tests.test_serving_render import config_of, render_variant
 

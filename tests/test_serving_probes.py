@@ -7,7 +7,7 @@ import math
 import pytest
 
 from components import probes
-from infra.config.models import AutoscalingConfig, DrainConfig, ModelConfig
+from domain.config.models import AutoscalingConfig, DrainConfig, ModelConfig
 
 DRAINS = [
     DrainConfig(),

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from components import model_service as serving
-from components.labels import model_selector_labels
 from components.rollouts import peak_replicas, uses_canary, workload_reference
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
-from infra.capacity import plan_platform
-from infra.config import PlatformConfig
-from infra.config.loader import stack_file_for
+from domain.capacity import plan_platform
+from domain.config import PlatformConfig
+from domain.config.loader import stack_file_for
+from domain.labels import model_selector_labels
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
@@ -91,7 +91,7 @@ def mount(spec: dict[str, Any], container_name: str, volume_name: str) -> dict[s
 
 def model_namespace_objects(result: RenderResult) -> list[dict[str, Any]]:
     """Objects in the models' namespaces (`vllm-<model>`; the router's `vllm-router` is not one)."""
-    from components.labels import ROUTER_NAMESPACE
+    from domain.labels import ROUTER_NAMESPACE
 
     def in_model_namespace(namespace: str) -> bool:
         return namespace.startswith("vllm-") and namespace != ROUTER_NAMESPACE
@@ -185,9 +185,9 @@ def test_tolerations_match_the_model_gpu_group_exactly(stack_render: RenderResul
 
 
 def test_startup_probe_budget_comes_from_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import infra.capacity
+    import domain.capacity
 
-    planned = infra.capacity.plan_platform
+    planned = domain.capacity.plan_platform
     distinctive_budget = 4321
 
     def plan_with_budget(config: PlatformConfig):
@@ -200,7 +200,7 @@ def test_startup_probe_budget_comes_from_plan(tmp_path: Path, monkeypatch: pytes
             },
         )
 
-    monkeypatch.setattr(infra.capacity, "plan_platform", plan_with_budget)
+    monkeypatch.setattr(domain.capacity, "plan_platform", plan_with_budget)
     result = render_variant(tmp_path, lambda values: None)
     model = config_of(rendered("dev")).models[0]
     probe = container(pod_spec(result, model.name))["startupProbe"]
@@ -462,7 +462,7 @@ def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderR
     from model_cache.cli import build_parser
     from model_cache.s3_source import parse_s3_uri
 
-    from infra.versions import MODEL_CACHE_IMAGE, VLLM_VERSION
+    from domain.versions import MODEL_CACHE_IMAGE, VLLM_VERSION
 
     config = config_of(stack_render)
     plan = plan_platform(config)
@@ -508,7 +508,7 @@ def test_vllm_serves_the_directory_the_preloader_fills(stack_render: RenderResul
 
 
 def test_local_nvme_is_the_directory_the_node_bootstrap_creates(stack_render: RenderResult) -> None:
-    from infra.aws.node_user_data import MODEL_CACHE_DIRECTORY
+    from domain.node_user_data import MODEL_CACHE_DIRECTORY
 
     config = config_of(stack_render)
     for model in config.models:
@@ -565,7 +565,7 @@ def test_pdb_never_blocks_a_node_drain_at_the_fewest_replicas(stack_render: Rend
 
 
 def test_pdb_keeps_the_configured_minimum_when_replicas_allow_it() -> None:
-    from infra.config import ModelConfig
+    from domain.config import ModelConfig
 
     base = {
         "name": "m",
@@ -672,7 +672,7 @@ def test_serving_objects_pass_the_kubernetes_openapi_schema_strictly(stack_rende
 
 
 def test_ingress_enabled_without_a_hostname_is_rejected_at_validate_time(tmp_path: Path) -> None:
-    from infra.config import ConfigError
+    from domain.config import ConfigError
 
     document = yaml.safe_load(stack_file_for("dev").read_text())
     del document["config"]["vllm-platform:ingress"]["domain"]
@@ -691,7 +691,7 @@ def test_existing_mode_renders_the_same_serving_unit(existing_mode_render: Rende
 
 
 def test_s3_uri_not_ending_in_the_revision_is_rejected_at_validate_time(tmp_path: Path) -> None:
-    from infra.config import ConfigError
+    from domain.config import ConfigError
 
     document = yaml.safe_load(stack_file_for("prod").read_text())
     source = document["config"]["vllm-platform:models"][0]["source"]
@@ -708,7 +708,7 @@ def test_s3_uri_not_ending_in_the_revision_is_rejected_at_validate_time(tmp_path
 
 
 def test_preload_source_is_the_parent_of_the_revision_prefix() -> None:
-    from infra.config import ModelConfig
+    from domain.config import ModelConfig
 
     base = {"name": "m", "gpu_group": "g", "architecture": {"preset": "llama-3.1-8b"}}
     nested = ModelConfig.model_validate(

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from components import secrets, server_auth
-from infra.config import ConfigError
-from infra.config.loader import stack_file_for
+from domain.config import ConfigError
+from domain.config.loader import stack_file_for
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import rendered
@@ -197,8 +197,8 @@ def test_hf_token_from_an_existing_secret_with_the_kubernetes_opt_in(tmp_path: P
 
 
 def test_json_keys_that_are_not_identifiers_are_quoted_for_jmespath() -> None:
-    from infra.config.models import SecretRefConfig
-    from infra.config.platform import SecretStoreConfig
+    from domain.config.models import SecretRefConfig
+    from domain.config.platform import SecretStoreConfig
 
     parameters = secrets.provider_parameters(
         SecretStoreConfig(),

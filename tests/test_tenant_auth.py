@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from components import server_auth
-from infra import tenant_metrics
+from domain import tenant_metrics
 from infra.stack_checks import load_stack
 from tests.support.auth_module import WORST_BODY_BYTES, empty_objects_body, load_auth_module
 
@@ -429,7 +429,7 @@ def test_usage_is_counted_per_tenant_from_a_stream_and_a_json_answer(pod: Pod) -
         (("tenant", "team-a"),): 0.0,
         (("tenant", "team-b"),): 0.0,
     }
-    # The names and labels are the catalogue's (infra/tenant_metrics.py); never a key.
+    # The names and labels are the catalogue's (domain/tenant_metrics.py); never a key.
     for family, labels in tenant_metrics.SERIES_LABELS.items():
         for sample_labels in _samples(pod, family):
             assert tuple(name for name, _ in sample_labels) == tuple(sorted(labels))

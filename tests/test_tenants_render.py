@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from components import secrets, server_auth
+from domain.config import ConfigError, stack_file_for
+from domain.config.tenants import tenant_warnings, tenants_on
 from infra.aws.tenant_limits import RATE_LIMITED_BODY_KEY, WITHOUT_TENANT_KEY_RULE
-from infra.config import ConfigError, stack_file_for
-from infra.config.tenants import tenant_warnings, tenants_on
 from infra.stack_checks import load_stack
 from tests.conftest import rendered
 from tests.test_serving_render import config_of, container
@@ -274,8 +274,8 @@ def test_a_rate_limit_needs_the_stacks_alb(tmp_path: Path) -> None:
 
 
 def test_vault_and_kubernetes_secret_stores_deliver_the_same_key_files() -> None:
-    from infra.config.models import SecretRefConfig
-    from infra.config.platform import SecretStoreConfig
+    from domain.config.models import SecretRefConfig
+    from domain.config.platform import SecretStoreConfig
 
     files = [
         secrets.SecretFile(SecretRefConfig(name="teams/search", key="current"), "search.key0"),

@@ -18,19 +18,19 @@ from components.vllm_arguments import (
     FLASHINFER_ALLREDUCE_BACKEND_ENV,
     reserved_flag_problems,
 )
-from infra.capacity import plan_platform
-from infra.capacity.architecture import (
+from domain.architecture import (
     activation_dtype,
     kv_heads_per_gpu,
     linear_weight_dtype,
+    model_shape,
     weight_bytes_per_gpu,
 )
-from infra.capacity.plan import model_shape
-from infra.config import ConfigError
-from infra.config.models import DEFAULT_NCCL_ENV, VllmEngineConfig
+from domain.capacity import plan_platform
+from domain.config import ConfigError
+from domain.config.models import DEFAULT_NCCL_ENV, VllmEngineConfig
+from domain.vllm_flags import check_server_arguments
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
-from infra.vllm_flags import check_server_arguments
 from tests.conftest import REPO_ROOT, model_workloads, rendered
 
 TP_MODEL = "qwen2-5-7b-tp2"

@@ -1,4 +1,4 @@
-"""The Go tools' pins (infra/versions.py GO_TOOLS) agree with the wrapper modules go build obeys."""
+"""The Go tools' pins (domain/versions.py GO_TOOLS) agree with the wrapper modules go build obeys."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.versions import GO_TOOLS
+from domain.versions import GO_TOOLS
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 

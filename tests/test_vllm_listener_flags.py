@@ -17,8 +17,8 @@ from components.vllm_arguments import (
     listener_problems,
     serves_render_endpoints,
 )
-from infra.config.loader import load_stack_config
-from infra.vllm_flags import load_server_flags
+from domain.config.loader import load_stack_config
+from domain.vllm_flags import load_server_flags
 
 # Flag names of the pinned snapshot that may concern the listener: host, port, socket, TLS, API
 # processes, protocol, path prefix, HTTP parsing, CORS, docs, access logs, multi-node and

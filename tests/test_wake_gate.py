@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from components import router, secrets, server_auth
-from components.labels import ROUTER_NAMESPACE
-from components.service_accounts import ROUTER_SERVICE_ACCOUNT
-from infra.config.tenants import tenants_on
+from domain.config.tenants import tenants_on
+from domain.labels import ROUTER_NAMESPACE
+from domain.service_accounts import ROUTER_SERVICE_ACCOUNT
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from router.wake_gate import Caller, GatedModel, KeyRing, gate_config, model_list, refusal
@@ -174,7 +174,7 @@ def test_the_gate_accepts_exactly_whom_the_models_pods_accept(prod: RenderResult
     assert {file for c in gated.callers for file in c.files} == pod_files
     assert parsed.inference_routes == INFERENCE
     # Past the hold: Retry-After is the predicted wake (`vllm-platform plan`: 636 s on a new node).
-    from infra.capacity.plan import plan_model
+    from domain.capacity.plan import plan_model
 
     assert gated.retry_after_seconds == math.ceil(
         plan_model(model, config, model.gpu_group).wake.expected_seconds

@@ -2,7 +2,7 @@
 
     python3 bench/capacity/mkshape.py qwen2.5-7b /tmp/m/qwen7b --tokenizer-from /tmp/m/llama8b
 
-config.json is the preset's config.json values from infra/catalogue/model_shapes.yaml (architectures,
+config.json is the preset's config.json values from domain/catalogue/model_shapes.yaml (architectures,
 model_type, rope settings, ...) in bfloat16; the tokenizer files are copied from another model
 directory (e.g. the one shared/gpu/mkmodel.py writes), whose bos/eos token ids replace the preset's
 so the copied tokenizer and the config agree. The model's vocabulary may be larger than the
@@ -60,7 +60,7 @@ def write_model_dir(name: str, out_dir: Path, tokenizer_from: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("preset", help="a preset of infra/catalogue/model_shapes.yaml, e.g. qwen2.5-7b")
+    parser.add_argument("preset", help="a preset of domain/catalogue/model_shapes.yaml, e.g. qwen2.5-7b")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument(
         "--tokenizer-from", type=Path, required=True, help="model directory to copy the tokenizer from"

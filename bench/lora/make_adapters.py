@@ -10,7 +10,7 @@ linear layers of every decoder layer (q, k, v, o, gate, up, down), the usual "al
 
 writes OUT_DIR/adapter-00 ... each with adapter_config.json and adapter_model.safetensors (bf16).
 Needs torch and safetensors (the vLLM environment has both); the preset is read from
-infra/catalogue/model_shapes.yaml. tests/e2e/test_lora.py loads one made for the tiny test model with
+domain/catalogue/model_shapes.yaml. tests/e2e/test_lora.py loads one made for the tiny test model with
 PEFT itself, so the names and shapes are PEFT's.
 """
 
@@ -87,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     shape = parser.add_mutually_exclusive_group(required=True)
-    shape.add_argument("--preset", help="a preset of infra/catalogue/model_shapes.yaml, e.g. llama-3.1-8b")
+    shape.add_argument("--preset", help="a preset of domain/catalogue/model_shapes.yaml, e.g. llama-3.1-8b")
     shape.add_argument("--config-json", type=Path, help="a Hugging Face config.json")
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--count", type=int, default=1)

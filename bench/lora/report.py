@@ -7,7 +7,7 @@ fresh LoRA server of the session with N adapters in use) and of the same session
 (`profile-s<k>-c256.json`: the base model alone, no `--enable-lora`), session.json (seeds, host load)
 and the servers' gzipped logs (`<label>-server.log.gz`, read by bench/capacity/vllm_log.py). Writes
 bench/lora/RESULTS.md: output tokens/s and p99 TTFT at 256 concurrent per number of adapters in use,
-against the base model; and what `--enable-lora` costs in GPU memory, against infra/capacity/lora.py.
+against the base model; and what `--enable-lora` costs in GPU memory, against domain/capacity/lora.py.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 from bench.capacity.vllm_log import parse_vllm_log
 from bench.serving import report as serving
-from infra.capacity.architecture import ModelShape
-from infra.capacity.lora import lora_gpu_bytes
-from infra.catalogue.model_shapes import lookup_preset
+from domain.architecture import ModelShape
+from domain.capacity.lora import lora_gpu_bytes
+from domain.catalogue.model_shapes import lookup_preset
 
 HERE = Path(__file__).resolve().parent
 LORA_CONFIG = "profile-lora"
@@ -105,7 +105,7 @@ def lora_settings(raw: Path, session: dict[str, Any]) -> dict[str, int]:
 
 
 def planner_bytes(settings: dict[str, int]) -> int:
-    """What infra/capacity/lora.py sets aside for the LoRA slots of the Llama-3.1-8B shape (bf16)."""
+    """What domain/capacity/lora.py sets aside for the LoRA slots of the Llama-3.1-8B shape (bf16)."""
     preset = lookup_preset(PRESET)
     assert preset is not None, PRESET
     shape = ModelShape.from_values(preset.architecture)
@@ -329,7 +329,7 @@ def memory_section(found: dict[str, Any], logs: Path) -> list[str]:
     median = found["median"]
     lines += [
         "",
-        f"LoRA minus base (medians), against the planner: `infra/capacity/lora.py` "
+        f"LoRA minus base (medians), against the planner: `domain/capacity/lora.py` "
         f"`lora_gpu_bytes({PRESET}, tensor_parallel_size={settings['tensor_parallel_size']}, "
         f"max_loras={settings['max_loras']}, max_lora_rank={settings['max_lora_rank']}, dtype_bytes=2)` = "
         f'{found["planner_gib"]:.3f} GiB, set aside while the model loads (so in "Model loading", and '

@@ -4,7 +4,7 @@
 set -euo pipefail
 dest=${1:-.gpu/router}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-version=$(cd "$repo" && python3 -c 'from infra.versions import VLLM_ROUTER_VERSION; print(VLLM_ROUTER_VERSION)')
+version=$(cd "$repo" && python3 -c 'from domain.versions import VLLM_ROUTER_VERSION; print(VLLM_ROUTER_VERSION)')
 mkdir -p "$dest"
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \

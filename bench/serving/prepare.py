@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
-from infra.vllm_flags import ServerFlags, check_server_arguments, load_server_flags, read_server_flags
+from domain.versions import LAB_GPU_VLLM_VERSION, VLLM_VERSION
+from domain.vllm_flags import ServerFlags, check_server_arguments, load_server_flags, read_server_flags
 
 HERE = Path(__file__).resolve().parent
 PLAN_FILE = HERE / "plan.json"
@@ -79,7 +79,7 @@ class Change:
 
 
 def load_lab_flags(path: Path = LAB_FLAGS_FILE) -> ServerFlags:
-    """The lab vLLM's (0.26.0) parser, snapshotted like the pinned one (infra/vllm_flags.py)."""
+    """The lab vLLM's (0.26.0) parser, snapshotted like the pinned one (domain/vllm_flags.py)."""
     return read_server_flags(path)
 
 
@@ -287,7 +287,7 @@ def build_plan(stack: str = STACK, model: str = MODEL, result: Any = None) -> di
     engine = next(m for m in config.models if m.name == model).vllm
     profile = None
     if engine.tuning_profile is not None:
-        from infra.catalogue.tuning_profiles import tuning_profiles
+        from domain.catalogue.tuning_profiles import tuning_profiles
 
         chosen = tuning_profiles()[engine.tuning_profile]
         profile = {

@@ -178,7 +178,7 @@ DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 
 def lock_problems(pins: dict[str, tuple[str, str]], path: Path | None = None) -> list[tuple[str, str, str]]:
     """(key, value, fix) for what makes the lock unusable: a pinned chart (`pins`: name → (version,
-    repository), from infra/versions.py) without a lock entry at that version and repository, or a
+    repository), from domain/versions.py) without a lock entry at that version and repository, or a
     lock entry (or subchart) without a well-formed digest."""
     lock = load_lock(path)
     problems = []
@@ -189,7 +189,7 @@ def lock_problems(pins: dict[str, tuple[str, str]], path: Path | None = None) ->
                 (
                     f"charts[{name}]",
                     "(missing)",
-                    f"infra/versions.py pins {name} {version}, which "
+                    f"domain/versions.py pins {name} {version}, which "
                     "the lock does not list: add its entry (docs/charts.md, 'Bumping a chart')",
                 )
             )
@@ -198,7 +198,7 @@ def lock_problems(pins: dict[str, tuple[str, str]], path: Path | None = None) ->
                 (
                     f"charts[{name}].version",
                     f"{entry.version} from {entry.repository}",
-                    f"infra/versions.py pins {version} from {repository}: make pin and lock agree "
+                    f"domain/versions.py pins {version} from {repository}: make pin and lock agree "
                     "(docs/charts.md, 'Bumping a chart')",
                 )
             )

@@ -22,8 +22,8 @@ import pulumi_kubernetes as kubernetes
 
 from components.helm.cache import cached_chart_path
 from components.helm.lock import load_lock
-from components.labels import PART_OF
-from infra.versions import ChartPin
+from domain.labels import PART_OF
+from domain.versions import ChartPin
 
 CHART_RESOURCE_TYPE = "kubernetes:helm.sh/v4:Chart"
 

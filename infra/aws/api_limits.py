@@ -27,9 +27,9 @@ from typing import Any
 from botocore.model import ListShape, MapShape, OperationModel, Shape, StructureShape
 from botocore.session import get_session
 
+from domain.config.errors import Problem
+from domain.config.platform import PlatformConfig
 from infra.aws.node_groups import SYSTEM_GROUP, eks_taints, node_group_specs
-from infra.config.errors import Problem
-from infra.config.platform import PlatformConfig
 
 
 @cache

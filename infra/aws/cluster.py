@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from domain.config.cluster import ClusterConfig
 from infra.aws.policies import (
     STS_AUDIENCE,
     AwsLocation,
@@ -22,7 +23,6 @@ from infra.aws.policies import (
     service_trust_policy,
     to_json,
 )
-from infra.config.cluster import ClusterConfig
 
 # SHA-1 of the root CA ("Starfield Services Root Certificate Authority - G2") behind every
 # oidc.eks.<region>.amazonaws.com issuer. IAM no longer checks thumbprints for issuers whose

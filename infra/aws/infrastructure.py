@@ -11,8 +11,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from components.cluster_context import ClusterContext, KarpenterMultiNodePlacement
-from components.service_accounts import EBS_CSI_CONTROLLER
+from domain.cluster_context import ClusterContext, KarpenterMultiNodePlacement
+from domain.config import PlatformConfig
+from domain.multi_node import efa_groups, efa_interfaces_per_node
+from domain.service_accounts import EBS_CSI_CONTROLLER
 from infra.aws.addons import ManagedAddons, ManagedAddonsArgs, addons_after_nodes, addons_before_nodes
 from infra.aws.cluster import EksCluster, EksClusterArgs, admin_principals, kubeconfig
 from infra.aws.irsa import ServiceAccountRoles, ServiceAccountRolesArgs, service_account_role_specs
@@ -22,8 +24,6 @@ from infra.aws.node_groups import NodeGroups, NodeGroupsArgs
 from infra.aws.policies import AwsLocation
 from infra.aws.storage import ModelStorage, ModelStorageArgs
 from infra.aws.tenant_limits import tenant_web_acl
-from infra.config import PlatformConfig
-from infra.multi_node import efa_groups, efa_interfaces_per_node
 
 
 class AwsInfrastructure(pulumi.ComponentResource):

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.service_accounts import (
+from domain.config import PlatformConfig
+from domain.config.tenants import model_key_secrets
+from domain.key_files import wake_gate_key_files
+from domain.service_accounts import (
     AWS_LOAD_BALANCER_CONTROLLER,
     CLUSTER_AUTOSCALER,
     EBS_CSI_CONTROLLER,
@@ -38,8 +41,6 @@ from infra.aws.policies import (
     to_json,
     with_model_bucket_decrypt,
 )
-from infra.config import PlatformConfig
-from infra.config.tenants import model_key_secrets
 
 IAM_ROLE_NAME_MAX = 64
 EFS_CSI_DRIVER_MANAGED_POLICY = "service-role/AmazonEFSCSIDriverPolicy"
@@ -154,9 +155,7 @@ def _monitoring_secret_roles(config: PlatformConfig, location: AwsLocation) -> l
 
 def _router_secret_roles(config: PlatformConfig, location: AwsLocation) -> list[ServiceAccountRoleSpec]:
     """With a to-zero model, the router pods' wake gate checks the keys that model's pods accept
-    (components/router.py `wake_gate_key_files`): its account may read exactly those entries."""
-    from components.router import wake_gate_key_files
-
+    (domain/key_files.py `wake_gate_key_files`): its account may read exactly those entries."""
     if not config.router.enabled:
         return []
     names = tuple(dict.fromkeys(secret.ref.name for secret in wake_gate_key_files(config)))

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from domain.config import PlatformConfig
 from infra.aws.node_groups import NODE_MANAGED_POLICIES
 from infra.aws.policies import AwsLocation, PolicyDocument, document, service_trust_policy, to_json
-from infra.config import PlatformConfig
 
 DISCOVERY_TAG = "karpenter.sh/discovery"
 """Tag on the private subnets and the cluster security group; the EC2NodeClass selects by it."""

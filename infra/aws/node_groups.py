@@ -7,37 +7,28 @@ and node-template tags, so a GPU group can scale up from zero nodes.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
-from components.labels import GPU_GROUP_LABEL, GPU_MODEL_LABEL
-from infra.aws.node_user_data import (
-    IMAGE_VOLUME_DEVICE,
-    al2023_user_data,
-    bottlerocket_user_data,
-    encode_user_data,
-)
-from infra.aws.policies import service_trust_policy, to_json
-from infra.catalogue.efa_interfaces import EFA_RESOURCE
-from infra.config.cluster import (
+from domain.catalogue.efa_interfaces import EFA_RESOURCE
+from domain.config.cluster import (
     GRAVITON_FAMILY,
     GpuNodeGroupConfig,
     NodeGroupsConfig,
     SystemNodeGroupConfig,
     TaintConfig,
 )
+from domain.gpu_nodes import BlockDevice, gpu_block_devices, gpu_node_labels, root_device_name
+from domain.node_user_data import (
+    al2023_user_data,
+    bottlerocket_user_data,
+    encode_user_data,
+)
+from infra.aws.policies import service_trust_policy, to_json
 
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-# Cluster Autoscaler's AWS provider recognises GPU nodes by this label: without it, a node that is up
-# but whose device plugin has not registered GPUs yet looks unneeded, and pending GPU pods can make it
-# add a second node (cluster-autoscaler FAQ, "GPU nodes").
-GPU_ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
-"""The NVIDIA device plugin's and DCGM exporter's charts schedule onto nodes with this label; set at
-node creation so they need not wait for GPU feature discovery."""
 GPU_RESOURCE = "nvidia.com/gpu"
 SYSTEM_GROUP = "system"
 
@@ -69,17 +60,6 @@ def eks_taints(taints: Sequence[TaintConfig]) -> list[dict[str, str]]:
         {"key": taint.key, "value": taint.value, "effect": EKS_TAINT_EFFECTS[taint.effect]}
         for taint in taints
     ]
-
-
-def gpu_node_labels(group_name: str, group: GpuNodeGroupConfig) -> dict[str, str]:
-    """Config labels plus the platform's own; the platform's win, since selectors depend on them."""
-    return {
-        **group.labels,
-        GPU_GROUP_LABEL: group_name,
-        GPU_PRESENT_LABEL: "true",
-        GPU_MODEL_LABEL: group.gpu_model.name,
-        GPU_ACCELERATOR_LABEL: f"nvidia-{group.gpu_model.name.lower()}",
-    }
 
 
 def autoscaler_tags(
@@ -117,16 +97,11 @@ def system_ami_type(instance_types: Sequence[str]) -> str:
     return "AL2023_ARM_64_STANDARD" if all(graviton) else "AL2023_x86_64_STANDARD"
 
 
-def root_device_name(ami_type: str) -> str:
-    # Bottlerocket keeps the OS on a small /dev/xvda and images/containers on the data volume /dev/xvdb.
-    return "/dev/xvdb" if ami_type.startswith("BOTTLEROCKET") else "/dev/xvda"
-
-
 def gpu_user_data(group_name: str, group: GpuNodeGroupConfig, *, efa: bool = False) -> str:
     """The launch-template user data (base64) of a GPU group: on AL2023 the EFA locked-memory script
     (`efa`: the group holds multi-node models), the NVMe script (when local_nvme is on), the containerd
     volume script (with a snapshot) and our NodeConfig; on Bottlerocket its TOML settings (which raises
-    locked memory on EFA nodes by itself, infra/aws/node_user_data.py)."""
+    locked memory on EFA nodes by itself, domain/node_user_data.py)."""
     if group.ami_type.startswith("BOTTLEROCKET"):
         if group.local_nvme.enabled:
             raise ValueError(
@@ -137,44 +112,6 @@ def gpu_user_data(group_name: str, group: GpuNodeGroupConfig, *, efa: bool = Fal
         return encode_user_data(bottlerocket_user_data(group.image_pull))
     mount_path = group.local_nvme.mount_path if group.local_nvme.enabled else None
     return encode_user_data(al2023_user_data(mount_path, group.image_pull, efa=efa))
-
-
-def gpu_block_devices(group: GpuNodeGroupConfig) -> tuple[BlockDevice, ...]:
-    """The GPU node's EBS volumes: the root (Bottlerocket: its data volume) at the configured gp3
-    throughput, and with `image_snapshot_id` the image volume made from that snapshot: Bottlerocket's
-    data volume itself, or on AL2023 a second volume that becomes containerd's root."""
-    pull = group.image_pull
-    fast = {"throughput": pull.root_volume_throughput_mibps, "iops": pull.root_volume_iops}
-    root = BlockDevice(root_device_name(group.ami_type), group.disk_size_gib, **fast)
-    if pull.image_snapshot_id is None:
-        return (root,)
-    if group.ami_type.startswith("BOTTLEROCKET"):
-        return (dataclasses.replace(root, snapshot_id=pull.image_snapshot_id),)
-    # containerd's images move to the snapshot's volume; it gets the root's size and speed.
-    image = BlockDevice(IMAGE_VOLUME_DEVICE, group.disk_size_gib, **fast, snapshot_id=pull.image_snapshot_id)
-    return (root, image)
-
-
-@dataclass(frozen=True)
-class BlockDevice:
-    device_name: str
-    size_gib: int
-    throughput: int | None = None
-    iops: int | None = None
-    snapshot_id: str | None = None
-
-    def mapping(self) -> dict[str, object]:
-        ebs: dict[str, object] = {
-            "volume_size": self.size_gib,
-            "volume_type": "gp3",
-            "encrypted": "true",
-            "delete_on_termination": "true",
-        }
-        if self.throughput:
-            ebs.update(throughput=self.throughput, iops=self.iops)
-        if self.snapshot_id:
-            ebs["snapshot_id"] = self.snapshot_id
-        return {"device_name": self.device_name, "ebs": ebs}
 
 
 @dataclass(frozen=True)
@@ -196,7 +133,7 @@ class NodeGroupSpec:
     """EBS volumes of the launch template; empty: the root volume at gp3's baseline."""
     autoscaler_tags: dict[str, str] = field(default_factory=dict)
     efa_interfaces: int = 0
-    """Multi-node groups (infra/multi_node.py group_needs_efa): EFA interfaces per node, one per network
+    """Multi-node groups (domain/multi_node.py group_needs_efa): EFA interfaces per node, one per network
     card; the group then also lives in one zone and one cluster placement group. 0: none of that."""
 
 
@@ -296,7 +233,7 @@ class NodeGroupsArgs:
     """What nodes need before they can become Ready: the VPC CNI and kube-proxy add-ons."""
     partition: str = "aws"
     efa_interfaces: Mapping[str, int] = field(default_factory=dict)
-    """GPU groups whose replicas span nodes → EFA interfaces per node (infra/multi_node.py)."""
+    """GPU groups whose replicas span nodes → EFA interfaces per node (domain/multi_node.py)."""
     vpc_id: pulumi.Input[str] | None = None
     """Needed with efa_interfaces: the VPC of the EFA security group."""
     cluster_security_group_id: pulumi.Input[str] | None = None

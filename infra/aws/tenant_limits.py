@@ -23,7 +23,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import PlatformConfig
+from domain.config import PlatformConfig
 
 EVALUATION_WINDOW_SECONDS = 60
 """`requests_per_minute` is the limit of a 60 s window (WAF's windows: 60, 120, 300, 600 s)."""

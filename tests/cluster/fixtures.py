@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from components.helm.cache import check_cache
-from infra.config import PlatformConfig
+from domain.config import PlatformConfig
 from infra.render import read_yaml_documents
 from tests.cluster import tools
 from tests.cluster.control_plane import PROGRAMS, Cluster, start_cluster

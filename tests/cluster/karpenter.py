@@ -33,9 +33,9 @@ import yaml
 from components.helm.cache import cached_chart_path
 from components.helm.engine import render_chart
 from components.helm.lock import load_lock
-from infra.catalogue.gpu_instances import lookup_instance_type
-from infra.config import PlatformConfig
-from infra.versions import DEFAULT_KUBERNETES_VERSION, GO_TOOLS
+from domain.catalogue.gpu_instances import lookup_instance_type
+from domain.config import PlatformConfig
+from domain.versions import DEFAULT_KUBERNETES_VERSION, GO_TOOLS
 from tests.cluster import tools
 from tests.cluster.control_plane import Cluster, ClusterError
 from tests.cluster.nodes import PODS_PER_NODE, availability_zones

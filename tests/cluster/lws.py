@@ -37,7 +37,7 @@ from components.helm.cache import cached_chart_path
 from components.helm.engine import render_chart
 from components.helm.lock import load_lock
 from components.multi_node_addons import LWS_NAMESPACE
-from infra.versions import DEFAULT_KUBERNETES_VERSION, LWS_CHART
+from domain.versions import DEFAULT_KUBERNETES_VERSION, LWS_CHART
 from tests.cluster.control_plane import Cluster, ClusterError, write_serving_certificate
 from tests.cluster.fixtures import REPO
 

@@ -24,11 +24,11 @@ import re
 from typing import Any
 
 from components.leader_worker_set import EFA_RESOURCE
+from domain.catalogue.gpu_instances import gpu_instance_types
+from domain.config import PlatformConfig
+from domain.multi_node import efa_interfaces_per_node, group_needs_efa
 from infra.aws.network import subnet_layout
 from infra.aws.node_groups import node_group_specs, system_ami_type
-from infra.catalogue.gpu_instances import gpu_instance_types
-from infra.config import PlatformConfig
-from infra.multi_node import efa_interfaces_per_node, group_needs_efa
 from tests.cluster.control_plane import KWOK_NODE_LABEL
 
 # vCPUs per AWS instance size; memory per vCPU per family letter (m: 4 GiB, c: 2 GiB, r: 8 GiB, t: 4).
@@ -98,7 +98,7 @@ def stack_nodes(config: PlatformConfig, *, size: str = "max_size") -> list[dict[
         efa = efa_interfaces_per_node(config, spec.name) if spec.name in config.node_groups.gpu else 0
         if efa:
             # What the EFA device plugin registers on the nodes whose launch template has EFA
-            # interfaces: the groups that hold a multi-node model (infra/multi_node.py).
+            # interfaces: the groups that hold a multi-node model (domain/multi_node.py).
             capacity[EFA_RESOURCE] = str(efa)
         capacity |= {"pods": str(PODS_PER_NODE), "ephemeral-storage": f"{spec.disk_size_gib}Gi"}
         architecture = "arm64" if "ARM_64" in system_ami_type([instance_type]) else "amd64"

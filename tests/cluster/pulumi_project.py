@@ -7,7 +7,7 @@ engine, the provider and the program all talk over loopback there) and prints on
 operation, whether it succeeded, the change summary and the engine's full output.
 
 How the program runs: the Python language host (`pulumi-language-python`) is not served by the Go
-module proxy (infra/versions.py GO_TOOLS_NOT_SERVED), so the CLI is driven through the Python SDK's
+module proxy (domain/versions.py GO_TOOLS_NOT_SERVED), so the CLI is driven through the Python SDK's
 Automation API with an inline program: the SDK starts its own language runtime in this process and
 hands the CLI its address (`--client`). The engine, the provider, the plan, the diff, the state and
 every API call are the real ones; the program is `infra.program.run_program`, the function the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infra.versions import GO_TOOLS
+from domain.versions import GO_TOOLS
 
 TOOLS_CACHE_ENV = "VLLM_PLATFORM_TOOLS_CACHE"
 

@@ -39,7 +39,7 @@ import pytest
 
 from components.adapter_rules import SIGNALS, adapter_query
 from components.monitoring import PROMETHEUS_ADAPTER_RELEASE
-from infra.config.models import ModelConfig
+from domain.config.models import ModelConfig
 from tests.conftest import model_workloads, rendered
 from tests.support.hpa_formula import desired_replicas
 from tests.support.recorded_prometheus import RecordedPrometheus, running_prometheus

@@ -1,4 +1,4 @@
-"""The flag snapshot and infra/vllm_flags.py against the real vLLM 0.32.0 `vllm serve` parser."""
+"""The flag snapshot and domain/vllm_flags.py against the real vLLM 0.32.0 `vllm serve` parser."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.versions import VLLM_VERSION
-from infra.vllm_flags import REMOVED_FLAGS, SNAPSHOT_DIR, check_server_arguments, load_server_flags
+from domain.versions import VLLM_VERSION
+from domain.vllm_flags import REMOVED_FLAGS, SNAPSHOT_DIR, check_server_arguments, load_server_flags
 from tests.e2e.conftest import boot_server_now_if_the_session_needs_it, server_arguments
 from tests.support.vllm_server import (
     REPO_ROOT,
@@ -255,7 +255,7 @@ def test_the_flashinfer_allreduce_backends_are_the_pinned_vllms_choices(vllm_pyt
     from typing import get_args
 
     from components.vllm_arguments import FLASHINFER_ALLREDUCE_BACKEND_ENV
-    from infra.config.models import VllmEngineConfig
+    from domain.config.models import VllmEngineConfig
 
     ours = set(get_args(VllmEngineConfig.model_fields["flashinfer_allreduce_backend"].annotation))
     for value in sorted(ours):

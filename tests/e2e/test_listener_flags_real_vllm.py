@@ -28,7 +28,7 @@ import pytest
 
 from components.scrape import series_gaps
 from components.vllm_arguments import disables_statistics, listener_problems
-from infra.config.loader import load_stack_config
+from domain.config.loader import load_stack_config
 from tests.e2e.test_lora import with_amx_permission
 from tests.support.vllm_server import (
     REPO_ROOT,

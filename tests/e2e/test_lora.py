@@ -26,10 +26,10 @@ import httpx
 import pytest
 
 from components.vllm_arguments import LORA_ADAPTERS_DIR
-from infra.capacity.architecture import ModelShape
-from infra.capacity.lora import lora_gpu_bytes
+from domain.architecture import ModelShape
+from domain.capacity.lora import lora_gpu_bytes
+from domain.vllm_metrics import LORA_REQUESTS_INFO
 from infra.stack_checks import load_stack
-from infra.vllm_metrics import LORA_REQUESTS_INFO
 from router.registrar import RouterClient, Worker, desired_workers, reconcile
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
 from tests.e2e.conftest import (

@@ -53,7 +53,7 @@ from components import secrets as pod_secrets
 from components import server_auth
 from components.leader_worker_set import HOST_ADDRESS_ENV, LWS_KIND, WORKER_INDEX_LABEL
 from components.server_auth import CONFIG_MAP_NAME
-from infra.config.loader import STACKS_DIR, load_stack_config
+from domain.config.loader import STACKS_DIR, load_stack_config
 from infra.render import render_stack
 from tests.cluster.netns import TWO_NODE_ADDRESSES, NetworkNamespace, two_nodes
 from tests.e2e.conftest import API_KEY, cpu_arguments

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.vllm_flags import check_server_arguments
+from domain.vllm_flags import check_server_arguments
 from tests.conftest import STACKS, TEST_STACKS_DIR, rendered
 from tests.e2e.conftest import boot_server_now_if_the_session_needs_it
 from tests.support.vllm_server import check_many_with_real_vllm

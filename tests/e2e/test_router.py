@@ -31,8 +31,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from domain.versions import VLLM_ROUTER_VERSION
 from infra.smoke import run_smoke
-from infra.versions import VLLM_ROUTER_VERSION
 from router.registrar import RouterClient, Worker, reconcile
 from tests.e2e.conftest import (
     API_KEY,

@@ -995,7 +995,7 @@ def test_many_requests_past_the_hold_get_503_after_one_hold_once_the_fronts_circ
     failed together the circuit opens: a request whose hold ended before that may still be retried
     (measured: 0 of 12 in one run, 1 of 12 in another, 71.3 s), the others end after one
     model-router hold, and the next is answered 503 at once. That is
-    why the stack makes each model-router attempt hold the whole hold (infra/capacity/wake.py
+    why the stack makes each model-router attempt hold the whole hold (domain/capacity/wake.py
     `hold_attempts`): during a wake nothing fails, so the circuit stays closed; only past the hold
     do requests fail, after between one and `router.max_retries` holds, never a hang."""
     assert past_bound.done.wait(timeout=30)

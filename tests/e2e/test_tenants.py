@@ -30,7 +30,7 @@ import pytest
 
 from components import secrets as pod_secrets
 from components import server_auth
-from infra import tenant_metrics
+from domain import tenant_metrics
 from router.registrar import RouterClient, Worker, reconcile
 from tests.e2e.conftest import REPO_ROOT, SERVED_MODEL_NAME, healthy_vllm_server, server_arguments
 from tests.e2e.test_router import loopback_arguments, rendered_registrar_workers, rendered_router_containers

@@ -1,4 +1,4 @@
-"""infra/vllm_metrics.py against the /metrics of a real vLLM 0.32.0 server after one request."""
+"""domain/vllm_metrics.py against the /metrics of a real vLLM 0.32.0 server after one request."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import defaultdict
 import httpx
 import pytest
 
-from infra.vllm_metrics import (
+from domain.vllm_metrics import (
     EXPORTED_METRICS,
     KV_CACHE_USAGE,
     MODEL_NAME_LABEL,
@@ -62,14 +62,14 @@ def test_server_exports_every_listed_metric_with_its_type(exposition: Exposition
         for name, kind in EXPORTED_METRICS.items()
         if exported.get(name) != kind
     }
-    assert wrong == {}, "listed in infra/vllm_metrics.py as (type, what the server has)"
+    assert wrong == {}, "listed in domain/vllm_metrics.py as (type, what the server has)"
 
 
 def test_server_exports_no_vllm_metric_missing_from_the_list(exposition: Exposition) -> None:
     unlisted = {
         name: kind for name, kind in exposition.vllm_families().items() if name not in EXPORTED_METRICS
     }
-    assert unlisted == {}, "add these to EXPORTED_METRICS in infra/vllm_metrics.py"
+    assert unlisted == {}, "add these to EXPORTED_METRICS in domain/vllm_metrics.py"
 
 
 def test_histograms_have_observations_after_one_request(exposition: Exposition) -> None:

@@ -5,11 +5,11 @@ The expression is parsed by promql-parser (GreptimeTeam's Rust PromQL parser, a 
 rejects fails there. Grafana's variables are substituted first (`$__rate_interval` -> 5m, any other
 `$var` -> `.+`).
 
-Known series: vLLM 0.32.0 (infra/vllm_metrics.py, checked against a real server by tests/e2e),
+Known series: vLLM 0.32.0 (domain/vllm_metrics.py, checked against a real server by tests/e2e),
 vLLM's API-server HTTP families (tests/data/vllm-metrics/exposition.txt), the DCGM exporter's
-default counters (infra/dcgm_metrics.py), the kube-state-metrics series this stack reads
-(infra/kube_state_metrics.py), the pinned vllm-router's families (infra/router_metrics.py) and the
-per-tenant series the API-key middleware adds to vLLM's /metrics (infra/tenant_metrics.py).
+default counters (domain/dcgm_metrics.py), the kube-state-metrics series this stack reads
+(domain/kube_state_metrics.py), the pinned vllm-router's families (domain/router_metrics.py) and the
+per-tenant series the API-key middleware adds to vLLM's /metrics (domain/tenant_metrics.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import promql_parser
 
-from infra import dcgm_metrics, kube_state_metrics, router_metrics, tenant_metrics, vllm_metrics
+from domain import dcgm_metrics, kube_state_metrics, router_metrics, tenant_metrics, vllm_metrics
 
 EXPOSITION = Path(__file__).resolve().parents[1] / "data" / "vllm-metrics" / "exposition.txt"
 _DURATION_VARIABLES = re.compile(

@@ -286,7 +286,7 @@ class RunningDoor:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-NGINX_SETUP = "scripts/setup-test-tools.sh (Debian's nginx-light at infra/versions.py NGINX_DEBIAN_VERSION)"
+NGINX_SETUP = "scripts/setup-test-tools.sh (Debian's nginx-light at domain/versions.py NGINX_DEBIAN_VERSION)"
 
 
 def start_door(

@@ -39,6 +39,7 @@ setup-test: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache --no-logo
 
 test:
 	bash scripts/run-suite.sh

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from components.model_service import PRELOAD_CONTAINER, SERVER_NAME
+from components.vllm_pod import PRELOAD_CONTAINER, SERVER_NAME
 from domain import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
 from domain.config.models import ModelConfig
 from domain.config.platform import AlertsConfig

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.adapter_rules import SIGNALS, router_series_matchers
-from components.model_service import SERVER_NAME
+from components.vllm_pod import SERVER_NAME
 from domain import dcgm_metrics, kube_state_metrics, tenant_metrics, vllm_metrics
 
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}

@@ -2,7 +2,7 @@
 libfabric environment of its pods, and the labels that pick out its leaders. Pure functions;
 components/model_service.py creates the object (`workload`) beside the model's Service and PDB.
 
-Both templates come from `model_service.pod_template`, the Deployment's own, with the `vllm serve`
+Both templates come from `vllm_pod.pod_template`, the Deployment's own, with the `vllm serve`
 arguments of `vllm_arguments.build_server_arguments` for each role (`NodeRole.in_pod`), so what differs
 between leader and worker is exactly the role: `--node-rank`, and `--headless` with no API (so no HTTP
 probes) on workers.
@@ -144,7 +144,7 @@ def _member_template(
             ]
         },
     }
-    server = spec["containers"][0]  # the vLLM container (model_service.server_container)
+    server = spec["containers"][0]  # the vLLM container (vllm_pod.server_container)
     efa = str(efa_interfaces_per_node(config, model.gpu_group))
     for kind in ("requests", "limits"):
         server["resources"][kind][EFA_RESOURCE] = efa
@@ -184,7 +184,7 @@ def leader_worker_set_spec(
     worker_template: dict[str, Any],
     replicas: int | None,
 ) -> dict[str, Any]:
-    """The LeaderWorkerSet's spec for `model` from its pod templates (model_service.pod_template with
+    """The LeaderWorkerSet's spec for `model` from its pod templates (vllm_pod.pod_template with
     the leader's and a worker's NodeRole.in_pod arguments)."""
     spec: dict[str, Any] = {
         "leaderWorkerTemplate": {

@@ -9,11 +9,12 @@ import pulumi
 from components.cluster_addons import EBS_STORAGE_CLASS, ClusterAddons, ClusterAddonsArgs
 from components.gpu_addons import GpuAddons, GpuAddonsArgs
 from components.karpenter import KarpenterPools, KarpenterPoolsArgs
-from components.model_service import ModelService, ModelServiceArgs, create_serving_priority_class
+from components.model_service import ModelService, ModelServiceArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.multi_node_addons import MultiNodeAddons, MultiNodeAddonsArgs
 from components.operations import Operations, OperationsArgs
 from components.router import Router, RouterArgs
+from components.scheduling import create_serving_priority_class
 from components.scrape import scrape_settings
 from domain.capacity import PlatformPlan
 from domain.cluster_context import ClusterContext

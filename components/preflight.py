@@ -28,7 +28,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from components import model_service
+from components import vllm_pod, workloads
 from components.leader_worker_set import ZONE_LABEL
 from domain.capacity.plan import plan_platform
 from domain.catalogue.efa_interfaces import EFA_RESOURCE, efa_bandwidth_gbps
@@ -84,7 +84,7 @@ def _labels(model: ModelConfig) -> dict[str, str]:
 
 def _worker_template(config: PlatformConfig, model: ModelConfig) -> dict[str, Any]:
     plan = plan_platform(config).models[model.name]
-    _, _, spec = model_service.workload(config, model, plan, model_service.SERVER_NAME)
+    _, _, spec = workloads.workload(config, model, plan, vllm_pod.SERVER_NAME)
     return spec["leaderWorkerTemplate"]["workerTemplate"]
 
 

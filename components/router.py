@@ -41,16 +41,9 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components import probes, router_door, secrets
+from components.exposure import PUBLIC_API_PATH, load_balancer_annotations, web_acl_annotation
+from components.guardrails import platform_labels
 from components.leader_worker_set import serving_selector_labels
-from components.model_service import (
-    IRSA_SKIP_CONTAINERS_ANNOTATION,
-    PUBLIC_API_PATH,
-    container_security_context,
-    load_balancer_annotations,
-    platform_labels,
-    pod_security_context,
-    web_acl_annotation,
-)
 from components.monitoring import PROMETHEUS_OPERATOR_API_VERSION
 from components.network_policy import (
     HTTPS_PORT,
@@ -62,6 +55,11 @@ from components.network_policy import (
 )
 from components.scrape import ScrapeSettings
 from components.server_auth import inference_routes, max_body_bytes
+from components.vllm_pod import (
+    IRSA_SKIP_CONTAINERS_ANNOTATION,
+    container_security_context,
+    pod_security_context,
+)
 from domain.config.errors import Problem
 from domain.config.models import ModelConfig
 from domain.config.platform import PlatformConfig

@@ -35,8 +35,8 @@ import json
 import re
 from typing import Any
 
-from components.model_service import container_security_context
 from components.server_auth import inference_routes, max_body_bytes
+from components.vllm_pod import container_security_context
 from domain.config.platform import PlatformConfig
 from domain.versions import VLLM_ROUTER_IMAGE
 

@@ -1,4 +1,5 @@
-"""Where GPU workloads may run: one source for node selectors and tolerations.
+"""Where GPU workloads may run: one source for node selectors and tolerations, and for how vLLM pods
+spread over zones and nodes and whom they preempt (their PriorityClass).
 
 Every GPU workload (vLLM pods, device plugin, GPU feature discovery, NFD worker, DCGM exporter,
 image pre-pull) tolerates exactly the taints its GPU group declares — a mismatch silently leaves
@@ -10,9 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components import rollouts
+from components.guardrails import platform_labels
 from domain.config.cluster import GpuNodeGroupConfig, TaintConfig
+from domain.config.models import ModelConfig
 from domain.config.platform import TolerationConfig
-from domain.labels import GPU_GROUP_LABEL
+from domain.labels import GPU_GROUP_LABEL, model_selector_labels
 
 
 def toleration_for(taint: TaintConfig) -> dict[str, str]:
@@ -93,3 +100,43 @@ def gpu_nodes_affinity(group_names: Iterable[str]) -> dict:
             }
         }
     }
+
+
+SERVING_PRIORITY_CLASS = "vllm-serving"
+
+
+SERVING_PRIORITY_VALUE = 1_000_000
+"""Above ordinary workloads (0) so a serving pod can preempt batch jobs on GPU nodes; far below
+system-node-critical (2000001000), which the GPU device plugin and DCGM exporter keep."""
+
+
+def topology_spread(topology_key: str, model: ModelConfig) -> dict[str, Any]:
+    # ScheduleAnyway: GPU capacity is often in one zone only (capacity blocks, ODCRs, spot pools);
+    # DoNotSchedule would leave replicas Pending next to idle GPUs. matchLabelKeys counts only the
+    # pods of the same revision, so old pods being replaced do not skew the spread (a Rollout's
+    # pods carry rollouts-pod-template-hash instead of pod-template-hash). No nodeTaintsPolicy
+    # (the router's needs Honor): the nodeSelector already limits the zones counted to the group's
+    # nodes, whose taints the pods tolerate, and ScheduleAnyway only scores, so Honor would change
+    # no placement but restart every model's pods on the next `up`.
+    return {
+        "maxSkew": 1,
+        "topologyKey": topology_key,
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": model_selector_labels(model.name)},
+        "matchLabelKeys": [rollouts.pod_template_hash_label(model)],
+    }
+
+
+def create_serving_priority_class(
+    name: str, opts: pulumi.ResourceOptions
+) -> kubernetes.scheduling.v1.PriorityClass:
+    """The cluster-scoped PriorityClass every vLLM pod uses; created once by the platform."""
+    return kubernetes.scheduling.v1.PriorityClass(
+        name,
+        metadata={"name": SERVING_PRIORITY_CLASS, "labels": platform_labels()},
+        value=SERVING_PRIORITY_VALUE,
+        global_default=False,
+        preemption_policy="PreemptLowerPriority",
+        description="vLLM model servers (vllm-platform): ahead of batch work on GPU nodes.",
+        opts=opts,
+    )

@@ -37,3 +37,8 @@ def peak_pods(model: ModelConfig) -> int:
     drains (a pod keeps its GPUs until it has finished terminating). The namespace's GPU quota
     and the canary's room check both count this many."""
     return peak_replicas(model) + 1
+
+
+def uses_group_canary(model: ModelConfig) -> bool:
+    """A multi-node canary: a second LeaderWorkerSet, its weight set by the stack (docs/multi-node.md)."""
+    return model.is_multi_node and uses_canary(model)

@@ -92,7 +92,7 @@ def platform_checks() -> list[PlatformCheck]:
     from components.autoscaling import autoscaling_pipeline_problems
     from components.cluster_addons import addon_mode_problems, addon_provider_problems
     from components.gpu_addons import gpu_registration_problems, gpu_toleration_problems
-    from components.model_service import preload_source_problems
+    from components.preload import preload_source_problems
     from components.rollouts import rolling_surge_problems, rollout_problems
     from components.router import router_problems
     from components.secrets import secret_reference_problems

@@ -34,7 +34,10 @@ if ! make --no-print-directory setup || ! bash scripts/setup-test-tools.sh; then
   exit 1
 fi
 stamp "python set-up done"
-{ "$bin/ruff" check . && "$bin/ruff" format --check .; } || { kill "$tools_lane" 2>/dev/null; exit 1; }
+# Lint, and the layers' import contracts (pyproject.toml [tool.importlinter], docs/architecture.md):
+# an import against a layer fails here, with the contract and the import that breaks it.
+{ "$bin/ruff" check . && "$bin/ruff" format --check . && "$bin/lint-imports" --no-cache --no-logo; } ||
+  { kill "$tools_lane" 2>/dev/null; exit 1; }
 
 pytest_lane() { # name, pytest arguments...
   local name="$1"

@@ -68,10 +68,10 @@ from components.leader_worker_set import (
     SET_NAME_LABEL,
     WORKER_INDEX_LABEL,
 )
-from components.model_service import SERVER_NAME
 from components.preflight import NAME as PREFLIGHT_NAME
 from components.preflight import preflight_namespace, preflight_objects
 from components.rollouts import ANALYSIS_RUN_KIND, CANARY_SERVICE, STABLE_SERVICE, workload_reference
+from components.vllm_pod import SERVER_NAME
 from domain.config.loader import STACKS_DIR
 from domain.config.models import AutoscalingConfig, ModelConfig
 from domain.config.platform import PlatformConfig

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.model_service import preload_arguments
+from components.preload import preload_arguments
 from components.vllm_arguments import build_server_arguments, lora_environment
 from domain.architecture import ModelShape
 from domain.capacity.lora import lora_gpu_bytes, lora_slot_bytes

@@ -28,7 +28,6 @@ from components.leader_worker_set import (
     STARTUP_POLICY,
     WORKER_INDEX_LABEL,
 )
-from components.model_service import SERVER_NAME
 from components.multi_node_addons import efa_device_plugin_values, lws_controller_values
 from components.vllm_arguments import (
     LEADER_WORKER_SET_NAME,
@@ -36,6 +35,7 @@ from components.vllm_arguments import (
     build_server_arguments,
     validation_node_roles,
 )
+from components.vllm_pod import SERVER_NAME
 from domain.capacity.plan import plan_platform
 from domain.capacity.time_to_serve import group_join_timeout_seconds
 from domain.catalogue.efa_interfaces import efa_instance_types, max_efa_interfaces
@@ -820,7 +820,7 @@ def test_a_groups_budget_counts_groups_not_pods(
     """Issue 50: three groups with min_available 2 rendered minAvailable 2 over six pods whose workers
     are always Ready, so a drain could take one member of every group. Now at most (groups -
     min_available) pods at a time (each takes at most one group), one when that would allow none."""
-    from components.model_service import pod_disruption_budget_spec
+    from components.guardrails import pod_disruption_budget_spec
 
     (model,) = load_stack("multinode", stack_file=MULTINODE_STACK).models
     varied = model.model_copy(update={"replicas": groups, "min_available": min_available})

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from components import secrets, server_auth
-from components.model_service import _volumes
+from components.vllm_pod import _volumes
 from domain.config import stack_file_for
 from domain.config.tenants import model_key_secrets
 from infra.stack_checks import load_stack

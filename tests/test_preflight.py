@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components import model_service
+from components import workloads
 from components.leader_worker_set import LWS_KIND
 from components.pod_files import vllm_platform_preflight as script
 from components.preflight import (
@@ -52,7 +52,7 @@ def _kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 def _worker(config: Any) -> dict[str, Any]:
     model = config.models[0]
-    _, kind, spec = model_service.workload(config, model, plan_platform(config).models[model.name], "vllm")
+    _, kind, spec = workloads.workload(config, model, plan_platform(config).models[model.name], "vllm")
     assert kind == LWS_KIND
     return spec["leaderWorkerTemplate"]["workerTemplate"]["spec"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from components import model_service, rollouts
+from components import rollouts, workloads
 from components.monitoring import prometheus_url
 from domain import rollout_pods
 from domain.config.rollout import CanaryConfig
@@ -134,7 +134,7 @@ def test_the_rollout_carries_the_deployments_pod_template_and_deadlines(prod: Re
         rolling = model.model_copy(
             update={"rollout": model.rollout.model_copy(update={"strategy": "rolling"})}
         )
-        deployment = model_service.deployment_spec(config, rolling, plan.models[model.name], "vllm")
+        deployment = workloads.deployment_spec(config, rolling, plan.models[model.name], "vllm")
         template = json.loads(json.dumps(deployment["template"]))
         for spread in template["spec"]["topologySpreadConstraints"]:
             spread["matchLabelKeys"] = ["rollouts-pod-template-hash"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from components.cluster_addons import EFS_STORAGE_CLASS
-from components.model_service import KEEP_ALIVE_ENV
+from components.vllm_pod import KEEP_ALIVE_ENV
 from infra.aws.karpenter import karpenter_node_role_name, runs_karpenter
 from infra.render import RenderResult
 from tests.conftest import rendered

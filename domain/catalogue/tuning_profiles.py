@@ -5,7 +5,7 @@ loaded (`VllmEngineConfig`'s before-validator calls `apply_tuning_profile`), so 
 already holds the effective settings and every consumer — the `vllm serve` argument builder, the
 capacity planner, the flag check — sees the same values without knowing about profiles.
 
-Like the rest of infra/catalogue, this module imports nothing from the config layer: the config
+Like the rest of domain/catalogue, this module imports nothing from the config layer: the config
 reads the catalogue, never the other way round (issue 27). The platform check that a profile runs
 on the GPU it was measured on is `tuning_profile_problems` in domain/validation.py.
 """

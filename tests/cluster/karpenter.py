@@ -11,7 +11,7 @@ What it needs, and where each comes from:
   object `default` whose status says Ready (the provider has no controller that sets it; Karpenter's
   NodePool readiness waits for it: pkg/controllers/nodepool/readiness);
 - an instance-types file of ours (`instance_types`): the stack's pool types with CPUs, memory,
-  `nvidia.com/gpu` from infra/catalogue and `vpc.amazonaws.com/efa` from upstream's table, offered
+  `nvidia.com/gpu` from domain/catalogue and `vpc.amazonaws.com/efa` from upstream's table, offered
   in the stack's zones in each capacity type the pool allows. The KWOK provider reads it from
   `INSTANCE_TYPES_FILE_PATH` (kwok/options/options.go) in its own format
   (kwok/cloudprovider/instance_types.json).

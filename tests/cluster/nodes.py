@@ -3,7 +3,7 @@
 Each group at its max size: the labels and taints the AWS layer gives the managed node group
 (infra/aws/node_groups.py `node_group_specs`, the same function), the labels EKS and the kubelet
 add (instance type, zone, capacity type, node group, architecture), and capacity from the
-instance catalogue: CPUs, memory and `nvidia.com/gpu` for GPU types (infra/catalogue), and
+instance catalogue: CPUs, memory and `nvidia.com/gpu` for GPU types (domain/catalogue), and
 `vpc.amazonaws.com/efa` on the groups that need EFA (a multi-node model's); general-purpose
 system types by AWS's size naming (below). A group with several instance types gets its first.
 

@@ -30,9 +30,6 @@ why it, how a request travels, and how the canary split and the router agree. Pu
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +50,41 @@ from components.network_policy import (
     namespace_selector,
     prometheus_peer,
 )
+from components.router_layout import (
+    FRONT_POLICY,
+    FRONT_PORT,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
+    POD_READER_ROLE,
+    PORT_NAME,
+    READINESS_PATH,
+    REGISTRAR_CONFIG_CHECKSUM_ANNOTATION,
+    REGISTRAR_CONFIG_DIR,
+    REGISTRAR_CONTAINER,
+    ROUTER_CONTAINER,
+    ROUTER_KEYS_PROVIDER_CLASS,
+    ROUTER_NAME,
+    ROUTER_PORT,
+    SERVICE_ACCOUNT_MOUNT,
+    WAKE_GATE_CONTAINER,
+    model_router_container_name,
+    model_router_metrics_port,
+    model_router_metrics_port_name,
+    model_router_port,
+    router_labels,
+    router_resources,
+    sidecar_liveness,
+)
+from components.router_sidecars import (
+    registrar_config_checksum,
+    registrar_config_map_data,
+    registrar_container,
+    router_keys_provider_class_spec,
+    router_keys_volume,
+    wake_gate_container,
+)
 from components.scrape import ScrapeSettings
-from components.server_auth import inference_routes, max_body_bytes
+from components.server_auth import max_body_bytes
 from components.vllm_pod import (
     IRSA_SKIP_CONTAINERS_ANNOTATION,
     container_security_context,
@@ -63,81 +93,21 @@ from components.vllm_pod import (
 from domain.config.errors import Problem
 from domain.config.models import ModelConfig
 from domain.config.platform import PlatformConfig
-from domain.config.tenants import tenants_on
-from domain.key_files import gated_models, model_key_file, wake_gate_key_files
+from domain.key_files import gated_models
 from domain.labels import (
     MODEL_SERIES_LABEL,
     PART_OF,
-    ROUTER_APP_NAME,
     ROUTER_NAMESPACE,
     model_selector_labels,
     router_selector_labels,
 )
 from domain.versions import VLLM_ROUTER_IMAGE
 
-ROUTER_NAME = ROUTER_APP_NAME
-"""Name of the Deployment, Service, PDB, Ingress, ServiceAccount and PodMonitor."""
-ROUTER_CONTAINER = "router"
-REGISTRAR_CONTAINER = "registrar"
-ROUTER_PORT = router_door.DOOR_PORT
-"""The pod's served port: the door (components/router_door.py); the front is behind it on FRONT_PORT."""
-FRONT_PORT = router_door.FRONT_PORT
-METRICS_PORT = 29000
-MODEL_ROUTER_BASE_PORT = 8100
-"""Model i's single-model router listens on 127.0.0.1:8100+i and serves metrics on 29001+i."""
-MODELS_PORT = router_door.MODELS_PORT
-"""The registrar's `/v1/models` (router/registrar.py ModelsServer), on 127.0.0.1 behind the door: the
-front's own answer there is not OpenAI's list and checks no key."""
-PORT_NAME = "http"
-METRICS_PORT_NAME = "metrics"
-READINESS_PATH = "/readiness"
-"""vllm-router answers 200 here once it can route (0.1.17); the registrar's models server, once it
-listens."""
-MODELS_PATH = "/v1/models"
-LIVENESS_PATH = "/liveness"
-REGISTRAR_CONFIG_DIR = "/etc/vllm-router"
-REGISTRAR_CONFIG_FILE = "registrar.json"
-REGISTRAR_SCRIPT = "/opt/registrar/registrar.py"
-SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-POD_READER_ROLE = "vllm-router-pods"
-FRONT_POLICY = "round_robin"
-"""The front has one worker per model in each pod (that model's router), so its policy never chooses."""
-REGISTRAR_CONFIG_CHECKSUM_ANNOTATION = "vllm-platform.dev/registrar-config-sha256"
-WAKE_GATE_CONTAINER = "wake-gate"
-WAKE_GATE_BASE_PORT = 8200
-"""To-zero model i's wake gate listens on :8200+i (router/wake_gate.py); the front routes the model there."""
-WAKE_GATE_CONFIG_FILE = "wake-gate.json"
-WAKE_GATE_SCRIPT = "/opt/registrar/wake_gate.py"
-ROUTER_KEYS_PROVIDER_CLASS = "vllm-router-keys"
-ROUTER_KEYS_VOLUME = "router-keys"
-ROUTER_KEYS_MOUNT_PATH = "/mnt/router-keys"
-"""The wake gate's key folder: the keys the to-zero models' pods accept, one file each."""
-
-
-def router_labels() -> dict[str, str]:
-    return {**router_selector_labels(), **platform_labels()}
-
 
 def model_policy(config: PlatformConfig, model: ModelConfig) -> str:
     policy = config.routing_policy(model)
     assert policy is not None, "the router is off"
     return policy
-
-
-def model_router_container_name(model: ModelConfig) -> str:
-    return f"route-{model.name}"
-
-
-def model_router_port(index: int) -> int:
-    return MODEL_ROUTER_BASE_PORT + index
-
-
-def model_router_metrics_port(index: int) -> int:
-    return METRICS_PORT + 1 + index
-
-
-def model_router_metrics_port_name(index: int) -> str:
-    return f"metrics-{index}"
 
 
 def _common_arguments(config: PlatformConfig, retries: list[str] | None = None) -> list[str]:
@@ -238,109 +208,6 @@ def hold_arguments(config: PlatformConfig, model: ModelConfig) -> list[str]:
     ]
 
 
-def wake_gate_port(index: int) -> int:
-    return WAKE_GATE_BASE_PORT + index
-
-
-def wake_gate_callers(config: PlatformConfig, model: ModelConfig) -> list[dict[str, Any]]:
-    """Who may wake `model`: exactly whom its pods accept (domain/config/tenants.py `model_key_secrets`),
-    each with the key files the gate reads and the served names of `model` it may call."""
-    served = config.served_names(model)
-    callers: list[dict[str, Any]] = []
-    if config.tenants:
-        for tenant in tenants_on(config, model):
-            callers.append(
-                {
-                    "name": tenant.name,
-                    "files": [
-                        secrets.tenant_key_file_name(tenant.name, n)
-                        for n in range(len(tenant.api_key_secrets))
-                    ],
-                    "models": [name for name in served if name in tenant.models],
-                    "key_prefix": tenant.prefix,
-                }
-            )
-    else:
-        callers.append({"name": "model key", "files": [model_key_file(model).file], "models": served})
-    if config.security.operator_key_secret is not None:
-        callers.append(
-            {"name": "operator", "files": [secrets.OPERATOR_KEY_FILE], "models": served, "every_route": True}
-        )
-    return callers
-
-
-def wake_retry_after_seconds(config: PlatformConfig, model: ModelConfig) -> int:
-    """`Retry-After` on the 503 past the hold: the model's predicted wake (`vllm-platform plan`), the
-    time a replica asked for at the request's start should take to serve."""
-    from domain.capacity.plan import plan_model
-
-    return math.ceil(plan_model(model, config, model.gpu_group).wake.expected_seconds)
-
-
-def wake_gate_config(config: PlatformConfig) -> dict[str, Any]:
-    """What router/wake_gate.py reads: one gate per to-zero model, in front of the model's router."""
-    return {
-        "keys_dir": ROUTER_KEYS_MOUNT_PATH,
-        "max_body_bytes": max_body_bytes(config),
-        # The pod's own list (its middleware's INFERENCE_ROUTES): the gate refuses the rest as it does.
-        "inference_routes": sorted(inference_routes()),
-        "upstream_timeout_seconds": config.router.request_timeout_seconds,
-        "models": [
-            {
-                "model": model.name,
-                "port": wake_gate_port(index),
-                "model_router_url": f"http://127.0.0.1:{model_router_port(index)}",
-                "served_names": config.served_names(model),
-                "retry_after_seconds": wake_retry_after_seconds(config, model),
-                "callers": wake_gate_callers(config, model),
-            }
-            for index, model in gated_models(config)
-        ],
-    }
-
-
-def registrar_config(config: PlatformConfig) -> dict[str, Any]:
-    """What router/registrar.py reads: the front router, and each model's router as its worker (a
-    to-zero model's through its wake gate)."""
-    return {
-        "router_url": f"http://127.0.0.1:{FRONT_PORT}",
-        "interval_seconds": config.router.registration_interval_seconds,
-        "models_port": MODELS_PORT,
-        "workers": [
-            {
-                "url": f"http://127.0.0.1:{model_router_port(index)}",
-                "model_id": model.openai_model_name,
-                "policy": FRONT_POLICY,
-                # The model's LoRA adapters are routed to the same model router (router/registrar.py).
-                "served_names": config.served_names(model),
-                # Listed by /v1/models while it has no replica, without waking it (router/registrar.py).
-                "scale_to_zero": model.scales_to_zero,
-                # The front routes a to-zero model to its wake gate, which passes only valid keys on to
-                # the hold (router/wake_gate.py, issue 40).
-                **(
-                    {"front_url": f"http://127.0.0.1:{wake_gate_port(index)}"} if model.scales_to_zero else {}
-                ),
-            }
-            for index, model in enumerate(config.models)
-        ],
-    }
-
-
-def registrar_config_checksum(config: PlatformConfig) -> str:
-    return hashlib.sha256(json.dumps(registrar_config_map_data(config), sort_keys=True).encode()).hexdigest()
-
-
-def registrar_config_map_data(config: PlatformConfig) -> dict[str, str]:
-    """The ConfigMap both sidecars read (code and keys are elsewhere: no secret here)."""
-    data = {
-        REGISTRAR_CONFIG_FILE: json.dumps(registrar_config(config), indent=2, sort_keys=True),
-        router_door.DOOR_CONFIG_FILE: router_door.door_config(config),
-    }
-    if gated_models(config):
-        data[WAKE_GATE_CONFIG_FILE] = json.dumps(wake_gate_config(config), indent=2, sort_keys=True)
-    return data
-
-
 def router_problems(config: PlatformConfig) -> list[Problem]:
     """The router needs a hostname behind the ingress and one served name per model."""
     router = config.router
@@ -380,20 +247,6 @@ def router_problems(config: PlatformConfig) -> list[Problem]:
     return problems
 
 
-def _router_resources(config: PlatformConfig) -> dict[str, Any]:
-    router = config.router
-    return {
-        "requests": {"cpu": f"{router.cpu_request_cores:g}", "memory": f"{router.memory_request_gib:g}Gi"},
-        "limits": {"memory": f"{2 * router.memory_request_gib:g}Gi"},
-    }
-
-
-def _liveness(port: int) -> dict[str, Any]:
-    """Every vllm-router and sidecar of the pod listens on 127.0.0.1 only (issue 49: the door is the
-    only way in), so its liveness runs inside its container."""
-    return router_door.loopback_liveness(port, LIVENESS_PATH)
-
-
 def router_container(config: PlatformConfig) -> dict[str, Any]:
     """The front, behind the door: routes by model name to that model's router. Its readiness is the
     door's (`/readiness`, forwarded here), so the pod is ready when both are."""
@@ -404,11 +257,11 @@ def router_container(config: PlatformConfig) -> dict[str, Any]:
         "command": ["vllm-router"],
         "args": router_arguments(config),
         "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        "livenessProbe": _liveness(FRONT_PORT),
+        "livenessProbe": sidecar_liveness(FRONT_PORT),
         # The load balancer deregisters the pod (readiness, then the deregistration delay) before the
         # router stops accepting connections; SIGTERM then lets in-flight streams finish.
         "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
-        "resources": _router_resources(config),
+        "resources": router_resources(config),
         "securityContext": container_security_context(read_only_root_filesystem=True),
     }
 
@@ -430,88 +283,14 @@ def model_router_container(config: PlatformConfig, model: ModelConfig, index: in
                 "protocol": "TCP",
             }
         ],
-        "livenessProbe": _liveness(model_router_port(index)),
+        "livenessProbe": sidecar_liveness(model_router_port(index)),
         # Stays up while the front drains, so streams in flight keep their backend.
         "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
-        "resources": _router_resources(config),
+        "resources": router_resources(config),
         "securityContext": container_security_context(read_only_root_filesystem=True),
         # Upstream's discovery reads the model's pods with this token (Role vllm-router-pods).
         "volumeMounts": [{"name": "api-token", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True}],
     }
-
-
-def registrar_container(config: PlatformConfig) -> dict[str, Any]:
-    """Registers the model routers with the front and serves `/v1/models` to the load balancer. Its
-    readiness is its own server's only (never a model's), so the pod stays in the load balancer
-    while any model has no ready pod."""
-    return {
-        "name": REGISTRAR_CONTAINER,
-        "image": VLLM_ROUTER_IMAGE.reference,
-        "imagePullPolicy": "IfNotPresent",
-        "command": [
-            "python",
-            REGISTRAR_SCRIPT,
-            "--config",
-            f"{REGISTRAR_CONFIG_DIR}/{REGISTRAR_CONFIG_FILE}",
-        ],
-        # On 127.0.0.1 behind the door: its readiness runs in the container, as the liveness of the rest.
-        "readinessProbe": {
-            **router_door.loopback_liveness(MODELS_PORT, READINESS_PATH),
-            "periodSeconds": 5,
-            "failureThreshold": 2,
-        },
-        # Answers /v1/models while the load balancer deregisters the pod, as the front does.
-        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
-        "securityContext": container_security_context(read_only_root_filesystem=True),
-        "volumeMounts": [{"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True}],
-    }
-
-
-def wake_gate_container(config: PlatformConfig) -> dict[str, Any]:
-    """The to-zero models' wake gates (router/wake_gate.py): the only container that mounts keys. On
-    the request path of those models (a localhost hop, streamed), so it gets a router's resources."""
-    (first_index, _), *_ = gated_models(config)
-    return {
-        "name": WAKE_GATE_CONTAINER,
-        "image": VLLM_ROUTER_IMAGE.reference,
-        "imagePullPolicy": "IfNotPresent",
-        "command": [
-            "python",
-            WAKE_GATE_SCRIPT,
-            "--config",
-            f"{REGISTRAR_CONFIG_DIR}/{WAKE_GATE_CONFIG_FILE}",
-        ],
-        # Reached from the front on 127.0.0.1 only.
-        # Its own answer, never the model's: a model at zero must not take the pod out of service.
-        "livenessProbe": _liveness(wake_gate_port(first_index)),
-        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
-        "resources": _router_resources(config),
-        "securityContext": container_security_context(read_only_root_filesystem=True),
-        "volumeMounts": [
-            {"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True},
-            {"name": ROUTER_KEYS_VOLUME, "mountPath": ROUTER_KEYS_MOUNT_PATH, "readOnly": True},
-        ],
-    }
-
-
-def router_keys_volume(config: PlatformConfig) -> dict[str, Any]:
-    """The wake gate's key folder: the CSI driver's mount of SecretProviderClass vllm-router-keys, or
-    (`kubernetes-secret`) Secrets of the same names in namespace vllm-router, projected; both are
-    updated in place on rotation."""
-    store = config.security.secret_store
-    if secrets.uses_csi(store):
-        return secrets.csi_volume(ROUTER_KEYS_VOLUME, ROUTER_KEYS_PROVIDER_CLASS)
-    return secrets.tenant_keys_volume(store, wake_gate_key_files(config)) | {"name": ROUTER_KEYS_VOLUME}
-
-
-def router_keys_provider_class_spec(config: PlatformConfig) -> dict[str, Any] | None:
-    """The SecretProviderClass of the wake gate's keys; None without a to-zero model or without CSI."""
-    files = wake_gate_key_files(config)
-    store = config.security.secret_store
-    if not files or not secrets.uses_csi(store):
-        return None
-    return secrets.tenant_keys_provider_class_spec(store, files, config.cluster.region)
 
 
 def _spread(topology_key: str, when_unsatisfiable: str) -> dict[str, Any]:

@@ -446,7 +446,7 @@ def _evict(cluster: Cluster, pod: str) -> dict[str, Any]:
 def _evictions_across_two_groups(cluster: Cluster, pods: list[dict[str, Any]]) -> dict[str, Any]:
     """Two groups Running: a worker of group 0 evicted (its whole group recreated by LWS), then at once
     the leader of group 1, as a drain of two nodes holding members of both would ask; then, with group 0
-    back, group 1's worker. The model's PDB (components/model_service.py, counted in groups) must let
+    back, group 1's worker. The model's PDB (components/guardrails.py, counted in groups) must let
     only one group be down at a time."""
     by_group: dict[str, dict[str, str]] = {}
     for pod in pods:

@@ -64,7 +64,7 @@ def test_every_rendered_object_is_admitted_by_the_api_server(applied):
 
 def test_our_pods_meet_pod_security_restricted_except_the_local_nvme_host_path(applied):
     # Our model namespaces warn (and audit) at `restricted`; they enforce it, except where the GPU
-    # group's local NVMe copy needs a hostPath volume (components/model_service.py). The API server's
+    # group's local NVMe copy needs a hostPath volume (components/vllm_pod.py). The API server's
     # PodSecurity admission prints a warning for every pod template that would violate `restricted`:
     # the only one allowed is that hostPath volume.
     _, _, results, _ = applied

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from components.autoscaling import ROUTER_DEMAND_TRIGGER
-from components.router import model_router_container_name
+from components.router_layout import model_router_container_name
 from domain.config import load_stack_config
 from domain.labels import MODEL_SERIES_LABEL, ROUTER_NAMESPACE
 from tests.cluster.control_plane import Cluster, ClusterError, start_keda_operator, start_rollouts_controller

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from components.adapter_rules import router_demand_query
 from components.autoscaling import ROUTER_DEMAND_TRIGGER
-from components.router import model_router_container_name
+from components.router_layout import model_router_container_name
 from domain.capacity.plan import plan_model, scale_to_zero_warnings
 from domain.capacity.wake import (
     HOLD_BACKOFF_MULTIPLIER,

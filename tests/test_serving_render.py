@@ -12,13 +12,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components import model_service as serving
+from components import guardrails, preload, scheduling, vllm_pod
 from components.rollouts import peak_replicas, uses_canary, workload_reference
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from domain.capacity import plan_platform
 from domain.config import PlatformConfig
 from domain.config.loader import stack_file_for
 from domain.labels import model_selector_labels
+from domain.versions import VLLM_VERSION
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import TEST_STACKS_DIR, model_workloads, rendered
@@ -159,7 +160,7 @@ def test_cpu_and_memory_come_from_model_resources(stack_render: RenderResult) ->
     for model in config_of(stack_render).models:
         resources = container(pod_spec(stack_render, model.name))["resources"]
         expected = model.resources
-        assert resources["requests"]["cpu"] == serving.cores(expected.cpu_request_cores)
+        assert resources["requests"]["cpu"] == vllm_pod.cores(expected.cpu_request_cores)
         assert resources["requests"]["memory"] == f"{expected.memory_request_gib:g}Gi"
         assert resources["limits"]["memory"] == f"{expected.memory_limit_gib:g}Gi"
         assert ("cpu" in resources["limits"]) == (expected.cpu_limit_cores is not None)
@@ -356,8 +357,8 @@ def test_read_only_root_leaves_writable_home_tmp_and_caches(stack_render: Render
         mounted = {m["mountPath"]: m for m in container(spec)["volumeMounts"]}
         for path in (env["HOME"], env["TMPDIR"], "/dev/shm"):
             assert path in mounted and not mounted[path].get("readOnly"), path
-        assert env["VLLM_CACHE_ROOT"].startswith(serving.SHARED_ROOT + "/")
-        assert not mounted[serving.SHARED_ROOT].get("readOnly"), "the compile cache is written there"
+        assert env["VLLM_CACHE_ROOT"].startswith(preload.SHARED_ROOT + "/")
+        assert not mounted[preload.SHARED_ROOT].get("readOnly"), "the compile cache is written there"
 
 
 def test_jit_kernel_caches_live_beside_the_compile_cache_not_in_the_fresh_home(
@@ -399,18 +400,18 @@ def test_weights_come_offline_from_the_preloaded_copy(stack_render: RenderResult
         env = {e["name"]: e.get("value") for e in server["env"]}
         assert env["HF_HUB_OFFLINE"] == "1"
         local = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
-        assert server["args"][0] == serving.served_model_path(model, local)
-        assert volume(spec, "models")["persistentVolumeClaim"] == {"claimName": serving.MODEL_VOLUME_CLAIM}
+        assert server["args"][0] == preload.served_model_path(model, local)
+        assert volume(spec, "models")["persistentVolumeClaim"] == {"claimName": preload.MODEL_VOLUME_CLAIM}
 
 
 def test_model_volume_is_an_rwx_claim_on_the_efs_storage_class(stack_render: RenderResult) -> None:
     config = config_of(stack_render)
     for model in config.models:
-        claim = one(stack_render, "PersistentVolumeClaim", serving.MODEL_VOLUME_CLAIM, model.namespace)[
+        claim = one(stack_render, "PersistentVolumeClaim", preload.MODEL_VOLUME_CLAIM, model.namespace)[
             "spec"
         ]
         assert claim["accessModes"] == ["ReadWriteMany"]
-        assert claim["storageClassName"] == serving.MODEL_VOLUME_STORAGE_CLASS == "efs-sc"
+        assert claim["storageClassName"] == preload.MODEL_VOLUME_STORAGE_CLASS == "efs-sc"
         assert (
             one(stack_render, "StorageClass", claim["storageClassName"])["provisioner"] == "efs.csi.aws.com"
         )
@@ -418,11 +419,11 @@ def test_model_volume_is_an_rwx_claim_on_the_efs_storage_class(stack_render: Ren
 
 
 def test_every_vllm_pod_uses_the_serving_priority_class_created_once(stack_render: RenderResult) -> None:
-    priority = one(stack_render, "PriorityClass", serving.SERVING_PRIORITY_CLASS)
-    assert priority["value"] == serving.SERVING_PRIORITY_VALUE
+    priority = one(stack_render, "PriorityClass", scheduling.SERVING_PRIORITY_CLASS)
+    assert priority["value"] == scheduling.SERVING_PRIORITY_VALUE
     assert priority["globalDefault"] is False
     for model in config_of(stack_render).models:
-        assert pod_spec(stack_render, model.name)["priorityClassName"] == serving.SERVING_PRIORITY_CLASS
+        assert pod_spec(stack_render, model.name)["priorityClassName"] == scheduling.SERVING_PRIORITY_CLASS
 
 
 def test_service_account_carries_the_irsa_role_from_the_aws_layer(stack_render: RenderResult) -> None:
@@ -481,10 +482,10 @@ def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderR
             )
         else:
             assert parsed.source == f"hf://{model.source.huggingface_repo}"
-        assert str(parsed.shared_root) == serving.SHARED_ROOT
+        assert str(parsed.shared_root) == preload.SHARED_ROOT
         local = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
         assert (str(parsed.local_root) if parsed.local_root else None) == (
-            serving.LOCAL_ROOT if local else None
+            preload.LOCAL_ROOT if local else None
         )
         assert parsed.compile_cache_gpu_type == plan.models[model.name].gpu_model
         assert parsed.compile_cache_vllm_version == VLLM_VERSION
@@ -498,11 +499,11 @@ def test_vllm_serves_the_directory_the_preloader_fills(stack_render: RenderResul
     for model in config.models:
         spec = pod_spec(stack_render, model.name)
         local = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
-        root = Path(serving.LOCAL_ROOT if local else serving.SHARED_ROOT)
+        root = Path(preload.LOCAL_ROOT if local else preload.SHARED_ROOT)
         assert container(spec)["args"][0] == str(revision_dir(root, model.name, model.source.revision))
         env = {e["name"]: e.get("value") for e in container(spec)["env"]}
         expected_cache = compile_cache_dir(
-            Path(serving.SHARED_ROOT), model.name, plan.models[model.name].gpu_model, serving.VLLM_VERSION
+            Path(preload.SHARED_ROOT), model.name, plan.models[model.name].gpu_model, VLLM_VERSION
         )
         assert env["VLLM_CACHE_ROOT"] == str(expected_cache)
 
@@ -519,7 +520,7 @@ def test_local_nvme_is_the_directory_the_node_bootstrap_creates(stack_render: Re
             "path": f"{nvme.mount_path}/{MODEL_CACHE_DIRECTORY}",
             "type": "Directory",
         }
-        assert mount(spec, "model-cache", "local-models")["mountPath"] == serving.LOCAL_ROOT
+        assert mount(spec, "model-cache", "local-models")["mountPath"] == preload.LOCAL_ROOT
         assert mount(spec, "vllm", "local-models")["readOnly"] is True
 
 
@@ -532,7 +533,7 @@ def test_without_local_nvme_vllm_serves_from_the_shared_volume(tmp_path: Path) -
     spec = pod_spec(result, model.name)
     assert "local-models" not in {v["name"] for v in spec["volumes"]}
     assert "--local-root" not in container(spec, "model-cache")["args"]
-    assert container(spec)["args"][0] == f"{serving.SHARED_ROOT}/{model.name}/{model.source.revision}"
+    assert container(spec)["args"][0] == f"{preload.SHARED_ROOT}/{model.name}/{model.source.revision}"
 
 
 # --- around the pod ------------------------------------------------------------------------------------
@@ -575,10 +576,10 @@ def test_pdb_keeps_the_configured_minimum_when_replicas_allow_it() -> None:
     }
     roomy = ModelConfig.model_validate({**base, "replicas": 3, "min_available": 2})
     single = ModelConfig.model_validate({**base, "replicas": 1, "min_available": 1})
-    assert serving.pod_disruption_budget_spec(roomy)["minAvailable"] == 2
-    assert "maxUnavailable" not in serving.pod_disruption_budget_spec(roomy)
-    assert serving.pod_disruption_budget_spec(single)["maxUnavailable"] == 1
-    assert "minAvailable" not in serving.pod_disruption_budget_spec(single)
+    assert guardrails.pod_disruption_budget_spec(roomy)["minAvailable"] == 2
+    assert "maxUnavailable" not in guardrails.pod_disruption_budget_spec(roomy)
+    assert guardrails.pod_disruption_budget_spec(single)["maxUnavailable"] == 1
+    assert "minAvailable" not in guardrails.pod_disruption_budget_spec(single)
 
 
 def test_ingress_has_tls_long_idle_timeout_and_alb_health_check() -> None:
@@ -716,6 +717,6 @@ def test_preload_source_is_the_parent_of_the_revision_prefix() -> None:
     )
     top = ModelConfig.model_validate({**base, "source": {"s3_uri": "s3://bkt/r1", "revision": "r1"}})
     hub = ModelConfig.model_validate({**base, "source": {"huggingface_repo": "org/m", "revision": "abc"}})
-    assert serving.preload_source(nested.source) == "s3://bkt/org/m/"
-    assert serving.preload_source(top.source) == "s3://bkt/"
-    assert serving.preload_source(hub.source) == "hf://org/m"
+    assert preload.preload_source(nested.source) == "s3://bkt/org/m/"
+    assert preload.preload_source(top.source) == "s3://bkt/"
+    assert preload.preload_source(hub.source) == "hf://org/m"

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from components import router, secrets, server_auth
+from components import router_layout, router_sidecars, secrets, server_auth
+from domain import key_files
 from domain.config.tenants import tenants_on
 from domain.labels import ROUTER_NAMESPACE
 from domain.service_accounts import ROUTER_SERVICE_ACCOUNT
@@ -152,7 +153,7 @@ def router_objects(render: RenderResult, kind: str) -> list[dict[str, Any]]:
 
 def gate_config_of(render: RenderResult) -> dict[str, Any]:
     (config_map,) = router_objects(render, "ConfigMap")
-    config: dict[str, Any] = json.loads(config_map["data"][router.WAKE_GATE_CONFIG_FILE])
+    config: dict[str, Any] = json.loads(config_map["data"][router_layout.WAKE_GATE_CONFIG_FILE])
     return config
 
 
@@ -180,13 +181,14 @@ def test_the_gate_accepts_exactly_whom_the_models_pods_accept(prod: RenderResult
         plan_model(model, config, model.gpu_group).wake.expected_seconds
     )
     assert (
-        gated.model_router_url == f"http://127.0.0.1:{router.model_router_port(config.models.index(model))}"
+        gated.model_router_url
+        == f"http://127.0.0.1:{router_layout.model_router_port(config.models.index(model))}"
     )
 
 
 def test_the_front_routes_the_to_zero_model_through_its_gate_and_the_rest_direct(prod: RenderResult) -> None:
     (config_map,) = router_objects(prod, "ConfigMap")
-    workers = json.loads(config_map["data"][router.REGISTRAR_CONFIG_FILE])["workers"]
+    workers = json.loads(config_map["data"][router_layout.REGISTRAR_CONFIG_FILE])["workers"]
     ports = {m["model_router_url"]: m["port"] for m in gate_config_of(prod)["models"]}
     for worker in workers:
         if worker["scale_to_zero"]:
@@ -203,22 +205,24 @@ def test_only_the_gate_container_mounts_the_keys_from_the_store(prod: RenderResu
         c["name"]
         for c in spec["containers"]
         for mount in c.get("volumeMounts", [])
-        if mount["name"] == router.ROUTER_KEYS_VOLUME
+        if mount["name"] == router_layout.ROUTER_KEYS_VOLUME
     }
-    assert mounting == {router.WAKE_GATE_CONTAINER}
-    (volume,) = [v for v in spec["volumes"] if v["name"] == router.ROUTER_KEYS_VOLUME]
-    assert volume["csi"]["volumeAttributes"] == {"secretProviderClass": router.ROUTER_KEYS_PROVIDER_CLASS}
+    assert mounting == {router_layout.WAKE_GATE_CONTAINER}
+    (volume,) = [v for v in spec["volumes"] if v["name"] == router_layout.ROUTER_KEYS_VOLUME]
+    assert volume["csi"]["volumeAttributes"] == {
+        "secretProviderClass": router_layout.ROUTER_KEYS_PROVIDER_CLASS
+    }
     # No container gets the account's AWS credentials (the CSI driver requests its own token).
     skipped = template["metadata"]["annotations"]["eks.amazonaws.com/skip-containers"].split(",")
     assert sorted(skipped) == sorted(c["name"] for c in spec["containers"])
     # A changed sidecar config rolls the pods (they read it once, at start).
     (config_map,) = router_objects(prod, "ConfigMap")
-    assert template["metadata"]["annotations"][router.REGISTRAR_CONFIG_CHECKSUM_ANNOTATION] == (
-        router.registrar_config_checksum(load_stack("prod"))
+    assert template["metadata"]["annotations"][router_layout.REGISTRAR_CONFIG_CHECKSUM_ANNOTATION] == (
+        router_sidecars.registrar_config_checksum(load_stack("prod"))
     )
     assert "wake-gate.json" in config_map["data"]
-    gate = next(c for c in spec["containers"] if c["name"] == router.WAKE_GATE_CONTAINER)
-    assert gate["command"][:2] == ["python", router.WAKE_GATE_SCRIPT]
+    gate = next(c for c in spec["containers"] if c["name"] == router_layout.WAKE_GATE_CONTAINER)
+    assert gate["command"][:2] == ["python", router_layout.WAKE_GATE_SCRIPT]
     assert "/liveness" in gate["livenessProbe"]["exec"]["command"][-1]  # it listens on 127.0.0.1
     assert "readinessProbe" not in gate  # a model at zero never takes the router pod out of service
 
@@ -228,7 +232,7 @@ def test_the_router_reads_only_the_to_zero_models_keys(prod: RenderResult) -> No
     (model,) = [m for m in config.models if m.scales_to_zero]
     expected = sorted({ref.name for tenant in tenants_on(config, model) for ref in tenant.api_key_secrets})
     (provider_class,) = router_objects(prod, "SecretProviderClass")
-    assert provider_class["metadata"]["name"] == router.ROUTER_KEYS_PROVIDER_CLASS
+    assert provider_class["metadata"]["name"] == router_layout.ROUTER_KEYS_PROVIDER_CLASS
     objects = json.dumps(provider_class["spec"])
     assert all(name in objects for name in expected)
     others = {ref.name for t in config.tenants for ref in t.api_key_secrets} - set(expected)
@@ -249,7 +253,7 @@ def test_without_a_to_zero_model_there_is_no_gate_and_no_key_in_the_router_pod()
     assert config.router.enabled and not any(m.scales_to_zero for m in config.models)
     (deployment,) = router_objects(dev, "Deployment")
     names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
-    assert router.WAKE_GATE_CONTAINER not in names
+    assert router_layout.WAKE_GATE_CONTAINER not in names
     assert router_objects(dev, "SecretProviderClass") == []
     assert ROUTER_SERVICE_ACCOUNT.key not in irsa_roles(dev)
 
@@ -261,11 +265,11 @@ def test_without_tenants_the_gate_checks_the_models_own_key() -> None:
     models = list(config.models)
     models[index] = model.model_copy(update={"api_key_secret": ref})
     untenanted = config.model_copy(update={"tenants": [], "models": models})
-    (gated,) = router.wake_gate_config(untenanted)["models"]
+    (gated,) = router_sidecars.wake_gate_config(untenanted)["models"]
     assert gated["callers"] == [
         {"name": "model key", "files": [f"{model.name}.api-key"], "models": untenanted.served_names(model)}
     ]
-    assert [(f.file, f.ref.name) for f in router.wake_gate_key_files(untenanted)] == [
+    assert [(f.file, f.ref.name) for f in key_files.wake_gate_key_files(untenanted)] == [
         (f"{model.name}.api-key", "vllm-platform/prod/qwen/api-key")
     ]
 

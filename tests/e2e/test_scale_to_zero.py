@@ -164,7 +164,7 @@ def _rendered_registrar_entry() -> dict[str, Any]:
 
 
 def _rendered_wake_gate_config() -> dict[str, Any]:
-    """The wake gate's config (the router ConfigMap's wake-gate.json, components/router.py)."""
+    """The wake gate's config (the router ConfigMap's wake-gate.json, components/router_sidecars.py)."""
     from tests.conftest import rendered
 
     (config_map,) = rendered(STACK).find("ConfigMap", namespace=ROUTER_NAMESPACE)

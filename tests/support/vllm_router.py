@@ -219,9 +219,10 @@ def start_wake_gate(
     log_path: Path,
     startup_timeout_seconds: float = 30,
 ) -> RunningWakeGate:
-    """The rendered wake-gate config (components/router.py `wake_gate_config`) for `model` alone, on a
-    free loopback port, in front of `model_router_url`, reading keys from `keys_dir`; returned once
-    its /liveness answers. Started as the container starts it: `python wake_gate.py --config FILE`."""
+    """The rendered wake-gate config (components/router_sidecars.py `wake_gate_config`) for `model`
+    alone, on a free loopback port, in front of `model_router_url`, reading keys from `keys_dir`;
+    returned once its /liveness answers. Started as the container starts it:
+    `python wake_gate.py --config FILE`."""
     import json
     import sys
 

@@ -31,8 +31,9 @@ from components.adapter_rules import (
 )
 from components.monitoring import prometheus_url
 from components.rollouts import workload_reference
+from domain.config.autoscaling import AutoscalingConfig
 from domain.config.errors import Problem
-from domain.config.models import AutoscalingConfig, ModelConfig
+from domain.config.models import ModelConfig
 from domain.config.platform import MonitoringConfig, PlatformConfig
 from domain.labels import model_labels
 

@@ -28,7 +28,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import leader_worker_set, probes, rollouts, secrets, server_auth
+from components import canary_analysis, leader_worker_set, probes, rollouts, secrets, server_auth
 from components.autoscaling import (
     create_model_autoscaler,
     replicas_at_creation,
@@ -210,7 +210,7 @@ class ModelService(pulumi.ComponentResource):
                 api_version=rollouts.ROLLOUTS_API_VERSION,
                 kind=rollouts.ANALYSIS_TEMPLATE_KIND,
                 metadata=meta(rollouts.ANALYSIS_TEMPLATE),
-                spec=rollouts.analysis_template_spec(
+                spec=canary_analysis.analysis_template_spec(
                     model.rollout.canary.analysis, namespace, prometheus_url(config.monitoring)
                 ),
                 opts=after_addons,
@@ -327,8 +327,8 @@ class ModelService(pulumi.ComponentResource):
             f"{name}-canary-analysis-run",
             api_version=rollouts.ROLLOUTS_API_VERSION,
             kind=rollouts.ANALYSIS_RUN_KIND,
-            metadata=meta(rollouts.group_analysis_run_name(model)),
-            spec=rollouts.group_analysis_run_spec(
+            metadata=meta(canary_analysis.group_analysis_run_name(model)),
+            spec=canary_analysis.group_analysis_run_spec(
                 model.rollout.canary.analysis, model.namespace, prometheus_url(config.monitoring)
             ),
             opts=after_addons,

@@ -21,8 +21,9 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.adapter_rules import adapter_external_rules, adapter_rules
+from components.canary_analysis import POD_TEMPLATE_HASH_SERIES_LABEL
 from components.helm.release import ChartRelease, install_chart, release_namespace
-from components.rollouts import POD_TEMPLATE_HASH_LABEL, POD_TEMPLATE_HASH_SERIES_LABEL
+from components.rollouts import POD_TEMPLATE_HASH_LABEL
 from components.scheduling import all_gpu_tolerations
 from components.scrape import ScrapeSettings, scrape_settings
 from components.secrets import csi_volume, uses_csi

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from domain.config.models import DrainConfig, ModelConfig
+from domain.config.engine import DrainConfig
+from domain.config.models import ModelConfig
 from domain.rollout_pods import peak_pods
 
 HEALTH_PATH = "/health"

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from components import server_auth
 from domain.capacity.time_to_serve import CPU_GROUP_DEFAULT_TIMEOUT_SECONDS
 from domain.config.errors import Problem
-from domain.config.models import LoraAdapterConfig, ModelConfig
+from domain.config.lora import LoraAdapterConfig
+from domain.config.models import ModelConfig
 from domain.config.platform import PlatformConfig
 
 SERVE_COMMAND: tuple[str, ...] = ("vllm", "serve")

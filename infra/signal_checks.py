@@ -1,5 +1,5 @@
 """Every signal an autoscaler or alert reads is one the stack produces, at an interval its queries can
-resolve (issue 40). Run by `validate` with the other cross-component checks (domain/validation.py).
+resolve (issue 40). Run by `validate` with the other cross-component checks (infra/stack_checks.py).
 
 - Produced: what makes each exporter's series exist under the stack's monitoring settings is
   `components.scrape.series_gaps`; the autoscaling metrics are checked against it where they are

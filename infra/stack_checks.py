@@ -2,8 +2,9 @@
 the program may build from.
 
     stack file ──► domain.config (parse, type, stack defaults) ──► platform_checks: the domain's
-    checks (domain/validation.py, the capacity plan, the multi-node rules) with the Kubernetes
-    components' own checks beside what they render ──► the program
+    checks (domain/validation.py, engine_checks.py, secret_checks.py, placement_checks.py, the
+    capacity plan, the multi-node rules) with the Kubernetes components' own checks beside what they
+    render ──► the program
 
 The domain never imports components/; the checks here may, since this module is the program's.
 """
@@ -97,7 +98,7 @@ def platform_checks() -> list[PlatformCheck]:
     from components.router import router_problems
     from components.secrets import secret_reference_problems
     from components.vllm_arguments import listener_flag_problems, server_argument_problems
-    from domain import multi_node, validation
+    from domain import engine_checks, multi_node, placement_checks, secret_checks, validation
     from domain.capacity import plan
     from infra.signal_checks import query_window_problems, signal_source_problems
 
@@ -115,28 +116,28 @@ def platform_checks() -> list[PlatformCheck]:
         secret_reference_problems,
         validation.ingress_host_problems,
         preload_source_problems,
-        validation.tuning_profile_problems,
+        engine_checks.tuning_profile_problems,
         validation.load_balancer_source_problems,
         validation.replica_bound_problems,
-        validation.quantization_problems,
-        validation.fp8_weight_problems,
-        validation.lora_architecture_problems,
-        validation.runtime_loading_problems,
-        validation.reserved_served_name_problems,
-        validation.checkpoint_quantization_problems,
-        validation.operator_key_problems,
-        validation.secret_name_problems,
+        engine_checks.quantization_problems,
+        engine_checks.fp8_weight_problems,
+        engine_checks.lora_architecture_problems,
+        engine_checks.runtime_loading_problems,
+        engine_checks.reserved_served_name_problems,
+        engine_checks.checkpoint_quantization_problems,
+        secret_checks.operator_key_problems,
+        secret_checks.secret_name_problems,
         rollout_problems,
         rolling_surge_problems,
         router_problems,
         aws_api_limit_problems,
-        validation.secret_isolation_problems,
+        secret_checks.secret_isolation_problems,
         validation.to_zero_hostname_problems,
         signal_source_problems,
         query_window_problems,
-        validation.karpenter_pool_problems,
+        placement_checks.karpenter_pool_problems,
         multi_node.multi_node_problems,
-        validation.pod_request_problems,
+        placement_checks.pod_request_problems,
     ]
 
 

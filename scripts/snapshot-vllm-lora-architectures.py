@@ -8,7 +8,7 @@ vLLM serves adapters only for model classes that implement its `SupportsLoRA` in
 column of https://docs.vllm.ai/en/v0.32.0/models/supported_models.html is generated from the same
 flag). `vllm serve --enable-lora` parses for any model and fails only when the engine loads it, so
 `vllm-platform validate` checks `models[].architecture.architecture_class` of models with `lora`
-against this list (domain/validation.py, lora_architecture_problems). tests/e2e regenerate it into a
+against this list (domain/engine_checks.py, lora_architecture_problems). tests/e2e regenerate it into a
 temporary file and compare, so it cannot drift from vLLM.
 
 Every registered class is imported in this one process and asked `supports_lora` (vLLM's own

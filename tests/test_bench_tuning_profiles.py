@@ -12,7 +12,7 @@ import yaml
 
 from domain.catalogue.tuning_profiles import tuning_profiles
 from domain.config import ConfigError, VllmEngineConfig
-from domain.validation import tuning_profile_problems
+from domain.engine_checks import tuning_profile_problems
 from infra.stack_checks import load_stack
 from tests.conftest import REPO_ROOT
 
@@ -112,7 +112,7 @@ def test_profile_on_a_group_of_another_gpu_is_reported(tmp_path: Path) -> None:
         "prod",
         lambda c: _model(c, "qwen2-5-7b-tp2").setdefault("vllm", {}).update(tuning_profile=PROFILE),
     )
-    # `validate` runs the check (domain/validation.py) and reports it with the key path and the fix.
+    # `validate` runs the check (domain/engine_checks.py) and reports it with the key path and the fix.
     with pytest.raises(ConfigError) as caught:
         load_stack("prod", stack_file=path)
     problems = [p for p in caught.value.problems if p.path[-1] == "tuning_profile"]
@@ -132,9 +132,9 @@ def test_h200_8b_model_uses_the_h200_profile_and_passes_its_gpu_check(stack: str
 
 @pytest.mark.parametrize("name", sorted(tuning_profiles()))
 def test_a_profile_with_fp8_weights_is_measured_only_on_gpus_with_fp8_tensor_cores(name: str) -> None:
-    # So the GPU check above also keeps FP8 weights off GPUs without FP8 (domain/validation.py).
+    # So the GPU check above also keeps FP8 weights off GPUs without FP8 (domain/engine_checks.py).
     from domain.catalogue.gpu_instances import gpu_instance_types
-    from domain.validation import fp8_weight_methods
+    from domain.engine_checks import fp8_weight_methods
 
     profile = tuning_profiles()[name]
     if profile.setting_values().get("quantization") in fp8_weight_methods():

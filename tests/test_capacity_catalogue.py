@@ -9,7 +9,7 @@ import pytest
 from domain.architecture import ModelShape
 from domain.catalogue.gpu_instances import gpu_instance_types
 from domain.catalogue.model_shapes import architecture_values, model_shape_presets
-from domain.config.models import ArchitectureConfig
+from domain.config.architecture import ArchitectureConfig
 
 REQUIRED_PRESETS = (
     "llama-3.1-8b",

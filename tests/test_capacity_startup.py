@@ -6,7 +6,7 @@ import math
 
 from domain.capacity import plan_platform
 from domain.capacity.startup import PHASES, plan_startup
-from domain.config.models import StartupConfig
+from domain.config.engine import StartupConfig
 from infra.render import RenderResult
 from infra.stack_checks import load_stack
 from tests.conftest import model_workloads

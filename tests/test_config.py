@@ -358,7 +358,7 @@ def test_fp8_tensor_cores_follow_the_compute_capability() -> None:
 
 
 def test_fp8_weight_methods_come_from_the_pinned_vllm_list() -> None:
-    from domain.validation import fp8_weight_methods, pinned_quantization_methods
+    from domain.engine_checks import fp8_weight_methods, pinned_quantization_methods
 
     methods = fp8_weight_methods()
     assert {"fp8", "fp8_per_tensor", "fp8_per_channel", "fp8_per_block", "fbgemm_fp8", "modelopt"} <= methods

@@ -72,8 +72,9 @@ from components.preflight import NAME as PREFLIGHT_NAME
 from components.preflight import preflight_namespace, preflight_objects
 from components.rollouts import ANALYSIS_RUN_KIND, CANARY_SERVICE, STABLE_SERVICE, workload_reference
 from components.vllm_pod import SERVER_NAME
+from domain.config.autoscaling import AutoscalingConfig
 from domain.config.loader import STACKS_DIR
-from domain.config.models import AutoscalingConfig, ModelConfig
+from domain.config.models import ModelConfig
 from domain.config.platform import PlatformConfig
 from infra.render import render_stack
 from infra.stack_checks import load_stack

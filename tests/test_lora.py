@@ -18,7 +18,7 @@ from domain.architecture import ModelShape
 from domain.capacity.lora import lora_gpu_bytes, lora_slot_bytes
 from domain.capacity.plan import plan_model
 from domain.config import ConfigError, ModelConfig
-from domain.validation import lora_architecture_problems, pinned_lora_architectures
+from domain.engine_checks import lora_architecture_problems, pinned_lora_architectures
 from domain.vllm_flags import check_server_arguments
 from infra.aws.irsa import service_account_role_specs
 from infra.aws.policies import AwsLocation, model_access_policy

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.rollouts import (
+from components.canary_analysis import (
     CANARY_HASH_ARG,
     GROUP_TRACKS,
     ROLLOUT_TRACKS,

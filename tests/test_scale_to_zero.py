@@ -26,7 +26,7 @@ from domain.capacity.wake import (
     hold_attempts,
     wake_problems,
 )
-from domain.config.models import AutoscalingConfig
+from domain.config.autoscaling import AutoscalingConfig
 from infra.stack_checks import config_warnings, load_stack
 from tests.conftest import rendered
 from tests.test_autoscaling_promtool import promtool

@@ -7,7 +7,9 @@ import math
 import pytest
 
 from components import probes
-from domain.config.models import AutoscalingConfig, DrainConfig, ModelConfig
+from domain.config.autoscaling import AutoscalingConfig
+from domain.config.engine import DrainConfig
+from domain.config.models import ModelConfig
 
 DRAINS = [
     DrainConfig(),

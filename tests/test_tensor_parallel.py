@@ -27,7 +27,7 @@ from domain.architecture import (
 )
 from domain.capacity import plan_platform
 from domain.config import ConfigError
-from domain.config.models import DEFAULT_NCCL_ENV, VllmEngineConfig
+from domain.config.engine import DEFAULT_NCCL_ENV, VllmEngineConfig
 from domain.vllm_flags import check_server_arguments
 from infra.render import RenderResult
 from infra.stack_checks import load_stack

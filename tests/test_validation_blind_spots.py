@@ -13,7 +13,8 @@ import yaml
 
 from domain.config.loader import load_stack_config, stack_file_for
 from domain.config.platform import PlatformConfig
-from domain.validation import secret_isolation_problems, to_zero_hostname_problems
+from domain.secret_checks import secret_isolation_problems
+from domain.validation import to_zero_hostname_problems
 from infra.aws.api_limits import operation_model, request_violations, shape_violations
 from infra.signal_checks import query_window_problems, range_seconds, signal_source_problems
 from infra.stack_checks import aws_api_limit_problems, platform_problems
@@ -372,7 +373,7 @@ def test_limits_the_config_schema_states_agree_with_botocores_model() -> None:
     from botocore.session import get_session
 
     from domain.config.tenants import WAF_MAXIMUM_RATE_LIMIT, WAF_MINIMUM_RATE_LIMIT
-    from domain.validation import _SECRETS_MANAGER_NAME
+    from domain.secret_checks import _SECRETS_MANAGER_NAME
 
     limit = get_session().get_service_model("wafv2").shape_for("RateBasedStatement").members["Limit"]
     assert (limit.metadata["min"], limit.metadata["max"]) == (WAF_MINIMUM_RATE_LIMIT, WAF_MAXIMUM_RATE_LIMIT)
@@ -398,7 +399,7 @@ def test_the_allocatable_a_pod_is_checked_against_follows_the_eks_kubelet_reserv
     """Issue 50: pod requests are held against capacity less the kubelet's reservation, as the EKS AMIs
     compute it: CPU 60m for the first core, 10m for the second, 5m each for the next two, 2.5m above
     four (80m on 4 vCPUs, 550m on a p5's 192); memory 255 MiB + 11 MiB x 250 pods + 100 MiB eviction."""
-    from domain.validation import allocatable, kubelet_reserved_millicores
+    from domain.placement_checks import allocatable, kubelet_reserved_millicores
 
     assert [kubelet_reserved_millicores(n) for n in (1, 2, 4, 8, 192)] == [60, 70, 80, 90, 550]
     cores, gib = allocatable(192, 2048)

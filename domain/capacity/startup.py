@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from domain.config.models import StartupConfig
+from domain.config.engine import StartupConfig
 
 MIB = 1 << 20
 

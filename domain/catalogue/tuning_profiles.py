@@ -7,7 +7,7 @@ capacity planner, the flag check — sees the same values without knowing about 
 
 Like the rest of domain/catalogue, this module imports nothing from the config layer: the config
 reads the catalogue, never the other way round (issue 27). The platform check that a profile runs
-on the GPU it was measured on is `tuning_profile_problems` in domain/validation.py.
+on the GPU it was measured on is `tuning_profile_problems` in domain/engine_checks.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from components.rollouts import HTTP_REQUESTS_METRIC, analysis_checks
+from components.canary_analysis import HTTP_REQUESTS_METRIC, analysis_checks
 from infra.stack_checks import load_stack
 from tests.support.vllm_server import RunningVllmServer
 from tests.test_rollouts_promtool import _LABEL, _SAMPLE, CAPTURED

@@ -255,7 +255,7 @@ def test_the_flashinfer_allreduce_backends_are_the_pinned_vllms_choices(vllm_pyt
     from typing import get_args
 
     from components.vllm_arguments import FLASHINFER_ALLREDUCE_BACKEND_ENV
-    from domain.config.models import VllmEngineConfig
+    from domain.config.engine import VllmEngineConfig
 
     ours = set(get_args(VllmEngineConfig.model_fields["flashinfer_allreduce_backend"].annotation))
     for value in sorted(ours):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.validation import LORA_ARCHITECTURES_FILE
+from domain.engine_checks import LORA_ARCHITECTURES_FILE
 from tests.support.vllm_server import REPO_ROOT, vllm_subprocess_env
 
 pytestmark = pytest.mark.e2e

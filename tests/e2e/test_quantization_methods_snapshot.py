@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.validation import QUANTIZATION_METHODS_FILE, pinned_quantization_methods
+from domain.engine_checks import QUANTIZATION_METHODS_FILE, pinned_quantization_methods
 from tests.support.vllm_server import REPO_ROOT, vllm_subprocess_env
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.validation import CONTENT_PART_TYPES_FILE
+from domain.engine_checks import CONTENT_PART_TYPES_FILE
 from tests.support.vllm_server import REPO_ROOT, vllm_subprocess_env
 from tests.test_route_policy import ROUTES_FILE
 

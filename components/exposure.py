@@ -11,7 +11,7 @@ import pulumi
 from components import leader_worker_set, load_balancer, probes, rollouts
 from components.vllm_pod import SERVER_NAME
 from domain.config.models import ModelConfig
-from domain.config.platform import PlatformConfig
+from domain.config.platform import IngressConfig, PlatformConfig
 from domain.rollout_pods import uses_group_canary
 
 ALB_SSL_POLICY = load_balancer.ALB_SSL_POLICY
@@ -111,10 +111,10 @@ def load_balancer_annotations(
     return annotations
 
 
-def web_acl_annotation(config: PlatformConfig, web_acl_arn: pulumi.Input[str] | None) -> dict[str, Any]:
+def web_acl_annotation(ingress: IngressConfig, web_acl_arn: pulumi.Input[str] | None) -> dict[str, Any]:
     """The tenants' web ACL (infra/aws/tenant_limits.py) on the ALB: every Ingress of the group
     names the same one (validate refuses it beside ingress.wafv2_acl_arn)."""
-    if web_acl_arn is None or config.ingress.class_name != "alb":
+    if web_acl_arn is None or ingress.class_name != "alb":
         return {}
     return {"alb.ingress.kubernetes.io/wafv2-acl-arn": web_acl_arn}
 

@@ -259,7 +259,7 @@ class ModelService(pulumi.ComponentResource):
                     **meta(SERVER_NAME),
                     "annotations": {
                         **ingress_annotations(config, model),
-                        **web_acl_annotation(config, args.context.web_acl_arn),
+                        **web_acl_annotation(config.ingress, args.context.web_acl_arn),
                     },
                 },
                 spec=ingress_spec(config, model),

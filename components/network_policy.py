@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.config.models import ModelConfig
-from domain.config.platform import PlatformConfig
+from domain.config.platform import PlatformConfig, RouterConfig
 from domain.labels import ROUTER_NAMESPACE, model_selector_labels, router_selector_labels
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -93,9 +93,9 @@ def prometheus_peer(config: PlatformConfig) -> AllowedPeer | None:
     )
 
 
-def router_peer(config: PlatformConfig) -> AllowedPeer | None:
+def router_peer(router: RouterConfig) -> AllowedPeer | None:
     """The router's pods (components/router.py) send each request to one of the model's pods directly."""
-    if not config.router.enabled:
+    if not router.enabled:
         return None
     return AllowedPeer(
         "router",
@@ -110,7 +110,11 @@ def router_peer(config: PlatformConfig) -> AllowedPeer | None:
 
 def serving_peers(config: PlatformConfig, load_balancer_cidrs: Sequence[str]) -> list[AllowedPeer]:
     """Everyone who may open a connection to a vLLM pod; add a caller here and nowhere else."""
-    peers = (load_balancer_peer(config, load_balancer_cidrs), router_peer(config), prometheus_peer(config))
+    peers = (
+        load_balancer_peer(config, load_balancer_cidrs),
+        router_peer(config.router),
+        prometheus_peer(config),
+    )
     return [peer for peer in peers if peer is not None and peer.sources]
 
 

@@ -261,7 +261,7 @@ def router_container(config: PlatformConfig) -> dict[str, Any]:
         # The load balancer deregisters the pod (readiness, then the deregistration delay) before the
         # router stops accepting connections; SIGTERM then lets in-flight streams finish.
         "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
-        "resources": router_resources(config),
+        "resources": router_resources(config.router),
         "securityContext": container_security_context(read_only_root_filesystem=True),
     }
 
@@ -286,7 +286,7 @@ def model_router_container(config: PlatformConfig, model: ModelConfig, index: in
         "livenessProbe": sidecar_liveness(model_router_port(index)),
         # Stays up while the front drains, so streams in flight keep their backend.
         "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
-        "resources": router_resources(config),
+        "resources": router_resources(config.router),
         "securityContext": container_security_context(read_only_root_filesystem=True),
         # Upstream's discovery reads the model's pods with this token (Role vllm-router-pods).
         "volumeMounts": [{"name": "api-token", "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True}],
@@ -341,15 +341,15 @@ def deployment_spec(config: PlatformConfig) -> dict[str, Any]:
                 ],
                 "securityContext": pod_security_context(),
                 "containers": [
-                    router_door.door_container(config, REGISTRAR_CONFIG_DIR, "registrar-config"),
+                    router_door.door_container(config.router, REGISTRAR_CONFIG_DIR, "registrar-config"),
                     router_container(config),
                     *(model_router_container(config, model, i) for i, model in enumerate(config.models)),
-                    registrar_container(config),
+                    registrar_container(config.router),
                     *([wake_gate_container(config)] if gated else []),
                 ],
                 "volumes": [
                     {"name": "registrar-config", "configMap": {"name": f"{ROUTER_NAME}-registrar"}},
-                    router_door.door_tmp_volume(config),
+                    router_door.door_tmp_volume(config.security),
                     *([router_keys_volume(config)] if gated else []),
                     {
                         "name": "api-token",
@@ -642,7 +642,7 @@ class Router(pulumi.ComponentResource):
                             READINESS_PATH,
                             config.router.drain_seconds + config.router.request_timeout_seconds,
                         ),
-                        **web_acl_annotation(config, args.web_acl_arn),
+                        **web_acl_annotation(config.ingress, args.web_acl_arn),
                     },
                 },
                 spec=ingress_spec(config),

@@ -37,7 +37,7 @@ from typing import Any
 
 from components.server_auth import inference_routes, max_body_bytes
 from components.vllm_pod import container_security_context
-from domain.config.platform import PlatformConfig
+from domain.config.platform import PlatformConfig, RouterConfig, SecurityConfig
 from domain.versions import VLLM_ROUTER_IMAGE
 
 DOOR_CONTAINER = "door"
@@ -194,11 +194,11 @@ def loopback_liveness(port: int, path: str = "/liveness") -> dict[str, Any]:
     }
 
 
-def door_container(config: PlatformConfig, config_dir: str, config_volume: str) -> dict[str, Any]:
+def door_container(router: RouterConfig, config_dir: str, config_volume: str) -> dict[str, Any]:
     """nginx, as the router image's user; drains like the front: the load balancer deregisters the
     pod during preStop's sleep, then a graceful quit lets every stream in flight end."""
     conf = f"{config_dir}/{DOOR_CONFIG_FILE}"
-    drain = config.router.drain_seconds
+    drain = router.drain_seconds
     return {
         "name": DOOR_CONTAINER,
         "image": VLLM_ROUTER_IMAGE.reference,
@@ -235,6 +235,6 @@ def door_container(config: PlatformConfig, config_dir: str, config_volume: str) 
     }
 
 
-def door_tmp_volume(config: PlatformConfig) -> dict[str, Any]:
-    size_mib = CONCURRENT_FULL_BODIES * config.security.max_request_body_mib
+def door_tmp_volume(security: SecurityConfig) -> dict[str, Any]:
+    size_mib = CONCURRENT_FULL_BODIES * security.max_request_body_mib
     return {"name": DOOR_TMP_VOLUME, "emptyDir": {"sizeLimit": f"{size_mib}Mi"}}

@@ -9,7 +9,7 @@ from typing import Any
 from components import router_door
 from components.guardrails import platform_labels
 from domain.config.models import ModelConfig
-from domain.config.platform import PlatformConfig
+from domain.config.platform import RouterConfig
 from domain.labels import (
     ROUTER_APP_NAME,
     router_selector_labels,
@@ -130,8 +130,7 @@ def wake_gate_port(index: int) -> int:
     return WAKE_GATE_BASE_PORT + index
 
 
-def router_resources(config: PlatformConfig) -> dict[str, Any]:
-    router = config.router
+def router_resources(router: RouterConfig) -> dict[str, Any]:
     return {
         "requests": {"cpu": f"{router.cpu_request_cores:g}", "memory": f"{router.memory_request_gib:g}Gi"},
         "limits": {"memory": f"{2 * router.memory_request_gib:g}Gi"},

@@ -35,7 +35,7 @@ from components.vllm_pod import (
     container_security_context,
 )
 from domain.config.models import ModelConfig
-from domain.config.platform import PlatformConfig
+from domain.config.platform import PlatformConfig, RouterConfig
 from domain.config.tenants import tenants_on
 from domain.key_files import gated_models, model_key_file, wake_gate_key_files
 from domain.versions import VLLM_ROUTER_IMAGE
@@ -140,7 +140,7 @@ def registrar_config_map_data(config: PlatformConfig) -> dict[str, str]:
     return data
 
 
-def registrar_container(config: PlatformConfig) -> dict[str, Any]:
+def registrar_container(router: RouterConfig) -> dict[str, Any]:
     """Registers the model routers with the front and serves `/v1/models` to the load balancer. Its
     readiness is its own server's only (never a model's), so the pod stays in the load balancer
     while any model has no ready pod."""
@@ -161,7 +161,7 @@ def registrar_container(config: PlatformConfig) -> dict[str, Any]:
             "failureThreshold": 2,
         },
         # Answers /v1/models while the load balancer deregisters the pod, as the front does.
-        "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
+        "lifecycle": {"preStop": {"sleep": {"seconds": router.drain_seconds}}},
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "securityContext": container_security_context(read_only_root_filesystem=True),
         "volumeMounts": [{"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True}],
@@ -186,7 +186,7 @@ def wake_gate_container(config: PlatformConfig) -> dict[str, Any]:
         # Its own answer, never the model's: a model at zero must not take the pod out of service.
         "livenessProbe": sidecar_liveness(wake_gate_port(first_index)),
         "lifecycle": {"preStop": {"sleep": {"seconds": config.router.drain_seconds}}},
-        "resources": router_resources(config),
+        "resources": router_resources(config.router),
         "securityContext": container_security_context(read_only_root_filesystem=True),
         "volumeMounts": [
             {"name": "registrar-config", "mountPath": REGISTRAR_CONFIG_DIR, "readOnly": True},

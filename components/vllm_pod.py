@@ -35,7 +35,7 @@ from components.vllm_arguments import (
 )
 from domain.capacity import ModelPlan
 from domain.config.models import ModelConfig
-from domain.config.platform import PlatformConfig
+from domain.config.platform import IngressConfig, PlatformConfig
 from domain.labels import GPU_GROUP_LABEL, model_labels
 
 SERVER_NAME = "vllm"
@@ -183,10 +183,10 @@ def preload_container(config: PlatformConfig, model: ModelConfig, gpu_type: str)
     }
 
 
-def keep_alive_environment(config: PlatformConfig) -> list[dict[str, str]]:
-    if not config.ingress.enabled:
+def keep_alive_environment(ingress: IngressConfig) -> list[dict[str, str]]:
+    if not ingress.enabled:
         return []
-    seconds = config.ingress.idle_timeout_seconds + KEEP_ALIVE_MARGIN_SECONDS
+    seconds = ingress.idle_timeout_seconds + KEEP_ALIVE_MARGIN_SECONDS
     return [{"name": KEEP_ALIVE_ENV, "value": str(seconds)}]
 
 
@@ -216,7 +216,7 @@ def server_container(
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
         *server_auth.environment(config, model),
-        *keep_alive_environment(config),
+        *keep_alive_environment(config.ingress),
         # Tensor parallelism (gpus_per_replica > 1): vllm.nccl_env and the FlashInfer all-reduce backend.
         *tensor_parallel_environment(model),
         # lora.runtime_loading: /v1/load_lora_adapter, behind the key like every route (docs/lora.md).

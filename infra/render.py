@@ -29,6 +29,7 @@ from components.helm.engine import ChartObject, asks_api_versions, crd_api_versi
 from components.helm.lock import LockedChart
 from domain.config import PlatformConfig
 from domain.config.loader import display_path, read_stack_file, stack_file_for
+from domain.config.platform import MonitoringConfig
 
 PLACEHOLDER_ACCOUNT_ID = "123456789012"
 PLACEHOLDER_CLUSTER_SECURITY_GROUP_ID = "sg-0cluster0000000000"
@@ -333,9 +334,8 @@ def builtin_api_versions(kubernetes_version: str) -> set[str]:
     return set(json.loads(KUBERNETES_API_VERSIONS.read_text())[kubernetes_version])
 
 
-def _operator_api_versions(config: PlatformConfig) -> set[str]:
+def _operator_api_versions(monitoring: MonitoringConfig) -> set[str]:
     """API versions an existing cluster already serves that charts may ask `.Capabilities` about."""
-    monitoring = config.monitoring
     if monitoring.enabled and monitoring.prometheus == "existing" and monitoring.existing_prometheus_operator:
         group = "monitoring.coreos.com/v1"
         return {group, *(f"{group}/{kind}" for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"))}
@@ -382,7 +382,7 @@ def expand_chart_releases(
     builtin = builtin_api_versions(config.cluster.kubernetes_version)
     first = [render(release, builtin, set()) for release in releases]
     api_versions, cluster_scoped = crd_api_versions(item for objects in first for item in objects)
-    api_versions |= builtin | _operator_api_versions(config)
+    api_versions |= builtin | _operator_api_versions(config.monitoring)
     objects: list[ChartObject] = []
     for release, rendered in zip(releases, first, strict=True):
         custom_cluster_scoped = any(item.kind in cluster_scoped for item in rendered)

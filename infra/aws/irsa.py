@@ -15,6 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from domain.config import PlatformConfig
+from domain.config.platform import MonitoringConfig
 from domain.config.tenants import model_key_secrets
 from domain.key_files import wake_gate_key_files
 from domain.service_accounts import (
@@ -112,7 +113,7 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
             ServiceAccountRoleSpec(EBS_CSI_CONTROLLER, managed_policies=(EBS_CSI_DRIVER_MANAGED_POLICY,))
         )
     if secrets_manager:
-        specs += _monitoring_secret_roles(config, location)
+        specs += _monitoring_secret_roles(config.monitoring, location)
         specs += _router_secret_roles(config, location)
     if addons.aws_load_balancer_controller.enabled:
         specs.append(
@@ -132,9 +133,10 @@ def service_account_role_specs(config: PlatformConfig, location: AwsLocation) ->
     return specs
 
 
-def _monitoring_secret_roles(config: PlatformConfig, location: AwsLocation) -> list[ServiceAccountRoleSpec]:
+def _monitoring_secret_roles(
+    monitoring: MonitoringConfig, location: AwsLocation
+) -> list[ServiceAccountRoleSpec]:
     """Alertmanager and Grafana read their configuration and credential from Secrets Manager."""
-    monitoring = config.monitoring
     if not (monitoring.enabled and monitoring.prometheus == "kube-prometheus-stack"):
         return []
     readers = []

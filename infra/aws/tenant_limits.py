@@ -18,12 +18,14 @@ on these rules, so the WAF console never shows a header with a key.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from domain.config import PlatformConfig
+from domain.config.tenants import TenantConfig
 
 EVALUATION_WINDOW_SECONDS = 60
 """`requests_per_minute` is the limit of a 60 s window (WAF's windows: 60, 120, 300, 600 s)."""
@@ -46,8 +48,8 @@ RATE_LIMITED_BODY = json.dumps(
 _NORMALISED = [{"priority": 0, "type": "COMPRESS_WHITE_SPACE"}, {"priority": 1, "type": "LOWERCASE"}]
 
 
-def web_acl_needed(config: PlatformConfig) -> bool:
-    return any(tenant.requests_per_minute is not None for tenant in config.tenants)
+def web_acl_needed(tenants: Sequence[TenantConfig]) -> bool:
+    return any(tenant.requests_per_minute is not None for tenant in tenants)
 
 
 def _visibility(metric: str) -> dict[str, Any]:
@@ -139,7 +141,7 @@ def tenant_web_acl(
     name: str, config: PlatformConfig, opts: pulumi.ResourceOptions
 ) -> aws.wafv2.WebAcl | None:
     """The regional web ACL the stack's ALB gets (annotation `wafv2-acl-arn`); None without limits."""
-    if not web_acl_needed(config):
+    if not web_acl_needed(config.tenants):
         return None
     return aws.wafv2.WebAcl(
         name,

@@ -11,7 +11,7 @@ PYTHON="${PYTHON:-python3}"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${1:-.venv-router}"
 case "$venv" in /*) ;; *) venv="$repo_root/$venv" ;; esac
-pin() { "$PYTHON" -c "import sys; sys.path.insert(0, '$repo_root'); from infra import versions; print(versions.$1)"; }
+pin() { "$PYTHON" -c "import sys; sys.path.insert(0, '$repo_root'); from domain import versions; print(versions.$1)"; }
 version="$(pin VLLM_ROUTER_VERSION)"
 wheel_sha256="$(pin VLLM_ROUTER_WHEEL_SHA256)"
 

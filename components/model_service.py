@@ -29,10 +29,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components import canary_analysis, leader_worker_set, probes, rollouts, secrets, server_auth
-from components.autoscaling import (
-    create_model_autoscaler,
-    replicas_at_creation,
-)
+from components.autoscaling import create_model_autoscaler, replicas_at_creation
 from components.exposure import (
     in_cluster_url,
     ingress_annotations,

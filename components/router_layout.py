@@ -10,10 +10,7 @@ from components import router_door
 from components.guardrails import platform_labels
 from domain.config.models import ModelConfig
 from domain.config.platform import RouterConfig
-from domain.labels import (
-    ROUTER_APP_NAME,
-    router_selector_labels,
-)
+from domain.labels import ROUTER_APP_NAME, router_selector_labels
 
 ROUTER_NAME = ROUTER_APP_NAME
 """Name of the Deployment, Service, PDB, Ingress, ServiceAccount and PodMonitor."""

@@ -31,9 +31,7 @@ from components.router_layout import (
     wake_gate_port,
 )
 from components.server_auth import inference_routes, max_body_bytes
-from components.vllm_pod import (
-    container_security_context,
-)
+from components.vllm_pod import container_security_context
 from domain.config.models import ModelConfig
 from domain.config.platform import PlatformConfig, RouterConfig
 from domain.config.tenants import tenants_on

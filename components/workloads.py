@@ -8,14 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from components import leader_worker_set, probes, rollouts
-from components.autoscaling import (
-    autoscaler_owns_replicas,
-    replicas_at_creation,
-)
+from components.autoscaling import autoscaler_owns_replicas, replicas_at_creation
 from components.exposure import uses_alb_traffic_split
-from components.vllm_arguments import (
-    NodeRole,
-)
+from components.vllm_arguments import NodeRole
 from components.vllm_pod import pod_template
 from domain.capacity import ModelPlan
 from domain.config.models import ModelConfig

@@ -22,11 +22,7 @@ from domain.config.cluster import (
     TaintConfig,
 )
 from domain.gpu_nodes import BlockDevice, gpu_block_devices, gpu_node_labels, root_device_name
-from domain.node_user_data import (
-    al2023_user_data,
-    bottlerocket_user_data,
-    encode_user_data,
-)
+from domain.node_user_data import al2023_user_data, bottlerocket_user_data, encode_user_data
 from infra.aws.policies import service_trust_policy, to_json
 
 GPU_RESOURCE = "nvidia.com/gpu"

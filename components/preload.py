@@ -11,22 +11,12 @@ from domain.versions import VLLM_VERSION
 
 MODEL_VOLUME_STORAGE_CLASS = "efs-sc"
 """StorageClass of the shared model volume: EFS (RWX), created by the cluster add-ons."""
-
-
 MODEL_VOLUME_CLAIM = "model-cache"
-
-
 SHARED_ROOT = "/mnt/models"
-
-
 LOCAL_ROOT = "/mnt/local-models"
-
-
 LOCAL_MODELS_DIR = "vllm-models"
 """Directory under a GPU node's NVMe mount (node_groups.gpu.<g>.local_nvme.mount_path) that the
 node bootstrap creates for model copies."""
-
-
 COMPILE_CACHE_DIR = ".vllm-cache"
 
 

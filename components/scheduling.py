@@ -103,8 +103,6 @@ def gpu_nodes_affinity(group_names: Iterable[str]) -> dict:
 
 
 SERVING_PRIORITY_CLASS = "vllm-serving"
-
-
 SERVING_PRIORITY_VALUE = 1_000_000
 """Above ordinary workloads (0) so a serving pod can preempt batch jobs on GPU nodes; far below
 system-node-critical (2000001000), which the GPU device plugin and DCGM exporter keep."""

@@ -40,34 +40,16 @@ from domain.labels import GPU_GROUP_LABEL, model_labels
 
 SERVER_NAME = "vllm"
 """Name of the Deployment, Service, PodDisruptionBudget and Ingress in every model namespace."""
-
-
 SERVER_CONTAINER = "vllm"
-
-
 PRELOAD_CONTAINER = "model-cache"
-
-
 HOME_DIR = "/home/vllm"
-
-
 TMP_DIR = "/tmp"
-
-
 RUN_AS_UID = 10001
 """Non-root and above the host's system and login ranges (no clash with a host account's files)."""
-
-
 RUN_AS_USER = "vllm"
-
-
 IRSA_SKIP_CONTAINERS_ANNOTATION = "eks.amazonaws.com/skip-containers"
-
-
 KEEP_ALIVE_ENV = "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"
 """vLLM 0.32.0's uvicorn keep-alive (envs.py, default 5 s)."""
-
-
 KEEP_ALIVE_MARGIN_SECONDS = 15
 """The server must keep idle connections open longer than the load balancer does, or the ALB reuses
 a connection vLLM is closing and answers 502 (AWS: "HTTP 502: target connection error")."""

@@ -16,14 +16,8 @@ from domain.config.platform import PlatformConfig
 from domain.versions import VLLM_VERSION
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
 QUANTIZATION_METHODS_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-quantization-methods.json"
-
-
 LORA_ARCHITECTURES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-lora-architectures.json"
-
-
 CONTENT_PART_TYPES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-chat-content-part-types.json"
 
 
@@ -301,8 +295,6 @@ _INT4_CHECKPOINT_METHODS = frozenset(
 )
 """`--quantization` methods that read a checkpoint already quantised to 4 bits (qweight/qzeros/scales
 tensors and its quantization_config); vLLM cannot apply them to 16-bit weights."""
-
-
 _SIXTEEN_BIT = ("bfloat16", "float16", "float32")
 
 

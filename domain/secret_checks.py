@@ -52,8 +52,6 @@ def _policy_rules() -> ModuleType:
 # Secrets Manager: 1-512 of letters, digits and /_+=.@- (CreateSecret, Name). Vault: a path of
 # segments of letters, digits, '-', '_', '.', no empty segment or leading slash.
 _SECRETS_MANAGER_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
-
-
 _VAULT_PATH = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 

@@ -12,7 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components import guardrails, preload, scheduling, vllm_pod
+from components import guardrails, scheduling, vllm_pod
+from components import preload as preload_paths
 from components.rollouts import peak_replicas, uses_canary, workload_reference
 from components.scheduling import gpu_group_node_selector, gpu_group_tolerations
 from domain.capacity import plan_platform
@@ -357,8 +358,8 @@ def test_read_only_root_leaves_writable_home_tmp_and_caches(stack_render: Render
         mounted = {m["mountPath"]: m for m in container(spec)["volumeMounts"]}
         for path in (env["HOME"], env["TMPDIR"], "/dev/shm"):
             assert path in mounted and not mounted[path].get("readOnly"), path
-        assert env["VLLM_CACHE_ROOT"].startswith(preload.SHARED_ROOT + "/")
-        assert not mounted[preload.SHARED_ROOT].get("readOnly"), "the compile cache is written there"
+        assert env["VLLM_CACHE_ROOT"].startswith(preload_paths.SHARED_ROOT + "/")
+        assert not mounted[preload_paths.SHARED_ROOT].get("readOnly"), "the compile cache is written there"
 
 
 def test_jit_kernel_caches_live_beside_the_compile_cache_not_in_the_fresh_home(
@@ -400,18 +401,20 @@ def test_weights_come_offline_from_the_preloaded_copy(stack_render: RenderResult
         env = {e["name"]: e.get("value") for e in server["env"]}
         assert env["HF_HUB_OFFLINE"] == "1"
         local = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
-        assert server["args"][0] == preload.served_model_path(model, local)
-        assert volume(spec, "models")["persistentVolumeClaim"] == {"claimName": preload.MODEL_VOLUME_CLAIM}
+        assert server["args"][0] == preload_paths.served_model_path(model, local)
+        assert volume(spec, "models")["persistentVolumeClaim"] == {
+            "claimName": preload_paths.MODEL_VOLUME_CLAIM
+        }
 
 
 def test_model_volume_is_an_rwx_claim_on_the_efs_storage_class(stack_render: RenderResult) -> None:
     config = config_of(stack_render)
     for model in config.models:
-        claim = one(stack_render, "PersistentVolumeClaim", preload.MODEL_VOLUME_CLAIM, model.namespace)[
+        claim = one(stack_render, "PersistentVolumeClaim", preload_paths.MODEL_VOLUME_CLAIM, model.namespace)[
             "spec"
         ]
         assert claim["accessModes"] == ["ReadWriteMany"]
-        assert claim["storageClassName"] == preload.MODEL_VOLUME_STORAGE_CLASS == "efs-sc"
+        assert claim["storageClassName"] == preload_paths.MODEL_VOLUME_STORAGE_CLASS == "efs-sc"
         assert (
             one(stack_render, "StorageClass", claim["storageClassName"])["provisioner"] == "efs.csi.aws.com"
         )
@@ -482,10 +485,10 @@ def test_preload_init_container_speaks_the_model_cache_cli(stack_render: RenderR
             )
         else:
             assert parsed.source == f"hf://{model.source.huggingface_repo}"
-        assert str(parsed.shared_root) == preload.SHARED_ROOT
+        assert str(parsed.shared_root) == preload_paths.SHARED_ROOT
         local = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
         assert (str(parsed.local_root) if parsed.local_root else None) == (
-            preload.LOCAL_ROOT if local else None
+            preload_paths.LOCAL_ROOT if local else None
         )
         assert parsed.compile_cache_gpu_type == plan.models[model.name].gpu_model
         assert parsed.compile_cache_vllm_version == VLLM_VERSION
@@ -499,11 +502,11 @@ def test_vllm_serves_the_directory_the_preloader_fills(stack_render: RenderResul
     for model in config.models:
         spec = pod_spec(stack_render, model.name)
         local = config.node_groups.gpu[model.gpu_group].local_nvme.enabled
-        root = Path(preload.LOCAL_ROOT if local else preload.SHARED_ROOT)
+        root = Path(preload_paths.LOCAL_ROOT if local else preload_paths.SHARED_ROOT)
         assert container(spec)["args"][0] == str(revision_dir(root, model.name, model.source.revision))
         env = {e["name"]: e.get("value") for e in container(spec)["env"]}
         expected_cache = compile_cache_dir(
-            Path(preload.SHARED_ROOT), model.name, plan.models[model.name].gpu_model, VLLM_VERSION
+            Path(preload_paths.SHARED_ROOT), model.name, plan.models[model.name].gpu_model, VLLM_VERSION
         )
         assert env["VLLM_CACHE_ROOT"] == str(expected_cache)
 
@@ -520,7 +523,7 @@ def test_local_nvme_is_the_directory_the_node_bootstrap_creates(stack_render: Re
             "path": f"{nvme.mount_path}/{MODEL_CACHE_DIRECTORY}",
             "type": "Directory",
         }
-        assert mount(spec, "model-cache", "local-models")["mountPath"] == preload.LOCAL_ROOT
+        assert mount(spec, "model-cache", "local-models")["mountPath"] == preload_paths.LOCAL_ROOT
         assert mount(spec, "vllm", "local-models")["readOnly"] is True
 
 
@@ -533,7 +536,7 @@ def test_without_local_nvme_vllm_serves_from_the_shared_volume(tmp_path: Path) -
     spec = pod_spec(result, model.name)
     assert "local-models" not in {v["name"] for v in spec["volumes"]}
     assert "--local-root" not in container(spec, "model-cache")["args"]
-    assert container(spec)["args"][0] == f"{preload.SHARED_ROOT}/{model.name}/{model.source.revision}"
+    assert container(spec)["args"][0] == f"{preload_paths.SHARED_ROOT}/{model.name}/{model.source.revision}"
 
 
 # --- around the pod ------------------------------------------------------------------------------------
@@ -717,6 +720,6 @@ def test_preload_source_is_the_parent_of_the_revision_prefix() -> None:
     )
     top = ModelConfig.model_validate({**base, "source": {"s3_uri": "s3://bkt/r1", "revision": "r1"}})
     hub = ModelConfig.model_validate({**base, "source": {"huggingface_repo": "org/m", "revision": "abc"}})
-    assert preload.preload_source(nested.source) == "s3://bkt/org/m/"
-    assert preload.preload_source(top.source) == "s3://bkt/"
-    assert preload.preload_source(hub.source) == "hf://org/m"
+    assert preload_paths.preload_source(nested.source) == "s3://bkt/org/m/"
+    assert preload_paths.preload_source(top.source) == "s3://bkt/"
+    assert preload_paths.preload_source(hub.source) == "hf://org/m"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-CATALOGUE = Path(__file__).resolve().parents[2] / "infra" / "catalogue" / "model_shapes.yaml"
+CATALOGUE = Path(__file__).resolve().parents[2] / "domain" / "catalogue" / "model_shapes.yaml"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",

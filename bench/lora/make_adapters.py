@@ -79,7 +79,7 @@ def write_adapter(out_dir: Path, config: dict[str, Any], rank: int, seed: int, s
 def preset_config(name: str) -> dict[str, Any]:
     import yaml
 
-    catalogue = yaml.safe_load((REPO_ROOT / "infra" / "catalogue" / "model_shapes.yaml").read_text())
+    catalogue = yaml.safe_load((REPO_ROOT / "domain" / "catalogue" / "model_shapes.yaml").read_text())
     return dict(catalogue["presets"][name]["config_json"])
 
 

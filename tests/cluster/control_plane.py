@@ -329,6 +329,13 @@ def start_cluster(
             "--controllers=*," + ",".join(f"-{name}" for name in DISABLED_CONTROLLERS),
             # Namespaces and garbage collection finish quickly in tests.
             "--concurrent-namespace-syncs=10",
+            # A pod create that loses a race (the StatefulSet controller's second create of a pod,
+            # "already exists") has already been charged by ResourceQuota admission; the quota
+            # controller gives the charge back only at its next full sync, 5 min by default, longer
+            # than a step waits. A model namespace's GPU quota has room for one surge set only, so
+            # one such charge held a second group's worker out (CI, 2026-12-07). 30 s here; a real
+            # control plane keeps 5 min (docs/multi-node.md).
+            "--resource-quota-sync-period=30s",
         ],
         log=logs / "kube-controller-manager.log",
     )

@@ -7,18 +7,17 @@ from __future__ import annotations
 import difflib
 import json
 from functools import cache
-from pathlib import Path
 
 from domain.catalogue.gpu_instances import GpuInstanceType, gpu_instance_types, lookup_instance_type
 from domain.catalogue.tuning_profiles import tuning_profiles
 from domain.config.errors import Problem
 from domain.config.platform import PlatformConfig
 from domain.versions import VLLM_VERSION
+from domain.vllm_flags import SNAPSHOT_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-QUANTIZATION_METHODS_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-quantization-methods.json"
-LORA_ARCHITECTURES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-lora-architectures.json"
-CONTENT_PART_TYPES_FILE = REPO_ROOT / "infra" / "data" / f"vllm-{VLLM_VERSION}-chat-content-part-types.json"
+QUANTIZATION_METHODS_FILE = SNAPSHOT_DIR / f"vllm-{VLLM_VERSION}-quantization-methods.json"
+LORA_ARCHITECTURES_FILE = SNAPSHOT_DIR / f"vllm-{VLLM_VERSION}-lora-architectures.json"
+CONTENT_PART_TYPES_FILE = SNAPSHOT_DIR / f"vllm-{VLLM_VERSION}-chat-content-part-types.json"
 
 
 @cache

@@ -46,51 +46,57 @@ def test_the_repository_keeps_every_contract() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "wrong_import", "contract", "named"),
+    ("edits", "contract", "named"),
     [
         # The domain reaching up into the Kubernetes layer.
         (
-            "domain/labels.py",
-            "import components.probes",
+            [("domain/labels.py", "import components.probes")],
             "One way down",
             "domain.labels -> components.probes",
         ),
         # The Kubernetes layer reaching into the AWS layer beside it.
         (
-            "components/labels_of_nodes.py",
-            "import infra.aws.node_groups",
+            [("components/labels_of_nodes.py", "import infra.aws.node_groups")],
             "The Kubernetes layer (components) and the AWS layer",
             "components.labels_of_nodes -> infra.aws.node_groups",
         ),
         # The AWS layer reaching up into the program that drives it.
-        ("infra/aws/helper.py", "import infra.program", "imports nothing of the program", "infra.aws.helper"),
+        (
+            [("infra/aws/helper.py", "import infra.program")],
+            "imports nothing of the program",
+            "infra.aws.helper",
+        ),
         # Pulumi in the domain.
-        ("domain/deploy.py", "import pulumi", "no Pulumi", "domain.deploy -> pulumi"),
-        # A circle: the multi-node rules already import the capacity plan's architecture; the plan's
-        # package importing them back closes it.
-        ("domain/architecture_rules.py", "import domain.multi_node", "No circles", ".architecture_rules"),
+        ([("domain/deploy.py", "import pulumi")], "no Pulumi", "domain.deploy -> pulumi"),
+        # A circle: a new domain module imports the multi-node rules, which import it back.
+        (
+            [
+                ("domain/architecture_rules.py", "import domain.multi_node"),
+                ("domain/multi_node.py", "import domain.architecture_rules"),
+            ],
+            "No circles",
+            ".architecture_rules",
+        ),
     ],
     ids=["domain-up", "kubernetes-to-aws", "aws-to-program", "pulumi-in-domain", "circle"],
 )
 def test_a_wrong_import_fails_its_contract(
-    scratch: Path, module: str, wrong_import: str, contract: str, named: str
+    scratch: Path, edits: list[tuple[str, str]], contract: str, named: str
 ) -> None:
-    path = scratch / module
-    original = path.read_text() if path.exists() else None
+    originals = {
+        module: (scratch / module).read_text() if (scratch / module).exists() else None for module, _ in edits
+    }
     try:
-        path.write_text((original or '"""A scratch module."""\n') + f"\n{wrong_import}\n")
-        if module == "domain/architecture_rules.py":
-            # Imported by the module the circle runs through, so the siblings import each other.
-            multi_node = scratch / "domain" / "multi_node.py"
-            multi_node.write_text(multi_node.read_text() + "\nimport domain.architecture_rules\n")
+        for module, wrong_import in edits:
+            before = originals[module] or '"""A scratch module."""\n'
+            (scratch / module).write_text(before + f"\n{wrong_import}\n")
         result = _lint_imports(scratch)
     finally:
-        if original is None:
-            path.unlink()
-        else:
-            path.write_text(original)
-        if module == "domain/architecture_rules.py":
-            shutil.copy(REPO / "domain" / "multi_node.py", scratch / "domain" / "multi_node.py")
+        for module, original in originals.items():
+            if original is None:
+                (scratch / module).unlink()
+            else:
+                (scratch / module).write_text(original)
     assert result.returncode == 1, result.stdout + result.stderr
     broken = result.stdout[result.stdout.index("Broken contracts") :]
     # The contract it breaks is named with the import; the same import may break another contract
